@@ -1,0 +1,12 @@
+// ucx-asio: UCX communication as Boost.Asio asynchronous operations.
+#pragma once
+
+#include <ucx/context.hpp>
+#include <ucx/endpoint.hpp>
+#include <ucx/error.hpp>
+#include <ucx/log.hpp>
+#include <ucx/memory_type.hpp>
+#include <ucx/progress_mode.hpp>
+#include <ucx/tag.hpp>
+#include <ucx/worker.hpp>
+#include <ucx/worker_address.hpp>

@@ -1,0 +1,29 @@
+// Internal: the shared state behind ucx::context.
+#pragma once
+
+#include <ucx/context.hpp>
+
+#include <string>
+
+namespace ucx::detail {
+
+class context_impl {
+public:
+    context_impl(const context_options& options, error_code& ec);
+    ~context_impl();
+    context_impl(const context_impl&) = delete;
+    context_impl& operator=(const context_impl&) = delete;
+
+    ucp_context_h native() const noexcept { return handle_; }
+    feature features() const noexcept { return features_; }
+    bool multi_threaded() const noexcept { return multi_threaded_; }
+    const std::string& printed_config() const noexcept { return printed_config_; }
+
+private:
+    ucp_context_h handle_ = nullptr;
+    feature features_{};
+    bool multi_threaded_ = false;
+    std::string printed_config_;
+};
+
+} // namespace ucx::detail

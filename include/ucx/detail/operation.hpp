@@ -1,0 +1,155 @@
+// Internal: one UCX request as an Asio asynchronous operation.
+//
+// Every ucp_*_nbx call of the library goes through this: the state is
+// allocated with the handler's associated allocator (Asio's recycling
+// allocator by default, so the steady state allocates nothing), UCX's callback
+// only records the result and queues the operation on its worker, and the
+// worker delivers it after ucp_worker_progress returned; user handlers never
+// run inside a UCX callback, and never inside the initiating function.
+#pragma once
+
+#include <ucx/error.hpp>
+
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/asio/recycling_allocator.hpp>
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+namespace ucx::detail {
+
+class worker_impl;
+
+/// The type-erased part of every operation; linked into its worker's lists.
+class operation {
+public:
+    /// How a finished operation is handed to its handler.
+    enum class delivery { dispatch, post, destroy };
+
+    operation(const operation&) = delete;
+    operation& operator=(const operation&) = delete;
+
+    /// Hands the result to the handler (or just frees the state).
+    void complete(delivery d) { complete_fn_(this, d); }
+
+    // Result, filled by UCX callbacks or by an immediate completion.
+    ucs_status_t status = UCS_INPROGRESS;
+    std::size_t bytes = 0;
+    ucp_tag_t sender_tag = 0;
+    /// The UCX request while in flight (null for immediate completions).
+    void* request = nullptr;
+    /// Whether ucp_request_cancel applies (tag receives).
+    bool cancellable = false;
+    /// Cancellation was requested before the request reached UCX.
+    bool cancel_requested = false;
+    /// The worker was shut down under it: report operation_aborted.
+    bool aborted = false;
+    /// Linked in its worker's in-flight list.
+    bool in_flight = false;
+    /// Set when the operation failed without reaching UCX; overrides `status`.
+    error_code error{};
+    worker_impl* owner = nullptr;
+
+    // Intrusive links: in-flight list, then completion queue.
+    operation* next = nullptr;
+    operation* prev = nullptr;
+
+    error_code result_code() const noexcept {
+        if (aborted)
+            return make_error_code(UCS_ERR_CANCELED);
+        if (error)
+            return error;
+        return make_error_code(status);
+    }
+
+protected:
+    using complete_fn_type = void (*)(operation*, delivery);
+    explicit operation(complete_fn_type fn) noexcept : complete_fn_(fn) {}
+    ~operation() = default;
+
+private:
+    complete_fn_type complete_fn_;
+};
+
+/// The allocator an operation uses: the handler's, or Asio's recycling one.
+template <class Handler>
+auto operation_allocator(const Handler& h) {
+    return boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>());
+}
+
+/// An operation bound to its handler. `Result` turns the operation's fields
+/// into the handler's arguments: `Result::invoke(handler, ec, op)`.
+template <class Handler, class IoExecutor, class Result>
+class handler_operation final : public operation {
+public:
+    using alloc_type = typename std::allocator_traits<decltype(operation_allocator(
+        std::declval<Handler&>()))>::template rebind_alloc<handler_operation>;
+
+    /// Allocates an operation with the handler's allocator.
+    static handler_operation* create(Handler&& h, const IoExecutor& io_ex) {
+        alloc_type alloc(operation_allocator(h));
+        handler_operation* p = std::allocator_traits<alloc_type>::allocate(alloc, 1);
+        try {
+            return new (p) handler_operation(std::move(h), io_ex);
+        } catch (...) {
+            std::allocator_traits<alloc_type>::deallocate(alloc, p, 1);
+            throw;
+        }
+    }
+
+    Handler& handler() noexcept { return handler_; }
+
+private:
+    handler_operation(Handler&& h, const IoExecutor& io_ex)
+        : operation(&do_complete), handler_(std::move(h)),
+          io_work_(boost::asio::prefer(io_ex, boost::asio::execution::outstanding_work.tracked)),
+          handler_work_(boost::asio::prefer(boost::asio::get_associated_executor(handler_, io_ex),
+                                            boost::asio::execution::outstanding_work.tracked)) {}
+
+    static void do_complete(operation* base, delivery d) {
+        auto* self = static_cast<handler_operation*>(base);
+        // Move everything out, then free the state before the upcall, so the
+        // handler may start a new operation that reuses this memory.
+        boost::asio::get_associated_cancellation_slot(self->handler_).clear();
+        Handler handler(std::move(self->handler_));
+        auto io_work = std::move(self->io_work_);
+        auto handler_work = std::move(self->handler_work_);
+        const error_code ec = self->result_code();
+        auto args = Result::extract(ec, *self);
+        alloc_type alloc(operation_allocator(handler));
+        self->~handler_operation();
+        std::allocator_traits<alloc_type>::deallocate(alloc, self, 1);
+
+        if (d == delivery::destroy)
+            return;
+        auto bound = [handler = std::move(handler), args = std::move(args)]() mutable {
+            std::apply(std::move(handler), std::move(args));
+        };
+        if (d == delivery::post)
+            boost::asio::post(handler_work, std::move(bound));
+        else
+            boost::asio::dispatch(handler_work, std::move(bound));
+        (void)io_work;
+    }
+
+    Handler handler_;
+    using io_work_type = std::decay_t<decltype(boost::asio::prefer(
+        std::declval<const IoExecutor&>(), boost::asio::execution::outstanding_work.tracked))>;
+    using handler_executor_type = boost::asio::associated_executor_t<Handler, IoExecutor>;
+    using handler_work_type = std::decay_t<decltype(boost::asio::prefer(
+        std::declval<const handler_executor_type&>(),
+        boost::asio::execution::outstanding_work.tracked))>;
+    io_work_type io_work_;
+    handler_work_type handler_work_;
+};
+
+} // namespace ucx::detail

@@ -1,0 +1,48 @@
+// How a worker waits for UCX events.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace ucx {
+
+/// How a worker drives UCX progress on its executor.
+enum class progress_mode {
+    /// Progress until idle, arm the worker's event fd and sleep on it (in the
+    /// io_context's reactor) until UCX signals. Lowest CPU use; every wake-up
+    /// costs the operating system's wake-up latency.
+    event,
+    /// Busy-progress (yielding to other handlers between rounds) while
+    /// operations are in flight; sleep on the event fd when there are none.
+    poll,
+    /// Keep progressing for a bounded time after the last activity, then arm
+    /// and sleep as in `event` mode. Close to `poll` latency for request/response
+    /// traffic, close to `event` CPU use when idle.
+    hybrid,
+};
+
+/// "event", "poll" or "hybrid".
+constexpr std::string_view to_string(progress_mode m) noexcept {
+    switch (m) {
+    case progress_mode::event:
+        return "event";
+    case progress_mode::poll:
+        return "poll";
+    case progress_mode::hybrid:
+        return "hybrid";
+    }
+    return "unknown";
+}
+
+/// Parses "event", "poll" or "hybrid".
+constexpr std::optional<progress_mode> parse_progress_mode(std::string_view s) noexcept {
+    if (s == "event")
+        return progress_mode::event;
+    if (s == "poll")
+        return progress_mode::poll;
+    if (s == "hybrid")
+        return progress_mode::hybrid;
+    return std::nullopt;
+}
+
+} // namespace ucx

@@ -1,0 +1,114 @@
+// ucx::worker: a UCP worker whose progress runs on an Asio executor.
+#pragma once
+
+#include <ucx/context.hpp>
+#include <ucx/error.hpp>
+#include <ucx/progress_mode.hpp>
+#include <ucx/worker_address.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+namespace ucx {
+
+/// Options of a worker.
+struct worker_options {
+    /// How the worker waits for UCX events (see `progress_mode`).
+    progress_mode mode = progress_mode::event;
+    /// Hybrid mode: how long to keep progressing after the last activity
+    /// before arming the event fd and sleeping.
+    std::chrono::nanoseconds spin_duration = std::chrono::microseconds(20);
+    /// Safety net: while operations are in flight, progress at least this often
+    /// even if no event arrived. Zero disables it. Correctness never depends on
+    /// it; it bounds the damage of a transport that misses a wake-up.
+    std::chrono::milliseconds safety_interval = std::chrono::milliseconds(100);
+    /// Most progress/arm calls in one handler before the engine yields to the
+    /// other handlers of the executor.
+    unsigned max_steps_per_handler = 64;
+    /// Shutdown waits at most this long for UCX to call back every request.
+    std::chrono::milliseconds shutdown_timeout = std::chrono::seconds(5);
+};
+
+/// Counters of a worker's progress engine (for diagnostics and tests).
+struct worker_stats {
+    std::size_t passes = 0;              ///< progress passes run
+    std::size_t progress_calls = 0;      ///< ucp_worker_progress calls
+    std::size_t arms = 0;                ///< ucp_worker_arm calls
+    std::size_t arm_busy = 0;            ///< arms that answered UCS_ERR_BUSY
+    std::size_t wakeups = 0;             ///< event fd wake-ups
+    std::size_t yields = 0;              ///< passes that yielded to other handlers
+    std::size_t safety_timer_passes = 0; ///< passes started by the safety timer
+    std::size_t completions = 0;         ///< operations delivered
+};
+
+namespace detail {
+class worker_impl;
+}
+
+/// A UCP worker bound to an executor. All of its progress, and every
+/// completion of operations on it and on its endpoints, runs on that executor.
+///
+/// Thread model: a worker belongs to one executor (one io_context thread or a
+/// strand); operations started from other threads are dispatched to it. Scale
+/// out with one worker per thread.
+///
+/// Movable, not copyable. Destroying the worker (or calling `close()`)
+/// force-closes its endpoints, completes every pending operation with
+/// `asio::error::operation_aborted` and releases UCX resources in the order
+/// UCX requires.
+class worker {
+public:
+    using executor_type = boost::asio::any_io_executor;
+
+    /// Creates a worker on `ctx` whose progress runs on `ex`.
+    /// Throws `boost::system::system_error` on failure.
+    worker(const context& ctx, const executor_type& ex, const worker_options& options = {});
+    /// Creates a worker on `ctx` whose progress runs on the executor of `exec_ctx`
+    /// (for example an `io_context`).
+    template <class ExecutionContext>
+    requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+    worker(const context& ctx, ExecutionContext& exec_ctx, const worker_options& options = {})
+        : worker(ctx, executor_type(exec_ctx.get_executor()), options) {}
+
+    worker(worker&&) noexcept = default;
+    worker& operator=(worker&& other) noexcept;
+    ~worker();
+
+    /// The executor on which progress and completions run.
+    executor_type get_executor() const noexcept;
+
+    /// This worker's address, to be sent to a peer that creates an endpoint with it.
+    worker_address address() const;
+
+    /// Progress mode in use.
+    progress_mode mode() const noexcept;
+
+    /// Shuts the worker down now (see the class description). Idempotent.
+    void close();
+
+    /// Whether the worker is open.
+    bool is_open() const noexcept;
+
+    /// The engine's counters.
+    worker_stats stats() const noexcept;
+
+    /// Number of operations in flight.
+    std::size_t pending_operations() const noexcept;
+
+    /// Requests a progress pass; safe to call from any thread.
+    void signal();
+
+    /// The UCP handle (null once closed).
+    ucp_worker_h native_handle() const noexcept;
+
+    /// The implementation (for library internals).
+    const std::shared_ptr<detail::worker_impl>& impl() const noexcept { return impl_; }
+
+private:
+    std::shared_ptr<detail::worker_impl> impl_;
+};
+
+} // namespace ucx

@@ -1,0 +1,180 @@
+#include <ucx/context.hpp>
+#include <ucx/detail/context_impl.hpp>
+#include <ucx/log.hpp>
+
+#include <boost/system/system_error.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace ucx {
+
+namespace {
+
+// Whether posix/sysv shared memory can be among the transports: setting their
+// options otherwise makes UCX warn about an invalid configuration.
+bool shared_memory_selected(const context_options& options,
+                            const std::function<const char*(const char*)>& getenv) {
+    if (!options.transports.shared_memory)
+        return false;
+    if (options.config.contains("TLS") || options.config.contains("UCX_TLS"))
+        return true;
+    const char* tls = getenv("UCX_TLS");
+    if (tls == nullptr || tls[0] == '^')
+        return true;
+    std::string list = std::string(",") + tls + ",";
+    for (const char* name : {"all", "sm", "shm", "mm", "posix", "sysv"}) {
+        if (list.find(std::string(",") + name + ",") != std::string::npos)
+            return true;
+    }
+    return false;
+}
+
+} // namespace
+
+std::vector<std::pair<std::string, std::string>>
+make_config_settings(const context_options& options,
+                     const std::function<const char*(const char*)>& getenv) {
+    std::vector<std::pair<std::string, std::string>> out;
+    auto env_has = [&](const char* name) { return getenv(name) != nullptr; };
+
+    // UCX 1.13 applies transport settings given to ucp_config_modify under the
+    // name of the table that declares them: posix and sysv inherit
+    // ERROR_HANDLING from the "MM_" table (a "POSIX_..." key is rejected as an
+    // invalid configuration when the worker is created).
+    if (options.shared_memory_error_handling && shared_memory_selected(options, getenv) &&
+        !env_has("UCX_MM_ERROR_HANDLING") && !env_has("UCX_POSIX_ERROR_HANDLING") &&
+        !env_has("UCX_SYSV_ERROR_HANDLING")) {
+        out.emplace_back("MM_ERROR_HANDLING", "y");
+    }
+
+    const auto& t = options.transports;
+    std::string disabled;
+    auto disable = [&](bool enabled, const char* alias) {
+        if (enabled)
+            return;
+        if (!disabled.empty())
+            disabled += ',';
+        disabled += alias;
+    };
+    disable(t.tcp, "tcp");
+    disable(t.shared_memory, "mm");
+    disable(t.cma, "cma");
+    disable(t.rdma, "ib");
+    disable(t.cuda_copy, "cuda_copy");
+    disable(t.nvlink, "cuda_ipc");
+    if (!disabled.empty())
+        out.emplace_back("TLS", "^" + disabled);
+
+    if (!options.net_devices.empty()) {
+        std::string devices;
+        for (const auto& d : options.net_devices) {
+            if (!devices.empty())
+                devices += ',';
+            devices += d;
+        }
+        out.emplace_back("NET_DEVICES", devices);
+    }
+
+    for (const auto& [name, value] : options.config) {
+        std::string key = name.rfind("UCX_", 0) == 0 ? name.substr(4) : name;
+        out.emplace_back(std::move(key), value);
+    }
+    return out;
+}
+
+namespace detail {
+
+namespace {
+struct config_deleter {
+    void operator()(ucp_config_t* c) const noexcept { ucp_config_release(c); }
+};
+} // namespace
+
+context_impl::context_impl(const context_options& options, error_code& ec) {
+    ucp_config_t* raw = nullptr;
+    if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw); st != UCS_OK) {
+        ec = make_error_code(st);
+        return;
+    }
+    std::unique_ptr<ucp_config_t, config_deleter> config(raw);
+
+    for (const auto& [name, value] : make_config_settings(
+             options, [](const char* n) { return static_cast<const char*>(std::getenv(n)); })) {
+        if (ucs_status_t st = ucp_config_modify(config.get(), name.c_str(), value.c_str());
+            st != UCS_OK) {
+            log::write(log::severity::error,
+                       "ucp_config_modify(" + name + "=" + value + "): " + ucs_status_string(st));
+            ec = make_error_code(st);
+            return;
+        }
+    }
+
+    features_ = options.features | feature::wakeup;
+    multi_threaded_ = options.multi_threaded;
+
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = static_cast<std::uint64_t>(features_);
+    params.mt_workers_shared = options.multi_threaded ? 1 : 0;
+    if (options.estimated_endpoints != 0) {
+        params.field_mask |= UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+        params.estimated_num_eps = options.estimated_endpoints;
+    }
+    if (ucs_status_t st = ucp_init(&params, config.get(), &handle_); st != UCS_OK) {
+        handle_ = nullptr;
+        ec = make_error_code(st);
+        return;
+    }
+
+    char* buf = nullptr;
+    std::size_t len = 0;
+    if (FILE* f = open_memstream(&buf, &len)) {
+        ucp_config_print(config.get(), f, nullptr, UCS_CONFIG_PRINT_CONFIG);
+        std::fclose(f);
+        printed_config_.assign(buf, len);
+        std::free(buf);
+    }
+    ec = {};
+    log::write(log::severity::debug, "ucp context created");
+}
+
+context_impl::~context_impl() {
+    if (handle_)
+        ucp_cleanup(handle_);
+}
+
+} // namespace detail
+
+context::context() : context(context_options{}) {}
+
+context::context(const context_options& options) {
+    error_code ec;
+    impl_ = std::make_shared<detail::context_impl>(options, ec);
+    if (ec)
+        throw boost::system::system_error(ec, "ucx::context");
+}
+
+context::context(const context_options& options, error_code& ec)
+    : impl_(std::make_shared<detail::context_impl>(options, ec)) {}
+
+ucp_context_h context::native_handle() const noexcept {
+    return impl_->native();
+}
+
+feature context::features() const noexcept {
+    return impl_->features();
+}
+
+std::optional<std::string> context::config_value(const std::string& name) const {
+    std::istringstream in(impl_->printed_config());
+    const std::string prefix = "UCX_" + name + "=";
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind(prefix, 0) == 0)
+            return line.substr(prefix.size());
+    }
+    return std::nullopt;
+}
+
+} // namespace ucx

@@ -1,0 +1,98 @@
+#include <ucx/detail/progress_fsm.hpp>
+
+namespace ucx::detail {
+
+bool progress_fsm::request(clock::time_point now) noexcept {
+    last_activity_ = now;
+    if (in_pass_) {
+        // The running pass progresses again before it may arm: remember it.
+        requested_in_pass_ = true;
+        return false;
+    }
+    if (scheduled_)
+        return false;
+    scheduled_ = true;
+    return true;
+}
+
+progress_step progress_fsm::begin(clock::time_point now) noexcept {
+    if (!continuing_)
+        last_activity_ = now;
+    continuing_ = false;
+    scheduled_ = false;
+    in_pass_ = true;
+    armed_ = false;
+    requested_in_pass_ = false;
+    steps_ = 0;
+    return progress_step::progress;
+}
+
+progress_step progress_fsm::end(progress_step s) noexcept {
+    in_pass_ = false;
+    switch (s) {
+    case progress_step::yield:
+        scheduled_ = true;
+        continuing_ = true;
+        break;
+    case progress_step::sleep:
+        armed_ = true;
+        break;
+    case progress_step::idle:
+        wait_queued_ = false;
+        break;
+    default:
+        break;
+    }
+    return s;
+}
+
+progress_step progress_fsm::on_progressed(std::size_t events, bool work_pending,
+                                          clock::time_point now) noexcept {
+    ++steps_;
+    if (events > 0 || requested_in_pass_) {
+        requested_in_pass_ = false;
+        last_activity_ = now;
+        // Fairness: a worker that always has events must not starve the
+        // other handlers of the io_context.
+        if (steps_ >= config_.max_steps_per_pass)
+            return end(progress_step::yield);
+        return progress_step::progress;
+    }
+    return quiet(work_pending, now);
+}
+
+progress_step progress_fsm::quiet(bool work_pending, clock::time_point now) noexcept {
+    switch (config_.mode) {
+    case progress_mode::event:
+        break;
+    case progress_mode::poll:
+        if (work_pending)
+            return end(progress_step::yield);
+        break;
+    case progress_mode::hybrid:
+        if (work_pending && now - last_activity_ < config_.spin)
+            return end(progress_step::yield);
+        break;
+    }
+    if (!work_pending)
+        return end(progress_step::idle);
+    if (!wait_queued_)
+        return progress_step::queue_wait;
+    return progress_step::arm;
+}
+
+progress_step progress_fsm::on_wait_queued() noexcept {
+    wait_queued_ = true;
+    return progress_step::arm;
+}
+
+progress_step progress_fsm::on_armed(bool busy) noexcept {
+    ++steps_;
+    if (!busy)
+        return end(progress_step::sleep);
+    if (steps_ >= config_.max_steps_per_pass)
+        return end(progress_step::yield);
+    return progress_step::progress;
+}
+
+} // namespace ucx::detail

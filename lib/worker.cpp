@@ -1,0 +1,490 @@
+#include <ucx/detail/context_impl.hpp>
+#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/worker_impl.hpp>
+#include <ucx/log.hpp>
+#include <ucx/worker.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace ucx {
+namespace detail {
+
+namespace {
+using clock = std::chrono::steady_clock;
+
+progress_config make_progress_config(const worker_options& o) {
+    progress_config c;
+    c.mode = o.mode;
+    c.spin = o.spin_duration;
+    c.max_steps_per_pass = std::max(1u, o.max_steps_per_handler);
+    return c;
+}
+} // namespace
+
+// The UCX side of the progress engine: what run_progress_pass calls.
+struct engine_backend {
+    worker_impl& w;
+
+    std::size_t progress() {
+        ++w.stats_.progress_calls;
+        const unsigned events = ucp_worker_progress(w.worker_);
+        return events + w.deliver_completions(operation::delivery::dispatch);
+    }
+    bool work_pending() const noexcept { return w.work_pending(); }
+    void queue_wait() { w.queue_wait(); }
+    bool arm() {
+        ++w.stats_.arms;
+        const ucs_status_t st = ucp_worker_arm(w.worker_);
+        if (st == UCS_OK)
+            return false;
+        if (st == UCS_ERR_BUSY) {
+            ++w.stats_.arm_busy;
+            return true;
+        }
+        // Cannot sleep on the fd (no wakeup support): keep progressing, yielding.
+        if (!w.arm_error_logged_) {
+            w.arm_error_logged_ = true;
+            log::write(log::severity::warning,
+                       std::string("ucp_worker_arm: ") + ucs_status_string(st));
+        }
+        return true;
+    }
+    void cancel_wait() noexcept {
+        w.cancel_wait();
+        w.cancel_safety_timer();
+    }
+    void post_pass() {
+        ++w.stats_.yields;
+        boost::asio::post(w.executor_, [weak = w.weak_from_this()] {
+            if (auto self = weak.lock())
+                self->run_pass();
+        });
+    }
+    bool stopped() const noexcept { return w.worker_ == nullptr || w.stopping_; }
+};
+
+worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
+                         const worker_options& options)
+    : context_(std::move(ctx)), executor_(ex), options_(options), efd_(ex), safety_timer_(ex),
+      fsm_(make_progress_config(options)) {}
+
+worker_impl::~worker_impl() {
+    shutdown();
+}
+
+void worker_impl::open() {
+    if (!context_ || !context_->native())
+        throw boost::system::system_error(make_error_code(errc::invalid_param),
+                                          "ucx::worker: the context is not open");
+    ucp_worker_params_t params{};
+    params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    params.thread_mode =
+        context_->multi_threaded() ? UCS_THREAD_MODE_MULTI : UCS_THREAD_MODE_SINGLE;
+    if (ucs_status_t st = ucp_worker_create(context_->native(), &params, &worker_); st != UCS_OK) {
+        worker_ = nullptr;
+        throw boost::system::system_error(make_error_code(st), "ucp_worker_create");
+    }
+    int fd = -1;
+    if (ucs_status_t st = ucp_worker_get_efd(worker_, &fd); st != UCS_OK) {
+        ucp_worker_destroy(worker_);
+        worker_ = nullptr;
+        throw boost::system::system_error(make_error_code(st), "ucp_worker_get_efd");
+    }
+    efd_.assign(fd);
+    log::write(log::severity::debug,
+               "worker created, progress mode " + std::string(to_string(options_.mode)));
+}
+
+worker_address worker_impl::address() const {
+    if (!worker_)
+        throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                          "ucx::worker::address");
+    ucp_address_t* addr = nullptr;
+    std::size_t len = 0;
+    if (ucs_status_t st = ucp_worker_get_address(worker_, &addr, &len); st != UCS_OK)
+        throw boost::system::system_error(make_error_code(st), "ucp_worker_get_address");
+    auto* p = reinterpret_cast<const std::byte*>(addr);
+    worker_address out(std::vector<std::byte>(p, p + len));
+    ucp_worker_release_address(worker_, addr);
+    return out;
+}
+
+// ---- operations ----
+
+void worker_impl::start(operation* op) noexcept {
+    op->owner = this;
+    op->in_flight = true;
+    op->prev = nullptr;
+    op->next = in_flight_head_;
+    if (in_flight_head_)
+        in_flight_head_->prev = op;
+    in_flight_head_ = op;
+    ++in_flight_count_;
+    if (!safety_timer_armed_)
+        start_safety_timer();
+}
+
+void worker_impl::unlink(operation* op) noexcept {
+    if (!op->in_flight)
+        return;
+    op->in_flight = false;
+    if (op->prev)
+        op->prev->next = op->next;
+    else
+        in_flight_head_ = op->next;
+    if (op->next)
+        op->next->prev = op->prev;
+    op->next = op->prev = nullptr;
+    --in_flight_count_;
+}
+
+void worker_impl::finished(operation* op) noexcept {
+    unlink(op);
+    op->next = nullptr;
+    if (done_tail_)
+        done_tail_->next = op;
+    else
+        done_head_ = op;
+    done_tail_ = op;
+}
+
+void worker_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
+    if (UCS_PTR_IS_PTR(result)) {
+        op->request = result;
+        if (op->cancel_requested && op->status == UCS_INPROGRESS)
+            ucp_request_cancel(worker_, result);
+    } else {
+        // Completed (or failed) at once: still delivered from a later pass,
+        // never inside the initiating function.
+        op->status = UCS_PTR_STATUS(result);
+        finished(op);
+    }
+    request_progress();
+}
+
+void worker_impl::fail(operation* op, const error_code& ec) noexcept {
+    op->error = ec;
+    if (!worker_ || stopping_) {
+        unlink(op);
+        op->complete(operation::delivery::post);
+        return;
+    }
+    finished(op);
+    request_progress();
+}
+
+void worker_impl::tag_recv(operation* op, void* data, std::size_t size, ucp_tag_t tag,
+                           ucp_tag_t mask) noexcept {
+    start(op);
+    op->cancellable = true;
+    if (!is_open())
+        return fail(op, boost::asio::error::operation_aborted);
+    if (op->cancel_requested)
+        return fail(op, boost::asio::error::operation_aborted);
+    ucp_tag_recv_info_t info{};
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
+    param.cb.recv = &worker_impl::recv_callback;
+    param.user_data = op;
+    param.recv_info.tag_info = &info;
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
+    if (r == nullptr) {
+        op->bytes = info.length;
+        op->sender_tag = info.sender_tag;
+    }
+    submitted(op, r);
+}
+
+void worker_impl::cancel(operation* op) noexcept {
+    if (op->status != UCS_INPROGRESS || !op->in_flight)
+        return;
+    if (op->request == nullptr) {
+        op->cancel_requested = true;
+        return;
+    }
+    if (op->cancellable && worker_) {
+        ucp_request_cancel(worker_, op->request);
+        request_progress();
+    }
+}
+
+void worker_impl::send_callback(void* request, ucs_status_t status, void* user_data) noexcept {
+    auto* op = static_cast<operation*>(user_data);
+    op->request = request;
+    op->status = status;
+    op->owner->finished(op);
+}
+
+void worker_impl::recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                                void* user_data) noexcept {
+    auto* op = static_cast<operation*>(user_data);
+    op->request = request;
+    op->status = status;
+    if (status == UCS_OK && info) {
+        op->bytes = info->length;
+        op->sender_tag = info->sender_tag;
+    }
+    op->owner->finished(op);
+}
+
+void worker_impl::close_callback(void* request, ucs_status_t, void* user_data) noexcept {
+    auto* self = static_cast<worker_impl*>(user_data);
+    ucp_request_free(request);
+    --self->close_requests_;
+}
+
+std::size_t worker_impl::deliver_completions(operation::delivery d) {
+    std::size_t n = 0;
+    while (!failed_endpoints_.empty()) {
+        endpoint_impl* ep = failed_endpoints_.back();
+        failed_endpoints_.pop_back();
+        ep->failure_pending = false;
+        ep->handle_failure();
+        ++n;
+    }
+    operation* head = done_head_;
+    done_head_ = done_tail_ = nullptr;
+    while (head) {
+        operation* op = head;
+        head = op->next;
+        op->next = nullptr;
+        if (op->request) {
+            ucp_request_free(op->request);
+            op->request = nullptr;
+        }
+        ++n;
+        ++stats_.completions;
+        op->complete(d);
+    }
+    return n;
+}
+
+// ---- the engine ----
+
+void worker_impl::request_progress() {
+    if (!worker_ || stopping_)
+        return;
+    if (fsm_.request(clock::now())) {
+        boost::asio::post(executor_, [weak = weak_from_this()] {
+            if (auto self = weak.lock())
+                self->run_pass();
+        });
+    }
+}
+
+void worker_impl::run_pass() {
+    if (!worker_ || stopping_)
+        return;
+    // A handler delivered during the pass may drop the last handle.
+    auto keep_alive = shared_from_this();
+    ++stats_.passes;
+    engine_backend backend{*this};
+    run_progress_pass(fsm_, backend);
+}
+
+void worker_impl::queue_wait() {
+    const unsigned generation = ++wait_generation_;
+    efd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                    [weak = weak_from_this(), generation](const error_code& ec) {
+                        auto self = weak.lock();
+                        if (!self || generation != self->wait_generation_)
+                            return;
+                        self->fsm_.on_wait_done();
+                        if (ec || !self->worker_ || self->stopping_)
+                            return;
+                        ++self->stats_.wakeups;
+                        if (!self->fsm_.pass_scheduled() && !self->fsm_.in_pass())
+                            self->run_pass();
+                    });
+}
+
+void worker_impl::cancel_wait() noexcept {
+    ++wait_generation_;
+    error_code ignored;
+    efd_.cancel(ignored);
+    fsm_.on_wait_done();
+}
+
+void worker_impl::start_safety_timer() {
+    if (options_.safety_interval.count() <= 0 || !worker_ || stopping_)
+        return;
+    safety_timer_armed_ = true;
+    const unsigned generation = ++timer_generation_;
+    safety_timer_.expires_after(options_.safety_interval);
+    safety_timer_.async_wait([weak = weak_from_this(), generation](const error_code& ec) {
+        auto self = weak.lock();
+        if (!self || generation != self->timer_generation_)
+            return;
+        self->safety_timer_armed_ = false;
+        if (ec || !self->worker_ || self->stopping_ || !self->work_pending())
+            return;
+        ++self->stats_.safety_timer_passes;
+        if (!self->fsm_.pass_scheduled() && !self->fsm_.in_pass())
+            self->run_pass();
+        if (!self->safety_timer_armed_)
+            self->start_safety_timer();
+    });
+}
+
+void worker_impl::cancel_safety_timer() noexcept {
+    if (!safety_timer_armed_)
+        return;
+    safety_timer_armed_ = false;
+    ++timer_generation_;
+    safety_timer_.cancel();
+}
+
+// ---- endpoints ----
+
+void worker_impl::add_endpoint(endpoint_impl* ep) {
+    ep->prev = nullptr;
+    ep->next = endpoints_;
+    if (endpoints_)
+        endpoints_->prev = ep;
+    endpoints_ = ep;
+}
+
+void worker_impl::remove_endpoint(endpoint_impl* ep) noexcept {
+    if (ep->prev)
+        ep->prev->next = ep->next;
+    else if (endpoints_ == ep)
+        endpoints_ = ep->next;
+    if (ep->next)
+        ep->next->prev = ep->prev;
+    ep->next = ep->prev = nullptr;
+    if (ep->failure_pending) {
+        std::erase(failed_endpoints_, ep);
+        ep->failure_pending = false;
+    }
+}
+
+void worker_impl::endpoint_failed(endpoint_impl* ep) {
+    if (ep->failure_pending)
+        return;
+    ep->failure_pending = true;
+    failed_endpoints_.push_back(ep);
+}
+
+void worker_impl::adopt_close_request(void* request) noexcept {
+    (void)request; // freed by close_callback
+    ++close_requests_;
+    request_progress();
+}
+
+// ---- shutdown: DESIGN order ----
+
+void worker_impl::shutdown() {
+    if (!worker_ || stopping_)
+        return;
+    stopping_ = true;
+    log::write(log::severity::debug, "worker shutting down");
+
+    // 1. Force-close endpoints: their sends complete with an error.
+    while (endpoints_)
+        endpoints_->detach();
+    failed_endpoints_.clear();
+
+    // 2. Cancel tag receives; everything still in flight reports operation_aborted.
+    for (operation* op = in_flight_head_; op; op = op->next) {
+        op->aborted = true;
+        if (op->request && op->cancellable)
+            ucp_request_cancel(worker_, op->request);
+    }
+
+    // 3. Progress until UCX has called back every request.
+    const auto deadline = clock::now() + options_.shutdown_timeout;
+    while (work_pending() && clock::now() < deadline)
+        ucp_worker_progress(worker_);
+    if (in_flight_count_ > 0) {
+        log::write(log::severity::error,
+                   "worker shutdown: " + std::to_string(in_flight_count_) +
+                       " requests did not complete in time; completing them as aborted");
+        while (in_flight_head_) {
+            operation* op = in_flight_head_;
+            op->request = nullptr; // UCX's memory goes with the worker
+            op->aborted = true;
+            finished(op);
+        }
+    }
+    deliver_completions(operation::delivery::post);
+
+    // 4. Stop the engine, give the fd back to UCX (it owns and closes it), destroy.
+    cancel_wait();
+    cancel_safety_timer();
+    error_code ignored;
+    if (efd_.is_open())
+        efd_.release();
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+}
+
+} // namespace detail
+
+// ---- ucx::worker ----
+
+worker::worker(const context& ctx, const executor_type& ex, const worker_options& options)
+    : impl_(std::make_shared<detail::worker_impl>(ctx.impl(), ex, options)) {
+    impl_->open();
+}
+
+worker& worker::operator=(worker&& other) noexcept {
+    if (this != &other) {
+        if (impl_)
+            impl_->shutdown();
+        impl_ = std::move(other.impl_);
+    }
+    return *this;
+}
+
+worker::~worker() {
+    if (impl_)
+        impl_->shutdown();
+}
+
+worker::executor_type worker::get_executor() const noexcept {
+    return impl_->get_executor();
+}
+
+worker_address worker::address() const {
+    return impl_->address();
+}
+
+progress_mode worker::mode() const noexcept {
+    return impl_->options().mode;
+}
+
+void worker::close() {
+    if (impl_)
+        impl_->shutdown();
+}
+
+bool worker::is_open() const noexcept {
+    return impl_ && impl_->is_open();
+}
+
+worker_stats worker::stats() const noexcept {
+    return impl_ ? impl_->stats() : worker_stats{};
+}
+
+std::size_t worker::pending_operations() const noexcept {
+    return impl_ ? impl_->pending() : 0;
+}
+
+void worker::signal() {
+    boost::asio::post(impl_->get_executor(), [weak = std::weak_ptr(impl_)] {
+        if (auto self = weak.lock())
+            self->request_progress();
+    });
+}
+
+ucp_worker_h worker::native_handle() const noexcept {
+    return impl_ ? impl_->native() : nullptr;
+}
+
+} // namespace ucx

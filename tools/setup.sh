@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs every Debian package that ucx-asio needs to build, test and benchmark
+# on a fresh Debian bookworm machine. Idempotent: a second run installs nothing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libucx-dev ucx-utils
+  libboost1.81-dev libboost-log1.81-dev libboost-system1.81-dev libboost-thread1.81-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  clang-format iproute2 procps
+)
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+# Boost 1.74 -dev packages conflict with 1.81 ones; remove them first.
+conflicting=$(dpkg-query -W -f='${Package} ${Status}\n' 'libboost*1.74-dev' 'libboost-*-dev' 2>/dev/null |
+  awk '/install ok installed/ && ($1 ~ /1\.74-dev$/ || ($1 ~ /^libboost-[a-z-]+-dev$/)) {print $1}' || true)
+if [ -n "$conflicting" ]; then
+  echo "setup: removing conflicting Boost packages: $conflicting"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get remove -y $conflicting
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages already installed"
+else
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -q
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  echo "setup: installed ${#missing[@]} packages"
+fi
+
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: CUDA Toolkit found at /usr/local/cuda (CUDA support will be built)"
+else
+  echo "setup: no CUDA Toolkit at /usr/local/cuda (building without CUDA support)"
+fi
