@@ -12,23 +12,29 @@ namespace ucx {
 
 namespace {
 
-// Whether posix/sysv shared memory can be among the transports: setting their
+// Whether a UCX_TLS value lets posix/sysv shared memory in: setting their
 // options otherwise makes UCX warn about an invalid configuration.
+bool tls_admits_shared_memory(const std::string& tls) {
+    const bool negated = !tls.empty() && tls[0] == '^';
+    const std::string list = "," + tls.substr(negated ? 1 : 0) + ",";
+    auto has = [&](const char* name) {
+        return list.find(std::string(",") + name + ",") != std::string::npos;
+    };
+    if (negated)
+        return !(has("sm") || has("shm") || has("mm") || (has("posix") && has("sysv")));
+    return has("all") || has("sm") || has("shm") || has("mm") || has("posix") || has("sysv");
+}
+
 bool shared_memory_selected(const context_options& options,
                             const std::function<const char*(const char*)>& getenv) {
     if (!options.transports.shared_memory)
         return false;
-    if (options.config.contains("TLS") || options.config.contains("UCX_TLS"))
-        return true;
-    const char* tls = getenv("UCX_TLS");
-    if (tls == nullptr || tls[0] == '^')
-        return true;
-    std::string list = std::string(",") + tls + ",";
-    for (const char* name : {"all", "sm", "shm", "mm", "posix", "sysv"}) {
-        if (list.find(std::string(",") + name + ",") != std::string::npos)
-            return true;
+    for (const char* key : {"TLS", "UCX_TLS"}) {
+        if (auto it = options.config.find(key); it != options.config.end())
+            return tls_admits_shared_memory(it->second);
     }
-    return false;
+    const char* tls = getenv("UCX_TLS");
+    return tls == nullptr || tls_admits_shared_memory(tls);
 }
 
 } // namespace

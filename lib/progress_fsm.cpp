@@ -37,9 +37,6 @@ progress_step progress_fsm::end(progress_step s) noexcept {
     case progress_step::sleep:
         armed_ = true;
         break;
-    case progress_step::idle:
-        wait_queued_ = false;
-        break;
     default:
         break;
     }
@@ -70,12 +67,15 @@ progress_step progress_fsm::quiet(bool work_pending, clock::time_point now) noex
             return end(progress_step::yield);
         break;
     case progress_mode::hybrid:
-        if (work_pending && now - last_activity_ < config_.spin)
+        if (now - last_activity_ < config_.spin)
             return end(progress_step::yield);
         break;
     }
-    if (!work_pending)
-        return end(progress_step::idle);
+    // Arming is a step too: within budget, or in a fresh handler.
+    if (steps_ >= config_.max_steps_per_pass)
+        return end(progress_step::yield);
+    // The wait stays queued even with nothing in flight: peers need this
+    // worker's progress (connection set-up, their sends) at any time.
     if (!wait_queued_)
         return progress_step::queue_wait;
     return progress_step::arm;

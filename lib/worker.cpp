@@ -21,7 +21,7 @@ progress_config make_progress_config(const worker_options& o) {
     progress_config c;
     c.mode = o.mode;
     c.spin = o.spin_duration;
-    c.max_steps_per_pass = std::max(1u, o.max_steps_per_handler);
+    c.max_steps_per_pass = std::max(2u, o.max_steps_per_handler);
     return c;
 }
 } // namespace
@@ -53,10 +53,6 @@ struct engine_backend {
                        std::string("ucp_worker_arm: ") + ucs_status_string(st));
         }
         return true;
-    }
-    void cancel_wait() noexcept {
-        w.cancel_wait();
-        w.cancel_safety_timer();
     }
     void post_pass() {
         ++w.stats_.yields;
@@ -96,6 +92,8 @@ void worker_impl::open() {
         throw boost::system::system_error(make_error_code(st), "ucp_worker_get_efd");
     }
     efd_.assign(fd);
+    // Serve the peers from the start: the first pass queues the wait on the fd.
+    request_progress();
     log::write(log::severity::debug,
                "worker created, progress mode " + std::string(to_string(options_.mode)));
 }
@@ -186,18 +184,15 @@ void worker_impl::tag_recv(operation* op, void* data, std::size_t size, ucp_tag_
         return fail(op, boost::asio::error::operation_aborted);
     if (op->cancel_requested)
         return fail(op, boost::asio::error::operation_aborted);
-    ucp_tag_recv_info_t info{};
+    // UCX 1.13 does not fill recv_info when it completes a receive at once
+    // from its unexpected queue (observed: length and tag read back as 0), so
+    // ask for the callback in every case; it only queues the operation.
     ucp_request_param_t param{};
     param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = &worker_impl::recv_callback;
     param.user_data = op;
-    param.recv_info.tag_info = &info;
     ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
-    if (r == nullptr) {
-        op->bytes = info.length;
-        op->sender_tag = info.sender_tag;
-    }
     submitted(op, r);
 }
 

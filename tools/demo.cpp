@@ -64,6 +64,8 @@ private:
                     std::chrono::duration<double, std::micro>(clock_type::now() - t0_).count());
                 if (rtt_us_.size() < iters_)
                     next_ping();
+                else
+                    done();
             });
         ucx::async_tag_send(a_to_b_, asio::buffer(ping_), 1,
                             [this](ucx::error_code ec, std::size_t) {
@@ -75,6 +77,16 @@ private:
     void fail(const char* what, const ucx::error_code& ec) {
         std::fprintf(stderr, "demo: %s failed: %s\n", what, ec.message().c_str());
         failed_ = true;
+        done();
+    }
+
+    // Open workers keep the io_context running (peers may need them): close
+    // them to let run() return.
+    void done() {
+        a_to_b_.close();
+        b_to_a_.close();
+        a_.close();
+        b_.close();
     }
 
     ucx::worker& a_;

@@ -26,7 +26,7 @@ struct worker_options {
     /// it; it bounds the damage of a transport that misses a wake-up.
     std::chrono::milliseconds safety_interval = std::chrono::milliseconds(100);
     /// Most progress/arm calls in one handler before the engine yields to the
-    /// other handlers of the executor.
+    /// other handlers of the executor (values below 2 count as 2).
     unsigned max_steps_per_handler = 64;
     /// Shutdown waits at most this long for UCX to call back every request.
     std::chrono::milliseconds shutdown_timeout = std::chrono::seconds(5);
@@ -54,6 +54,11 @@ class worker_impl;
 /// Thread model: a worker belongs to one executor (one io_context thread or a
 /// strand); operations started from other threads are dispatched to it. Scale
 /// out with one worker per thread.
+///
+/// An open worker always has a wait queued on its event fd, because peers
+/// need its progress at any time (connection set-up, their sends), so it keeps
+/// its io_context's `run()` from returning, as a listening server does: close
+/// the worker (or stop the io_context) to end `run()`.
 ///
 /// Movable, not copyable. Destroying the worker (or calling `close()`)
 /// force-closes its endpoints, completes every pending operation with

@@ -24,14 +24,14 @@ enum class progress_step {
     arm,        ///< call ucp_worker_arm
     sleep,      ///< end the pass; the queued wait wakes the engine
     yield,      ///< end the pass and post a new one (spinning, or fairness)
-    idle,       ///< nothing in flight: drop the wait, end the pass
 };
 
 struct progress_config {
     progress_mode mode = progress_mode::event;
     /// Hybrid mode: how long to keep progressing after the last activity.
     std::chrono::nanoseconds spin{std::chrono::microseconds(20)};
-    /// Most ucp_worker_progress/arm calls in one handler before yielding.
+    /// Most ucp_worker_progress/arm calls in one handler before yielding
+    /// (at least 2: one progress and one arm).
     unsigned max_steps_per_pass = 64;
 };
 
@@ -51,7 +51,8 @@ public:
     progress_step begin(clock::time_point now) noexcept;
 
     /// ucp_worker_progress returned; `events` counts its result plus the
-    /// completions delivered afterwards. `work_pending`: operations in flight.
+    /// completions delivered afterwards. `work_pending`: operations in flight
+    /// (poll mode spins only while there are some).
     progress_step on_progressed(std::size_t events, bool work_pending,
                                 clock::time_point now) noexcept;
 
@@ -61,7 +62,7 @@ public:
     /// ucp_worker_arm returned; `busy` for UCS_ERR_BUSY (events are pending).
     progress_step on_armed(bool busy) noexcept;
 
-    /// The queued wait completed (woken, or cancelled by an `idle` step).
+    /// The queued wait completed (woken, or cancelled).
     void on_wait_done() noexcept { wait_queued_ = false; }
 
     bool wait_queued() const noexcept { return wait_queued_; }
@@ -90,7 +91,6 @@ private:
 ///   bool work_pending();
 ///   void queue_wait();
 ///   bool arm();              // true for UCS_ERR_BUSY
-///   void cancel_wait();
 ///   void post_pass();        // post run_progress_pass again
 ///   bool stopped();          // the worker shut down during the pass
 template <class Backend>
@@ -117,9 +117,6 @@ void run_progress_pass(progress_fsm& fsm, Backend& backend) {
             return;
         case progress_step::yield:
             backend.post_pass();
-            return;
-        case progress_step::idle:
-            backend.cancel_wait();
             return;
         }
     }

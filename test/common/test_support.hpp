@@ -1,0 +1,177 @@
+// Shared helpers of the test suite: transports, contexts, completion styles.
+#pragma once
+
+#include <ucx/asio.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace ucx_test {
+
+namespace asio = boost::asio;
+
+/// The transports integration tests run over.
+enum class transport { tcp, shared_memory };
+
+inline std::string to_string(transport t) {
+    return t == transport::tcp ? "tcp" : "shm";
+}
+
+/// Context options that restrict UCX to one transport (plus `self`), with
+/// keepalive off so no UCX timer can hide a lost wake-up.
+inline ucx::context_options options_for(transport t) {
+    ucx::context_options o;
+    if (t == transport::tcp) {
+        o.transports.shared_memory = false;
+        o.transports.cma = false;
+    } else {
+        o.transports.tcp = false;
+    }
+    o.config["KEEPALIVE_INTERVAL"] = "inf";
+    return o;
+}
+
+/// Worker options for a mode, with the safety timer effectively off (one hour).
+inline ucx::worker_options strict_worker_options(ucx::progress_mode m) {
+    ucx::worker_options o;
+    o.mode = m;
+    o.safety_interval = std::chrono::hours(1);
+    return o;
+}
+
+/// Runs `io` until `done()` or the deadline; returns `done()`.
+template <class Pred>
+bool run_until(asio::io_context& io, Pred done,
+               std::chrono::steady_clock::duration limit = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+        if (io.stopped())
+            io.restart();
+        io.run_one_for(std::chrono::milliseconds(10));
+    }
+    return done();
+}
+
+/// A deterministic pattern for message contents.
+inline std::vector<char> pattern(std::size_t size, std::uint32_t seed) {
+    std::vector<char> v(size);
+    std::mt19937 gen(seed);
+    for (auto& c : v)
+        c = static_cast<char>(gen());
+    return v;
+}
+
+/// Every completion token style a test body runs with.
+enum class style { callback, future, awaitable, deferred };
+
+inline std::string to_string(style s) {
+    switch (s) {
+    case style::callback:
+        return "callback";
+    case style::future:
+        return "future";
+    case style::awaitable:
+        return "awaitable";
+    case style::deferred:
+        return "deferred";
+    }
+    return "?";
+}
+
+inline const std::vector<style>& all_styles() {
+    static const std::vector<style> v{style::callback, style::future, style::awaitable,
+                                      style::deferred};
+    return v;
+}
+
+/// The outcome of one asynchronous operation started in some style; `poll()`
+/// says whether it has completed, `get()` returns (error_code, args...).
+template <class... Args>
+class pending {
+public:
+    bool ready() {
+        if (state_->value)
+            return true;
+        if (future_ && future_->wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+            try {
+                state_->value =
+                    std::tuple_cat(std::tuple<ucx::error_code>(), to_tuple(future_->get()));
+            } catch (const boost::system::system_error& e) {
+                std::tuple<ucx::error_code, Args...> t{};
+                std::get<0>(t) = e.code();
+                state_->value = t;
+            }
+            future_.reset();
+        }
+        return state_->value.has_value();
+    }
+    const std::tuple<ucx::error_code, Args...>& get() const { return *state_->value; }
+
+    struct state {
+        std::optional<std::tuple<ucx::error_code, Args...>> value;
+    };
+    std::shared_ptr<state> state_ = std::make_shared<state>();
+    using future_value =
+        std::conditional_t<sizeof...(Args) == 1, std::tuple_element_t<0, std::tuple<Args..., int>>,
+                           std::tuple<Args...>>;
+    std::optional<std::future<future_value>> future_;
+
+private:
+    template <class T>
+    static std::tuple<Args...> to_tuple(T&& v) {
+        if constexpr (sizeof...(Args) == 1)
+            return std::tuple<Args...>(std::forward<T>(v));
+        else
+            return std::forward<T>(v);
+    }
+};
+
+/// Starts the operation `init(token)` in style `s`. `init` is a generic
+/// lambda that passes the token to a library initiating function whose
+/// completion signature is `void(error_code, Args...)`.
+template <class... Args, class Init>
+pending<Args...> start(style s, asio::io_context& io, Init init) {
+    pending<Args...> p;
+    auto st = p.state_;
+    switch (s) {
+    case style::callback:
+        init([st](ucx::error_code ec, Args... args) { st->value.emplace(ec, args...); });
+        break;
+    case style::future:
+        p.future_.emplace(init(asio::use_future));
+        break;
+    case style::awaitable:
+        asio::co_spawn(
+            io,
+            [st, init]() -> asio::awaitable<void> {
+                auto r = co_await init(asio::as_tuple(asio::use_awaitable));
+                st->value = r;
+            },
+            asio::detached);
+        break;
+    case style::deferred: {
+        auto op = init(asio::deferred);
+        std::move(op)([st](ucx::error_code ec, Args... args) { st->value.emplace(ec, args...); });
+        break;
+    }
+    }
+    return p;
+}
+
+} // namespace ucx_test
