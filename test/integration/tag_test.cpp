@@ -7,6 +7,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -113,7 +114,7 @@ TEST_P(tag_pair, sizes_with_content_checked) {
         ASSERT_FALSE(std::get<0>(*r)) << std::get<0>(*r).message();
         EXPECT_EQ(std::get<1>(*r), size);
         EXPECT_EQ(std::get<2>(*r), 42u);
-        EXPECT_EQ(std::memcmp(in.data(), data.data(), size), 0);
+        EXPECT_TRUE(std::equal(data.begin(), data.end(), in.begin()));
     }
 }
 

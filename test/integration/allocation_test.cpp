@@ -1,0 +1,109 @@
+// Steady-state tag ping-pong allocates nothing on the heap per operation:
+// operation state comes from the handler's (recycling) allocator.
+#include "test_support.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<std::size_t> allocations{0};
+} // namespace
+
+void* operator new(std::size_t n) {
+    if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace ucx_test;
+
+namespace {
+
+class allocations_per_op : public testing::TestWithParam<ucx::progress_mode> {};
+
+TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
+    asio::io_context io;
+    ucx::context ctx(options_for(transport::shared_memory));
+    ucx::worker a(ctx, io, strict_worker_options(GetParam()));
+    ucx::worker b(ctx, io, strict_worker_options(GetParam()));
+    ucx::endpoint a_to_b(a, b.address()), b_to_a(b, a.address());
+
+    std::uint64_t ping = 0, pong = 0, echo = 0;
+    std::size_t done = 0, target = 0;
+    bool failed = false;
+    struct echo_loop {
+        ucx::worker& b;
+        ucx::endpoint& ep;
+        std::uint64_t& v;
+        bool& failed;
+        void operator()() {
+            ucx::async_tag_recv(b, asio::buffer(&v, sizeof v), 1, ucx::tag_mask_full,
+                                [this](ucx::error_code ec, std::size_t, ucx::tag_t) {
+                                    if (ec) {
+                                        failed = true;
+                                        return;
+                                    }
+                                    ucx::async_tag_send(ep, asio::buffer(&v, sizeof v), 2,
+                                                        [this](ucx::error_code ec, std::size_t) {
+                                                            if (ec) failed = true;
+                                                        });
+                                    (*this)();
+                                });
+        }
+    } echo_side{b, b_to_a, echo, failed};
+    struct ping_loop {
+        ucx::worker& a;
+        ucx::endpoint& ep;
+        std::uint64_t& out;
+        std::uint64_t& in;
+        std::size_t& done;
+        std::size_t& target;
+        bool& failed;
+        void operator()() {
+            ucx::async_tag_recv(a, asio::buffer(&in, sizeof in), 2, ucx::tag_mask_full,
+                                [this](ucx::error_code ec, std::size_t, ucx::tag_t) {
+                                    if (ec || in != out) failed = true;
+                                    ++done;
+                                    if (!failed && done < target) {
+                                        ++out;
+                                        (*this)();
+                                    }
+                                });
+            ucx::async_tag_send(ep, asio::buffer(&out, sizeof out), 1,
+                                [this](ucx::error_code ec, std::size_t) {
+                                    if (ec) failed = true;
+                                });
+        }
+    } ping_side{a, a_to_b, ping, pong, done, target, failed};
+
+    echo_side();
+    target = 2000; // warm-up: fills the recycling caches and UCX's pools
+    ping_side();
+    ASSERT_TRUE(run_until(io, [&] { return done == target || failed; }));
+    ASSERT_FALSE(failed);
+
+    target = 12000;
+    allocations = 0;
+    counting = true;
+    ++ping;
+    ping_side();
+    while (done < target && !failed) io.run_one();
+    counting = false;
+    ASSERT_FALSE(failed);
+    const std::size_t ops = 4 * 10000; // two sends and two receives per round trip
+    std::printf("heap allocations during %zu operations: %zu\n", ops, allocations.load());
+    // A rare cache miss of the recycling allocator is tolerated; one per
+    // operation would be 40,000.
+    EXPECT_LE(allocations.load(), 8u) << "per-operation heap allocation";
+}
+
+INSTANTIATE_TEST_SUITE_P(all, allocations_per_op,
+                         testing::Values(ucx::progress_mode::event, ucx::progress_mode::poll,
+                                         ucx::progress_mode::hybrid),
+                         [](const auto& info) { return std::string(ucx::to_string(info.param)); });
+
+} // namespace
