@@ -12,12 +12,18 @@ std::atomic<std::size_t> allocations{0};
 } // namespace
 
 void* operator new(std::size_t n) {
-    if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(n ? n : 1)) return p;
+    if (counting.load(std::memory_order_relaxed))
+        allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(n ? n : 1))
+        return p;
     throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+    std::free(p);
+}
 
 using namespace ucx_test;
 
@@ -49,7 +55,8 @@ TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
                                     }
                                     ucx::async_tag_send(ep, asio::buffer(&v, sizeof v), 2,
                                                         [this](ucx::error_code ec, std::size_t) {
-                                                            if (ec) failed = true;
+                                                            if (ec)
+                                                                failed = true;
                                                         });
                                     (*this)();
                                 });
@@ -66,7 +73,8 @@ TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
         void operator()() {
             ucx::async_tag_recv(a, asio::buffer(&in, sizeof in), 2, ucx::tag_mask_full,
                                 [this](ucx::error_code ec, std::size_t, ucx::tag_t) {
-                                    if (ec || in != out) failed = true;
+                                    if (ec || in != out)
+                                        failed = true;
                                     ++done;
                                     if (!failed && done < target) {
                                         ++out;
@@ -75,7 +83,8 @@ TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
                                 });
             ucx::async_tag_send(ep, asio::buffer(&out, sizeof out), 1,
                                 [this](ucx::error_code ec, std::size_t) {
-                                    if (ec) failed = true;
+                                    if (ec)
+                                        failed = true;
                                 });
         }
     } ping_side{a, a_to_b, ping, pong, done, target, failed};
@@ -91,7 +100,8 @@ TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
     counting = true;
     ++ping;
     ping_side();
-    while (done < target && !failed) io.run_one();
+    while (done < target && !failed)
+        io.run_one();
     counting = false;
     ASSERT_FALSE(failed);
     const std::size_t ops = 4 * 10000; // two sends and two receives per round trip
