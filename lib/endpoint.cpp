@@ -1,4 +1,5 @@
 #include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/listener_impl.hpp>
 #include <ucx/detail/worker_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
@@ -6,6 +7,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <cstring>
 #include <string>
 
 namespace ucx {
@@ -14,24 +16,17 @@ namespace detail {
 endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker) : worker_(std::move(worker)) {}
 
 endpoint_impl::~endpoint_impl() {
-    force_close(UCS_OK);
+    force_close(boost::asio::error::operation_aborted);
     if (registered_)
         worker_->remove_endpoint(this);
 }
 
-void endpoint_impl::connect(const worker_address& address, error_code& ec) {
+void endpoint_impl::create(ucp_ep_params_t& params, error_code& ec) noexcept {
     if (!worker_->is_open()) {
         ec = boost::asio::error::bad_descriptor;
         return;
     }
-    if (address.empty()) {
-        ec = make_error_code(errc::invalid_addr);
-        return;
-    }
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &endpoint_impl::error_callback;
     params.err_handler.arg = this;
@@ -42,28 +37,178 @@ void endpoint_impl::connect(const worker_address& address, error_code& ec) {
     }
     worker_->add_endpoint(this);
     registered_ = true;
-    status_ = UCS_OK;
+    worker_->map_endpoint(ep_, this);
+    mapped_ = true;
     ec = {};
+}
+
+void endpoint_impl::connect(const worker_address& address, error_code& ec) {
+    if (address.empty()) {
+        ec = make_error_code(errc::invalid_addr);
+        return;
+    }
+    role_ = role::address;
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
+    create(params, ec);
+    established_ = !ec;
+}
+
+void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, operation* op) noexcept {
+    worker_impl& w = *worker_;
+    w.start(op);
+    op->library_owned = true;
+    op->cancel_hook = &endpoint_impl::cancel_connect;
+    op->endpoint = this;
+    if (!w.is_open())
+        return w.fail(op, boost::asio::error::operation_aborted);
+    if (!w.has_control_channel())
+        return w.fail(op, make_error_code(errc::unsupported));
+    role_ = role::client;
+    local_recv_tag_ = w.random_tag();
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = addr;
+    params.sockaddr.addrlen = len;
+    error_code ec;
+    create(params, ec);
+    if (ec)
+        return w.fail(op, ec);
+    connect_op_ = op;
+    control_message hello{control_type::hello, local_recv_tag_};
+    w.send_control(ep_, hello);
+}
+
+void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* listener,
+                                   error_code& ec) {
+    role_ = role::server;
+    local_recv_tag_ = worker_->random_tag();
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    params.conn_request = request;
+    create(params, ec);
+    if (!ec)
+        listener_ = listener;
+}
+
+void endpoint_impl::on_control(const control_message& m) noexcept {
+    switch (m.type) {
+    case control_type::hello:
+        if (role_ != role::server || established_)
+            return;
+        peer_recv_tag_ = m.recv_tag;
+        established_ = true;
+        worker_->send_control(ep_, control_message{control_type::welcome, local_recv_tag_});
+        if (listener_) {
+            listener_impl* l = listener_;
+            listener_ = nullptr;
+            l->on_established(shared_from_this());
+        }
+        return;
+    case control_type::welcome:
+        if (role_ != role::client || established_)
+            return;
+        peer_recv_tag_ = m.recv_tag;
+        established_ = true;
+        finish_connect({});
+        return;
+    case control_type::goodbye:
+        // The peer closes cleanly: what is pending here ends with eof.
+        if (!error_)
+            error_ = boost::asio::error::eof;
+        fail_pending(error_);
+        return;
+    }
+}
+
+void endpoint_impl::finish_connect(const error_code& ec) noexcept {
+    operation* op = connect_op_;
+    if (!op)
+        return;
+    connect_op_ = nullptr;
+    if (ec) {
+        worker_->fail(op, ec);
+        return;
+    }
+    op->payload = shared_from_this();
+    op->status = UCS_OK;
+    worker_->finished(op);
+    worker_->request_progress();
+}
+
+void endpoint_impl::cancel_connect(operation* op) noexcept {
+    // Cancelling a connect abandons the connection attempt.
+    if (op->endpoint)
+        op->endpoint->force_close(boost::asio::error::operation_aborted);
+}
+
+void endpoint_impl::cancel_wait(operation* op) noexcept {
+    endpoint_impl* self = op->endpoint;
+    if (!self)
+        return;
+    std::erase(self->waiters_, op);
+    self->worker_->fail(op, boost::asio::error::operation_aborted);
 }
 
 void endpoint_impl::error_callback(void* arg, ucp_ep_h, ucs_status_t status) noexcept {
     // Inside ucp_worker_progress: record only; the worker acts once UCX returns.
     auto* self = static_cast<endpoint_impl*>(arg);
-    if (self->status_ == UCS_OK)
-        self->status_ = status;
+    if (self->failure_status == UCS_OK)
+        self->failure_status = status;
     self->worker_->endpoint_failed(self);
 }
 
 void endpoint_impl::handle_failure() noexcept {
-    log::write(log::severity::info, std::string("endpoint failed: ") + ucs_status_string(status_));
-    force_close(status_);
+    log::write(log::severity::info,
+               std::string("endpoint failed: ") + ucs_status_string(failure_status));
+    const error_code ec = error_ ? error_ : make_error_code(failure_status);
+    force_close(ec);
+    if (listener_) {
+        // Failed during the handshake: the listener forgets it.
+        listener_impl* l = listener_;
+        listener_ = nullptr;
+        l->on_failed(this);
+    }
 }
 
-void endpoint_impl::force_close(ucs_status_t status) noexcept {
-    if (status_ == UCS_OK)
-        status_ = status;
-    if (!ep_)
+void endpoint_impl::fail_pending(const error_code& ec) noexcept {
+    worker_impl& w = *worker_;
+    finish_connect(ec);
+    // Operations UCX still owns: tell them the reason, cancel the receives;
+    // UCX completes the sends when the endpoint is closed.
+    for (operation* op = w.in_flight_ops(); op; op = op->next) {
+        if (op->endpoint != this || op->library_owned)
+            continue;
+        if (!op->error)
+            op->error = ec;
+        if (op->cancellable && op->request)
+            ucp_request_cancel(w.native(), op->request);
+    }
+    auto waiters = std::move(waiters_);
+    waiters_.clear();
+    for (operation* op : waiters)
+        w.fail(op, ec);
+}
+
+void endpoint_impl::unmap() noexcept {
+    if (mapped_) {
+        worker_->unmap_endpoint(ep_);
+        mapped_ = false;
+    }
+}
+
+void endpoint_impl::force_close(const error_code& ec) noexcept {
+    const bool local_close = ec == boost::asio::error::operation_aborted;
+    if (!error_)
+        error_ = local_close ? error_code(boost::asio::error::bad_descriptor) : ec;
+    if (!ep_) {
+        fail_pending(local_close ? ec : error_);
         return;
+    }
+    fail_pending(local_close ? ec : error_);
+    unmap();
     ucp_ep_h ep = ep_;
     ep_ = nullptr;
     if (!worker_->native())
@@ -80,7 +225,12 @@ void endpoint_impl::force_close(ucs_status_t status) noexcept {
 }
 
 void endpoint_impl::detach() noexcept {
-    force_close(UCS_OK);
+    force_close(boost::asio::error::operation_aborted);
+    if (listener_) {
+        listener_impl* l = listener_;
+        listener_ = nullptr;
+        l->on_failed(this);
+    }
     if (registered_) {
         worker_->remove_endpoint(this);
         registered_ = false;
@@ -91,18 +241,106 @@ void endpoint_impl::tag_send(operation* op, const void* data, std::size_t size,
                              ucp_tag_t tag) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
+    op->endpoint = this;
     if (!w.is_open())
         return w.fail(op, boost::asio::error::operation_aborted);
-    if (!ep_) {
-        return w.fail(op, status_ == UCS_OK ? error_code(boost::asio::error::bad_descriptor)
-                                            : make_error_code(status_));
-    }
+    if (!ep_ || error_)
+        return w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &worker_impl::send_callback;
     param.user_data = op;
     op->bytes = size;
     w.submitted(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
+}
+
+void endpoint_impl::send(operation* op, const void* data, std::size_t size) noexcept {
+    if (role_ == role::address || !established_) {
+        worker_->start(op);
+        op->endpoint = this;
+        return worker_->fail(op, error_ ? error_ : make_error_code(errc::not_connected));
+    }
+    tag_send(op, data, size, peer_recv_tag_);
+}
+
+void endpoint_impl::recv(operation* op, void* data, std::size_t size) noexcept {
+    worker_impl& w = *worker_;
+    if (role_ == role::address || !established_ || error_) {
+        w.start(op);
+        op->endpoint = this;
+        return w.fail(op, error_ ? error_ : make_error_code(errc::not_connected));
+    }
+    op->endpoint = this;
+    w.tag_recv(op, data, size, local_recv_tag_, ~std::uint64_t{0});
+}
+
+void endpoint_impl::wait_error(operation* op) noexcept {
+    worker_impl& w = *worker_;
+    w.start(op);
+    op->library_owned = true;
+    op->endpoint = this;
+    op->cancel_hook = &endpoint_impl::cancel_wait;
+    if (error_ || !ep_)
+        return w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
+    waiters_.push_back(op);
+}
+
+void endpoint_impl::close_gracefully(operation* op) noexcept {
+    worker_impl& w = *worker_;
+    w.start(op);
+    op->endpoint = nullptr; // not failed by the close it performs
+    if (!ep_ || error_)
+        return w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
+    if (role_ != role::address && established_)
+        w.send_control(ep_, control_message{control_type::goodbye, 0});
+    // Later operations fail; pending receives end; UCX flushes the sends.
+    error_ = boost::asio::error::bad_descriptor;
+    for (operation* p = w.in_flight_ops(); p; p = p->next) {
+        if (p->endpoint == this && p->cancellable && p->request) {
+            p->error = boost::asio::error::operation_aborted;
+            ucp_request_cancel(w.native(), p->request);
+        }
+    }
+    auto waiters = std::move(waiters_);
+    waiters_.clear();
+    for (operation* p : waiters)
+        w.fail(p, boost::asio::error::operation_aborted);
+    finish_connect(boost::asio::error::operation_aborted);
+    unmap();
+    ucp_ep_h ep = ep_;
+    ep_ = nullptr;
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.flags = 0; // flush mode
+    param.cb.send = &worker_impl::send_callback;
+    param.user_data = op;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
+    // A peer that already went away makes the flush fail: the close still succeeded.
+    if (!UCS_PTR_IS_PTR(r) && UCS_PTR_IS_ERR(r))
+        r = nullptr;
+    op->ignore_peer_errors = true;
+    w.submitted(op, r);
+}
+
+bool endpoint_impl::query_sockaddr(bool remote, sockaddr_storage& out) const noexcept {
+    if (!ep_ || role_ == role::address)
+        return false;
+    ucp_ep_attr_t attr{};
+    attr.field_mask = remote ? UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR : UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;
+    if (ucp_ep_query(ep_, &attr) != UCS_OK)
+        return false;
+    out = remote ? attr.remote_sockaddr : attr.local_sockaddr;
+    return true;
+}
+
+boost::asio::ip::tcp::endpoint to_tcp_endpoint(const sockaddr_storage& ss) noexcept {
+    boost::asio::ip::tcp::endpoint ep;
+    const std::size_t len = ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
+        std::memcpy(ep.data(), &ss, len);
+    }
+    return ep;
 }
 
 } // namespace detail
@@ -138,16 +376,50 @@ bool endpoint::is_open() const noexcept {
 error_code endpoint::error() const noexcept {
     if (!impl_)
         return boost::asio::error::bad_descriptor;
-    if (impl_->is_open())
-        return {};
-    if (impl_->status() == UCS_OK)
-        return boost::asio::error::bad_descriptor;
-    return make_error_code(impl_->status());
+    return impl_->error();
 }
 
 void endpoint::close() noexcept {
     if (impl_)
-        impl_->force_close(UCS_OK);
+        impl_->force_close(boost::asio::error::operation_aborted);
+}
+
+namespace {
+boost::asio::ip::tcp::endpoint query(const std::shared_ptr<detail::endpoint_impl>& impl,
+                                     bool remote, error_code& ec) {
+    sockaddr_storage ss{};
+    if (!impl || !impl->query_sockaddr(remote, ss)) {
+        ec = impl && impl->native() ? make_error_code(errc::unsupported)
+                                    : error_code(boost::asio::error::bad_descriptor);
+        return {};
+    }
+    ec = {};
+    return detail::to_tcp_endpoint(ss);
+}
+} // namespace
+
+boost::asio::ip::tcp::endpoint endpoint::remote_endpoint(error_code& ec) const {
+    return query(impl_, true, ec);
+}
+
+boost::asio::ip::tcp::endpoint endpoint::remote_endpoint() const {
+    error_code ec;
+    auto ep = remote_endpoint(ec);
+    if (ec)
+        throw boost::system::system_error(ec, "ucx::endpoint::remote_endpoint");
+    return ep;
+}
+
+boost::asio::ip::tcp::endpoint endpoint::local_endpoint(error_code& ec) const {
+    return query(impl_, false, ec);
+}
+
+boost::asio::ip::tcp::endpoint endpoint::local_endpoint() const {
+    error_code ec;
+    auto ep = local_endpoint(ec);
+    if (ec)
+        throw boost::system::system_error(ec, "ucx::endpoint::local_endpoint");
+    return ep;
 }
 
 ucp_ep_h endpoint::native_handle() const noexcept {

@@ -1,5 +1,6 @@
 #include <ucx/detail/context_impl.hpp>
 #include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/listener_impl.hpp>
 #include <ucx/detail/worker_impl.hpp>
 #include <ucx/log.hpp>
 #include <ucx/worker.hpp>
@@ -92,6 +93,15 @@ void worker_impl::open() {
         throw boost::system::system_error(make_error_code(st), "ucp_worker_get_efd");
     }
     efd_.assign(fd);
+    if ((context_->features() & feature::am) == feature::am) {
+        ucp_am_handler_param_t am{};
+        am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG;
+        am.id = control_am_id;
+        am.cb = &worker_impl::control_callback;
+        am.arg = this;
+        control_channel_ = ucp_worker_set_am_recv_handler(worker_, &am) == UCS_OK;
+    }
     // Serve the peers from the start: the first pass queues the wait on the fd.
     request_progress();
     log::write(log::severity::debug,
@@ -199,6 +209,10 @@ void worker_impl::tag_recv(operation* op, void* data, std::size_t size, ucp_tag_
 void worker_impl::cancel(operation* op) noexcept {
     if (op->status != UCS_INPROGRESS || !op->in_flight)
         return;
+    if (op->cancel_hook) {
+        op->cancel_hook(op);
+        return;
+    }
     if (op->request == nullptr) {
         op->cancel_requested = true;
         return;
@@ -228,14 +242,112 @@ void worker_impl::recv_callback(void* request, ucs_status_t status, const ucp_ta
     op->owner->finished(op);
 }
 
+ucs_status_t worker_impl::control_callback(void* arg, const void* header, std::size_t header_length,
+                                           void*, std::size_t,
+                                           const ucp_am_recv_param_t* param) noexcept {
+    // Inside ucp_worker_progress: validate and queue only.
+    auto* self = static_cast<worker_impl*>(arg);
+    auto message = control_message::decode(
+        std::span<const std::byte>(static_cast<const std::byte*>(header), header_length));
+    if (!message || !param || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+        param->reply_ep == nullptr) {
+        ++self->dropped_control_;
+        return UCS_OK;
+    }
+    self->control_queue_.emplace_back(param->reply_ep, *message);
+    return UCS_OK;
+}
+
+namespace {
+// A control message in flight: UCX 1.13 cannot copy an AM header, so it lives here.
+struct control_send_state {
+    worker_impl* worker;
+    control_message::wire wire;
+};
+} // namespace
+
+void worker_impl::send_control(ucp_ep_h ep, const control_message& m) noexcept {
+    if (!worker_ || ep == nullptr || !control_channel_)
+        return;
+    auto* state = new (std::nothrow) control_send_state{this, m.encode()};
+    if (!state)
+        return;
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send = &worker_impl::control_sent;
+    param.user_data = state;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, control_am_id, state->wire.data(), state->wire.size(),
+                                         nullptr, 0, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+        ++internal_requests_;
+        request_progress();
+        return;
+    }
+    if (UCS_PTR_IS_ERR(r))
+        log::write(log::severity::info, std::string("control message not sent: ") +
+                                            ucs_status_string(UCS_PTR_STATUS(r)));
+    delete state;
+}
+
+void worker_impl::control_sent(void* request, ucs_status_t, void* user_data) noexcept {
+    auto* state = static_cast<control_send_state*>(user_data);
+    --state->worker->internal_requests_;
+    ucp_request_free(request);
+    delete state;
+}
+
+void worker_impl::map_endpoint(ucp_ep_h ep, endpoint_impl* impl) {
+    endpoint_map_[ep] = impl;
+}
+
+void worker_impl::unmap_endpoint(ucp_ep_h ep) noexcept {
+    endpoint_map_.erase(ep);
+}
+
+void worker_impl::add_listener(listener_impl* l) {
+    listeners_.push_back(l);
+}
+
+void worker_impl::remove_listener(listener_impl* l) noexcept {
+    std::erase(listeners_, l);
+    std::erase(listeners_with_requests_, l);
+}
+
+void worker_impl::listener_has_requests(listener_impl* l) {
+    if (std::find(listeners_with_requests_.begin(), listeners_with_requests_.end(), l) ==
+        listeners_with_requests_.end())
+        listeners_with_requests_.push_back(l);
+}
+
 void worker_impl::close_callback(void* request, ucs_status_t, void* user_data) noexcept {
     auto* self = static_cast<worker_impl*>(user_data);
     ucp_request_free(request);
-    --self->close_requests_;
+    --self->internal_requests_;
 }
 
 std::size_t worker_impl::deliver_completions(operation::delivery d) {
     std::size_t n = 0;
+    // Control messages first: a goodbye arrives before the disconnect that
+    // follows it, and must win over the reset UCX reports for it.
+    if (!control_queue_.empty()) {
+        auto queue = std::move(control_queue_);
+        control_queue_.clear();
+        for (const auto& [ep, message] : queue) {
+            if (auto it = endpoint_map_.find(ep); it != endpoint_map_.end())
+                it->second->on_control(message);
+            else
+                ++dropped_control_;
+            ++n;
+        }
+    }
+    while (!listeners_with_requests_.empty()) {
+        listener_impl* l = listeners_with_requests_.back();
+        listeners_with_requests_.pop_back();
+        l->process_requests();
+        ++n;
+    }
     while (!failed_endpoints_.empty()) {
         endpoint_impl* ep = failed_endpoints_.back();
         failed_endpoints_.pop_back();
@@ -368,7 +480,7 @@ void worker_impl::endpoint_failed(endpoint_impl* ep) {
 
 void worker_impl::adopt_close_request(void* request) noexcept {
     (void)request; // freed by close_callback
-    ++close_requests_;
+    ++internal_requests_;
     request_progress();
 }
 
@@ -380,17 +492,25 @@ void worker_impl::shutdown() {
     stopping_ = true;
     log::write(log::severity::debug, "worker shutting down");
 
-    // 1. Force-close endpoints: their sends complete with an error.
+    // 1. Close listeners, force-close endpoints: their sends complete with an error.
+    while (!listeners_.empty())
+        listeners_.back()->close();
     while (endpoints_)
         endpoints_->detach();
     failed_endpoints_.clear();
+    control_queue_.clear();
 
     // 2. Cancel tag receives; everything still in flight reports operation_aborted.
+    std::vector<operation*> library_owned;
     for (operation* op = in_flight_head_; op; op = op->next) {
         op->aborted = true;
-        if (op->request && op->cancellable)
+        if (op->library_owned)
+            library_owned.push_back(op);
+        else if (op->request && op->cancellable)
             ucp_request_cancel(worker_, op->request);
     }
+    for (operation* op : library_owned)
+        finished(op);
 
     // 3. Progress until UCX has called back every request.
     const auto deadline = clock::now() + options_.shutdown_timeout;

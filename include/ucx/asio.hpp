@@ -1,12 +1,15 @@
 // ucx-asio: UCX communication as Boost.Asio asynchronous operations.
 #pragma once
 
+#include <ucx/connect.hpp>
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
+#include <ucx/listener.hpp>
 #include <ucx/log.hpp>
 #include <ucx/memory_type.hpp>
 #include <ucx/progress_mode.hpp>
 #include <ucx/tag.hpp>
+#include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>

@@ -1,28 +1,50 @@
 // ucx::endpoint: a connection from a worker to a remote worker.
 #pragma once
 
+#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/results.hpp>
+#include <ucx/detail/worker_impl.hpp>
 #include <ucx/error.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>
 
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
 #include <memory>
+#include <tuple>
 
 namespace ucx {
 
+class endpoint;
+
 namespace detail {
-class endpoint_impl;
-}
+/// The implementation of `ep`; throws if `ep` was never connected.
+inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep);
+} // namespace detail
 
 /// A UCP endpoint: one side of a connection between two workers. Every
 /// endpoint is created in peer error mode (`UCP_ERR_HANDLING_MODE_PEER`), so a
 /// dead or unreachable peer fails its operations with an error code instead of
 /// hanging them.
 ///
-/// Movable, not copyable. `close()` and the destructor force-close the
-/// endpoint: pending operations complete with `asio::error::operation_aborted`;
-/// later operations fail with `asio::error::bad_descriptor`. After a peer
-/// failure, operations fail with the code UCX reported (for example
-/// `errc::connection_reset` or `errc::endpoint_timeout`).
+/// Endpoints come from a worker address (IP-less; see the constructor) or from
+/// a client/server connection (`ucx::async_connect`, `ucx::listener`).
+/// Connected endpoints also have per-endpoint messaging (`async_send`,
+/// `async_recv`: only this peer's messages), and tell a graceful close by the
+/// peer (`asio::error::eof`) from a failure (`errc::connection_reset`, ...).
+///
+/// Failure: when UCX reports the endpoint failed, every operation pending on it
+/// (sends, its receives, `async_wait_error`) completes with the error, exactly
+/// once; later operations fail at once with the same error.
+///
+/// Closing: `async_close` says goodbye to the peer, flushes and closes.
+/// `close()` and the destructor force-close: pending operations complete with
+/// `asio::error::operation_aborted`, later ones fail with
+/// `asio::error::bad_descriptor`. Closing twice is harmless.
+///
+/// Movable, not copyable.
 class endpoint {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -38,6 +60,10 @@ public:
     /// As above; reports failure through `ec`.
     endpoint(worker& w, const worker_address& remote, error_code& ec);
 
+    /// Wraps an implementation (used by accept and connect).
+    explicit endpoint(std::shared_ptr<detail::endpoint_impl> impl) noexcept
+        : impl_(std::move(impl)) {}
+
     endpoint(endpoint&&) noexcept = default;
     endpoint& operator=(endpoint&& other) noexcept;
     ~endpoint();
@@ -48,12 +74,96 @@ public:
     /// Whether the endpoint is usable (connected, not closed, not failed).
     bool is_open() const noexcept;
 
-    /// Why the endpoint is not usable: the peer failure UCX reported, or
-    /// `bad_descriptor` once closed. Empty while open.
+    /// Why the endpoint is not usable: the peer failure UCX reported,
+    /// `asio::error::eof` after the peer closed gracefully, or
+    /// `bad_descriptor` once closed here. Empty while open.
     error_code error() const noexcept;
 
     /// Force-closes the endpoint. Idempotent.
     void close() noexcept;
+
+    /// The peer's socket address (connected endpoints only).
+    boost::asio::ip::tcp::endpoint remote_endpoint() const;
+    boost::asio::ip::tcp::endpoint remote_endpoint(error_code& ec) const;
+    /// This side's socket address (connected endpoints only).
+    boost::asio::ip::tcp::endpoint local_endpoint() const;
+    boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
+
+    /// Sends `data` to this endpoint's peer, where only a receive on the
+    /// matching endpoint (`async_recv`) gets it. Connected endpoints only
+    /// (`errc::not_connected` otherwise).
+    /// Completion signature: `void(error_code, std::size_t bytes_sent)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_send(boost::asio::const_buffer data,
+               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
+            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep,
+               boost::asio::const_buffer data) {
+                detail::worker_impl& w = *ep->worker();
+                detail::start_operation<detail::bytes_result>(
+                    std::move(handler), w, [ep = std::move(ep), data](detail::operation* op) {
+                        ep->send(op, data.data(), data.size());
+                    });
+            },
+            token, detail::checked(*this), data);
+    }
+
+    /// Receives one message sent by this endpoint's peer with `async_send`.
+    /// A larger message fails with `errc::message_truncated`. Cancellable
+    /// through the handler's cancellation slot. Connected endpoints only.
+    /// Completion signature: `void(error_code, std::size_t bytes_received)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_recv(boost::asio::mutable_buffer data,
+               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
+            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep,
+               boost::asio::mutable_buffer data) {
+                detail::worker_impl& w = *ep->worker();
+                detail::start_operation<detail::bytes_result>(
+                    std::move(handler), w, [ep = std::move(ep), data](detail::operation* op) {
+                        ep->recv(op, data.data(), data.size());
+                    });
+            },
+            token, detail::checked(*this), data);
+    }
+
+    /// Waits until the endpoint stops being usable, and says why: the peer
+    /// failure (`errc::connection_reset`, `errc::endpoint_timeout`, ...),
+    /// `asio::error::eof` when the peer closed gracefully, or
+    /// `asio::error::operation_aborted` when closed here. Completes at once if
+    /// that already happened. Cancellable.
+    /// Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_wait_error(
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep) {
+                detail::worker_impl& w = *ep->worker();
+                detail::start_operation<detail::error_result>(
+                    std::move(handler), w,
+                    [ep = std::move(ep)](detail::operation* op) { ep->wait_error(op); });
+            },
+            token, detail::checked(*this));
+    }
+
+    /// Closes gracefully: tells the peer (which sees `asio::error::eof`),
+    /// lets UCX deliver the sends in flight, then closes. Pending receives
+    /// complete with `operation_aborted`. A peer that is already gone is not
+    /// an error. Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_close(
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep) {
+                detail::worker_impl& w = *ep->worker();
+                detail::start_operation<detail::error_result>(
+                    std::move(handler), w,
+                    [ep = std::move(ep)](detail::operation* op) { ep->close_gracefully(op); });
+            },
+            token, detail::checked(*this));
+    }
 
     /// The UCP handle (null when not open).
     ucp_ep_h native_handle() const noexcept;
@@ -64,5 +174,30 @@ public:
 private:
     std::shared_ptr<detail::endpoint_impl> impl_;
 };
+
+namespace detail {
+
+inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep) {
+    if (!ep.impl())
+        throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                          "ucx: operation on an endpoint that was never connected");
+    return ep.impl();
+}
+
+/// Completion with a new endpoint (connect, accept).
+struct endpoint_result {
+    static auto extract(const error_code& ec, const operation& op) {
+        if (ec || !op.payload)
+            return std::tuple<error_code, endpoint>(ec ? ec : make_error_code(errc::no_elem),
+                                                    endpoint());
+        return std::tuple<error_code, endpoint>(
+            ec, endpoint(std::static_pointer_cast<endpoint_impl>(op.payload)));
+    }
+};
+
+/// Converts a socket address into an Asio TCP endpoint.
+boost::asio::ip::tcp::endpoint to_tcp_endpoint(const sockaddr_storage& ss) noexcept;
+
+} // namespace detail
 
 } // namespace ucx

@@ -3,8 +3,10 @@
 
 #include <ucx/detail/endpoint_impl.hpp>
 #include <ucx/detail/operation.hpp>
+#include <ucx/detail/results.hpp>
 #include <ucx/detail/worker_impl.hpp>
 #include <ucx/endpoint.hpp>
+#include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 
 #include <boost/asio/async_result.hpp>
@@ -18,58 +20,17 @@
 
 namespace ucx {
 
-/// A UCX message tag.
-using tag_t = std::uint64_t;
-
-/// The mask that matches a tag exactly.
-inline constexpr tag_t tag_mask_full = ~tag_t{0};
-
 namespace detail {
-
-struct tag_send_result {
-    static auto extract(const error_code& ec, const operation& op) {
-        return std::tuple<error_code, std::size_t>(ec, ec ? 0 : op.bytes);
-    }
-};
-
-struct tag_recv_result {
-    static auto extract(const error_code& ec, const operation& op) {
-        return std::tuple<error_code, std::size_t, tag_t>(ec, ec ? 0 : op.bytes,
-                                                          ec ? 0 : op.sender_tag);
-    }
-};
-
-/// Installed in a handler's cancellation slot: UCX can cancel tag receives.
-class tag_recv_canceller {
-public:
-    explicit tag_recv_canceller(operation* op) noexcept : op_(op) {}
-    void operator()(boost::asio::cancellation_type type) const noexcept {
-        using ct = boost::asio::cancellation_type;
-        if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none)
-            return;
-        if (op_->owner)
-            op_->owner->cancel(op_);
-        else
-            op_->cancel_requested = true; // not yet submitted
-    }
-
-private:
-    operation* op_;
-};
-
-template <class Handler, class Result>
-using worker_operation = handler_operation<Handler, worker_impl::executor_type, Result>;
 
 struct initiate_tag_send {
     template <class Handler>
     void operator()(Handler&& handler, std::shared_ptr<endpoint_impl> ep,
                     boost::asio::const_buffer data, tag_t tag) const {
-        using op_type = worker_operation<std::decay_t<Handler>, tag_send_result>;
         worker_impl& w = *ep->worker();
-        auto* op = op_type::create(std::move(handler), w.get_executor());
-        w.run_on_owner([ep = std::move(ep), op, data, tag] {
-            ep->tag_send(op, data.data(), data.size(), tag);
-        });
+        start_operation<bytes_result>(std::move(handler), w,
+                                      [ep = std::move(ep), data, tag](operation* op) {
+                                          ep->tag_send(op, data.data(), data.size(), tag);
+                                      });
     }
 };
 
@@ -77,31 +38,13 @@ struct initiate_tag_recv {
     template <class Handler>
     void operator()(Handler&& handler, std::shared_ptr<worker_impl> w,
                     boost::asio::mutable_buffer data, tag_t tag, tag_t mask) const {
-        using op_type = worker_operation<std::decay_t<Handler>, tag_recv_result>;
-        auto* op = op_type::create(std::move(handler), w->get_executor());
-        auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
-        if (slot.is_connected())
-            slot.template emplace<tag_recv_canceller>(op);
-        worker_impl* raw = w.get();
-        raw->run_on_owner([w = std::move(w), op, data, tag, mask] {
-            w->tag_recv(op, data.data(), data.size(), tag, mask);
-        });
+        worker_impl& owner = *w;
+        start_operation<tag_recv_result>(std::move(handler), owner,
+                                         [w = std::move(w), data, tag, mask](operation* op) {
+                                             w->tag_recv(op, data.data(), data.size(), tag, mask);
+                                         });
     }
 };
-
-inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep) {
-    if (!ep.impl())
-        throw boost::system::system_error(boost::asio::error::bad_descriptor,
-                                          "ucx: operation on an endpoint that was never connected");
-    return ep.impl();
-}
-
-inline const std::shared_ptr<worker_impl>& checked(const worker& w) {
-    if (!w.impl())
-        throw boost::system::system_error(boost::asio::error::bad_descriptor,
-                                          "ucx: operation on a moved-from worker");
-    return w.impl();
-}
 
 } // namespace detail
 

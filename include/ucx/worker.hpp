@@ -7,6 +7,8 @@
 #include <ucx/worker_address.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -115,5 +117,15 @@ public:
 private:
     std::shared_ptr<detail::worker_impl> impl_;
 };
+
+namespace detail {
+/// The implementation of `w`; throws if `w` was moved from.
+inline const std::shared_ptr<worker_impl>& checked(const worker& w) {
+    if (!w.impl())
+        throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                          "ucx: operation on a moved-from worker");
+    return w.impl();
+}
+} // namespace detail
 
 } // namespace ucx

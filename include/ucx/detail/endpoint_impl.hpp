@@ -1,17 +1,26 @@
 // Internal: the state behind ucx::endpoint.
 #pragma once
 
+#include <ucx/detail/control_message.hpp>
 #include <ucx/detail/operation.hpp>
 #include <ucx/worker_address.hpp>
 
+#include <sys/socket.h>
+
 #include <memory>
+#include <vector>
 
 namespace ucx::detail {
 
 class worker_impl;
+class listener_impl;
 
-class endpoint_impl {
+class endpoint_impl : public std::enable_shared_from_this<endpoint_impl> {
 public:
+    /// How the endpoint came to be: from a worker address, or as one side of
+    /// a client/server connection (which has the control protocol).
+    enum class role { address, client, server };
+
     explicit endpoint_impl(std::shared_ptr<worker_impl> worker);
     ~endpoint_impl();
     endpoint_impl(const endpoint_impl&) = delete;
@@ -19,36 +28,73 @@ public:
 
     /// Creates the UCP endpoint to a worker address, in peer error mode.
     void connect(const worker_address& address, error_code& ec);
+    /// Client side: connects to a listener; `op` completes when the
+    /// handshake is done (payload: this endpoint) or the connection fails.
+    void connect_to(const sockaddr* addr, socklen_t len, operation* op) noexcept;
+    /// Server side: accepts a connection request; the listener is told when
+    /// the handshake is done.
+    void accept_request(ucp_conn_request_h request, listener_impl* listener, error_code& ec);
 
     ucp_ep_h native() const noexcept { return ep_; }
     const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
-    bool is_open() const noexcept { return ep_ != nullptr; }
-    /// The failure UCX reported, or why the endpoint is closed; empty while usable.
-    ucs_status_t status() const noexcept { return status_; }
+    role kind() const noexcept { return role_; }
+    /// Usable for operations (created, handshake done where there is one).
+    bool is_open() const noexcept { return ep_ != nullptr && !error_ && established_; }
+    /// Why the endpoint is not usable; empty while it is (or still connecting).
+    const error_code& error() const noexcept { return error_; }
 
-    /// Starts a tag send (owner thread).
+    // Operations (owner thread).
     void tag_send(operation* op, const void* data, std::size_t size, ucp_tag_t tag) noexcept;
+    void send(operation* op, const void* data, std::size_t size) noexcept;
+    void recv(operation* op, void* data, std::size_t size) noexcept;
+    void wait_error(operation* op) noexcept;
+    void close_gracefully(operation* op) noexcept;
 
-    /// Force-closes: pending operations complete with an error. `status` is
-    /// what later operations fail with. Idempotent.
-    void force_close(ucs_status_t status) noexcept;
+    /// Force-closes: operations in flight complete with `ec` (or
+    /// operation_aborted for a local close), later ones fail with `error()`.
+    void force_close(const error_code& ec) noexcept;
     /// The worker is shutting down: force-close, and detach from it.
     void detach() noexcept;
     /// Processes a failure recorded by the error callback (owner thread).
     void handle_failure() noexcept;
+    /// A control message from the peer arrived (owner thread).
+    void on_control(const control_message& m) noexcept;
+    /// The listener that accepted this endpoint goes away.
+    void forget_listener() noexcept { listener_ = nullptr; }
+
+    /// Local and remote socket addresses (client/server endpoints).
+    bool query_sockaddr(bool remote, sockaddr_storage& out) const noexcept;
 
     // Links in the worker's endpoint list.
     endpoint_impl* next = nullptr;
     endpoint_impl* prev = nullptr;
     bool failure_pending = false;
+    /// Status reported by the error callback.
+    ucs_status_t failure_status = UCS_OK;
 
 private:
     static void error_callback(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
+    static void cancel_connect(operation* op) noexcept;
+    static void cancel_wait(operation* op) noexcept;
+    void create(ucp_ep_params_t& params, error_code& ec) noexcept;
+    void send_control(control_type type) noexcept;
+    /// Fails everything pending on this endpoint with `ec`.
+    void fail_pending(const error_code& ec) noexcept;
+    void finish_connect(const error_code& ec) noexcept;
+    void unmap() noexcept;
 
     std::shared_ptr<worker_impl> worker_;
     ucp_ep_h ep_ = nullptr;
-    ucs_status_t status_ = UCS_OK;
+    role role_ = role::address;
+    error_code error_{};
+    bool established_ = false;
     bool registered_ = false;
+    bool mapped_ = false;
+    std::uint64_t local_recv_tag_ = 0;
+    std::uint64_t peer_recv_tag_ = 0;
+    operation* connect_op_ = nullptr;
+    listener_impl* listener_ = nullptr;
+    std::vector<operation*> waiters_;
 };
 
 } // namespace ucx::detail

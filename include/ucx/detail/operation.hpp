@@ -28,6 +28,7 @@
 namespace ucx::detail {
 
 class worker_impl;
+class endpoint_impl;
 
 /// The type-erased part of every operation; linked into its worker's lists.
 class operation {
@@ -55,9 +56,24 @@ public:
     bool aborted = false;
     /// Linked in its worker's in-flight list.
     bool in_flight = false;
-    /// Set when the operation failed without reaching UCX; overrides `status`.
+    /// Set when the operation failed without reaching UCX, or when its endpoint
+    /// failed under it; overrides `status`.
     error_code error{};
     worker_impl* owner = nullptr;
+    /// The endpoint whose failure must fail this operation (sends, per-endpoint
+    /// receives, waits); null for worker-wide receives.
+    endpoint_impl* endpoint = nullptr;
+    /// No UCX request behind it: the library itself completes it (accept,
+    /// connect); shutdown completes it at once.
+    bool library_owned = false;
+    /// How to cancel a library-owned operation (from a cancellation slot),
+    /// and the object that hook works on.
+    void (*cancel_hook)(operation*) = nullptr;
+    void* hook_context = nullptr;
+    /// The object an operation produces (an endpoint for accept and connect).
+    std::shared_ptr<void> payload;
+    /// A graceful close: the peer being gone already is not an error.
+    bool ignore_peer_errors = false;
 
     // Intrusive links: in-flight list, then completion queue.
     operation* next = nullptr;
@@ -68,6 +84,8 @@ public:
             return make_error_code(UCS_ERR_CANCELED);
         if (error)
             return error;
+        if (ignore_peer_errors)
+            return {};
         return make_error_code(status);
     }
 

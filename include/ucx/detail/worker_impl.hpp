@@ -1,20 +1,26 @@
 // Internal: the state behind ucx::worker, and its progress engine.
 #pragma once
 
+#include <ucx/detail/control_message.hpp>
 #include <ucx/detail/operation.hpp>
 #include <ucx/detail/progress_fsm.hpp>
 #include <ucx/worker.hpp>
 
+#include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <memory>
+#include <random>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace ucx::detail {
 
 class context_impl;
 class endpoint_impl;
+class listener_impl;
 
 class worker_impl : public std::enable_shared_from_this<worker_impl> {
 public:
@@ -52,8 +58,11 @@ public:
     void endpoint_failed(endpoint_impl* ep);
     /// A UCX callback finished `op`: queue it for delivery after progress.
     void finished(operation* op) noexcept;
-    /// Cancels a pending tag receive (from a cancellation slot).
+    /// Cancels an operation from its cancellation slot: tag receives through
+    /// UCX, library-owned operations through their hook; sends cannot be.
     void cancel(operation* op) noexcept;
+    /// Head of the in-flight list (for endpoint failure fan-out).
+    operation* in_flight_ops() const noexcept { return in_flight_head_; }
     /// Asks for a progress pass (coalesced).
     void request_progress();
 
@@ -62,6 +71,23 @@ public:
     void remove_endpoint(endpoint_impl* ep) noexcept;
     /// Takes ownership of an endpoint close request; freed when UCX is done.
     void adopt_close_request(void* request) noexcept;
+    /// Maps a UCP endpoint to its endpoint (control messages find it by reply_ep).
+    void map_endpoint(ucp_ep_h ep, endpoint_impl* impl);
+    void unmap_endpoint(ucp_ep_h ep) noexcept;
+    /// Sends a control message on `ep` (fire and forget; the worker tracks it).
+    void send_control(ucp_ep_h ep, const control_message& m) noexcept;
+    /// Whether the context has active messages (needed for connected endpoints).
+    bool has_control_channel() const noexcept { return control_channel_; }
+    /// A fresh random tag for per-endpoint receives.
+    std::uint64_t random_tag() { return rng_(); }
+    /// Control messages dropped as malformed or unroutable.
+    std::size_t dropped_control_messages() const noexcept { return dropped_control_; }
+
+    // --- listeners (owner thread only) ---
+    void add_listener(listener_impl* l);
+    void remove_listener(listener_impl* l) noexcept;
+    /// A listener got connection requests: process them after progress.
+    void listener_has_requests(listener_impl* l);
     /// Runs `fn` on the owner executor: now if already there, else posted.
     template <class Fn>
     void run_on_owner(Fn&& fn) {
@@ -79,6 +105,10 @@ public:
     static void recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                               void* user_data) noexcept;
     static void close_callback(void* request, ucs_status_t status, void* user_data) noexcept;
+    static ucs_status_t control_callback(void* arg, const void* header, std::size_t header_length,
+                                         void* data, std::size_t length,
+                                         const ucp_am_recv_param_t* param) noexcept;
+    static void control_sent(void* request, ucs_status_t status, void* user_data) noexcept;
 
 private:
     friend struct engine_backend;
@@ -89,7 +119,7 @@ private:
     void cancel_wait() noexcept;
     void start_safety_timer();
     void unlink(operation* op) noexcept;
-    bool work_pending() const noexcept { return in_flight_count_ + close_requests_ > 0; }
+    bool work_pending() const noexcept { return in_flight_count_ + internal_requests_ > 0; }
     void cancel_safety_timer() noexcept;
 
     std::shared_ptr<context_impl> context_;
@@ -108,11 +138,48 @@ private:
     std::size_t in_flight_count_ = 0;
     operation* done_head_ = nullptr;
     operation* done_tail_ = nullptr;
-    std::size_t close_requests_ = 0;
+    std::size_t internal_requests_ = 0;
     endpoint_impl* endpoints_ = nullptr;
     std::vector<endpoint_impl*> failed_endpoints_;
+    std::unordered_map<ucp_ep_h, endpoint_impl*> endpoint_map_;
+    std::vector<std::pair<ucp_ep_h, control_message>> control_queue_;
+    std::vector<listener_impl*> listeners_;
+    std::vector<listener_impl*> listeners_with_requests_;
+    bool control_channel_ = false;
+    std::size_t dropped_control_ = 0;
+    std::mt19937_64 rng_{std::random_device{}()};
     unsigned timer_generation_ = 0;
     bool arm_error_logged_ = false;
 };
+
+/// Installed in a handler's cancellation slot.
+class operation_canceller {
+public:
+    explicit operation_canceller(operation* op) noexcept : op_(op) {}
+    void operator()(boost::asio::cancellation_type type) const noexcept {
+        using ct = boost::asio::cancellation_type;
+        if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none)
+            return;
+        if (op_->owner)
+            op_->owner->cancel(op_);
+        else
+            op_->cancel_requested = true; // not yet submitted
+    }
+
+private:
+    operation* op_;
+};
+
+/// Allocates the operation for `handler`, connects its cancellation slot, and
+/// runs `submit(op)` on the worker's executor (at once when already there).
+template <class Result, class Handler, class Submit>
+void start_operation(Handler&& handler, worker_impl& w, Submit&& submit) {
+    using op_type = handler_operation<std::decay_t<Handler>, worker_impl::executor_type, Result>;
+    auto* op = op_type::create(std::move(handler), w.get_executor());
+    auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
+    if (slot.is_connected())
+        slot.template emplace<operation_canceller>(op);
+    w.run_on_owner([op, submit = std::forward<Submit>(submit)]() mutable { submit(op); });
+}
 
 } // namespace ucx::detail

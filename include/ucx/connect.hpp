@@ -1,0 +1,85 @@
+// ucx::async_connect: a client/server connection by host and port.
+#pragma once
+
+#include <ucx/detail/worker_impl.hpp>
+#include <ucx/endpoint.hpp>
+#include <ucx/worker.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <memory>
+#include <string>
+
+namespace ucx {
+
+namespace detail {
+/// Starts the connection once the name is resolved (owner thread).
+void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, const error_code& ec,
+                      const boost::asio::ip::tcp::resolver::results_type& results) noexcept;
+/// Connects to one address (owner thread).
+void connect_to_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
+                         const boost::asio::ip::tcp::endpoint& to) noexcept;
+} // namespace detail
+
+/// Connects `w` to a `ucx::listener` at `host`:`service` (a port number or
+/// a service name). The name is resolved with Asio's resolver (IPv4 and IPv6;
+/// the first IPv4 result is preferred). Completes when the connection and the
+/// library's handshake are done, with an endpoint ready for every operation.
+///
+/// Completion signature: `void(error_code, ucx::endpoint)`. Errors: the
+/// resolver's (`asio::error::host_not_found`, ...), UCX's when nobody
+/// listens or the listener rejects (`errc::unreachable`,
+/// `errc::connection_reset`, `errc::rejected`, ...), `operation_aborted` when
+/// cancelled through the handler's cancellation slot.
+template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>
+auto async_connect(
+    worker& w, std::string host, std::string service,
+    CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, endpoint)>(
+        [](auto handler, std::shared_ptr<detail::worker_impl> w, std::string host,
+           std::string service) {
+            detail::worker_impl& owner = *w;
+            detail::start_operation<detail::endpoint_result>(
+                std::move(handler), owner,
+                [w = std::move(w), host = std::move(host),
+                 service = std::move(service)](detail::operation* op) {
+                    auto resolver =
+                        std::make_shared<boost::asio::ip::tcp::resolver>(w->get_executor());
+                    resolver->async_resolve(
+                        host, service,
+                        [w, op, resolver](const error_code& ec,
+                                          boost::asio::ip::tcp::resolver::results_type results) {
+                            detail::connect_resolved(w, op, ec, results);
+                        });
+                });
+        },
+        token, detail::checked(w), std::move(host), std::move(service));
+}
+
+/// Connects `w` to a `ucx::listener` at `to`; as above, without name resolution.
+template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>
+auto async_connect(
+    worker& w, const boost::asio::ip::tcp::endpoint& to,
+    CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
+    return boost::asio::async_initiate<CompletionToken, void(error_code, endpoint)>(
+        [](auto handler, std::shared_ptr<detail::worker_impl> w,
+           boost::asio::ip::tcp::endpoint to) {
+            detail::worker_impl& owner = *w;
+            detail::start_operation<detail::endpoint_result>(
+                std::move(handler), owner, [w = std::move(w), to](detail::operation* op) {
+                    detail::connect_to_endpoint(w, op, to);
+                });
+        },
+        token, detail::checked(w), to);
+}
+
+/// The IPv4 address of network interface `ifname` (for example "lo" or
+/// "eth0"), as text; with an empty name, the first IPv4 address of an
+/// interface that is up and not loopback. Sets `ec` to
+/// `errc::no_device` when there is none.
+std::string get_address(const std::string& ifname, error_code& ec);
+/// As above; throws `boost::system::system_error`.
+std::string get_address(const std::string& ifname = {});
+
+} // namespace ucx

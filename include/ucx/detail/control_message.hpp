@@ -1,0 +1,38 @@
+// Internal: the library's own messages between connected endpoints.
+//
+// Connected (client/server) endpoints exchange a hello/welcome handshake that
+// gives each side the tag its peer receives on (per-endpoint messaging), and a
+// goodbye before a graceful close, so the peer can tell a clean close
+// (asio::error::eof) from a crash (UCX reports both as a reset). The messages
+// travel as UCX active messages with the id `control_am_id`, carried entirely
+// in the AM header. Sans-io: encoding and validation only.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace ucx::detail {
+
+/// Active-message id reserved by the library for control messages.
+inline constexpr unsigned control_am_id = 4095;
+
+enum class control_type : std::uint8_t { hello = 1, welcome = 2, goodbye = 3 };
+
+struct control_message {
+    control_type type{};
+    /// hello/welcome: the tag on which the sender receives per-endpoint messages.
+    std::uint64_t recv_tag = 0;
+
+    static constexpr std::size_t wire_size = 16;
+    using wire = std::array<std::byte, wire_size>;
+
+    /// Encodes as: magic "UCXC", version 1, type, 2 reserved bytes, tag (LE).
+    wire encode() const noexcept;
+    /// Validates and decodes; std::nullopt for anything malformed.
+    static std::optional<control_message> decode(std::span<const std::byte> bytes) noexcept;
+};
+
+} // namespace ucx::detail

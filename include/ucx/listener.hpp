@@ -1,0 +1,90 @@
+// ucx::listener: accepts client/server connections on an address and port.
+#pragma once
+
+#include <ucx/detail/listener_impl.hpp>
+#include <ucx/detail/worker_impl.hpp>
+#include <ucx/endpoint.hpp>
+#include <ucx/worker.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace ucx {
+
+/// Options of a listener.
+struct listener_options {
+    /// Connections that may wait (handshaking or not yet accepted); requests
+    /// beyond it are rejected.
+    std::size_t backlog = 128;
+    /// Decides per connection request, from the client's address; returning
+    /// false rejects it (the client's connect fails). Empty: accept all.
+    std::function<bool(const boost::asio::ip::tcp::endpoint& client)> accept_filter{};
+};
+
+/// Listens on an address and port for clients that `ucx::async_connect`, the
+/// UCX counterpart of `asio::ip::tcp::acceptor`. Each connection completes
+/// the library's handshake before `async_accept` yields it, so the endpoint it
+/// gives is ready for per-endpoint messaging.
+///
+/// Needs a context with the tag and active-message features (the defaults).
+/// Movable, not copyable. Closing (or destroying) the listener fails pending
+/// accepts with `asio::error::operation_aborted` and rejects waiting clients.
+class listener {
+public:
+    using executor_type = boost::asio::any_io_executor;
+
+    /// Listens on `bind` (port 0 picks a free port; see `local_endpoint()`).
+    /// Throws `boost::system::system_error` (for example when the port is taken).
+    listener(worker& w, const boost::asio::ip::tcp::endpoint& bind, listener_options options = {});
+    /// As above; reports failure through `ec`.
+    listener(worker& w, const boost::asio::ip::tcp::endpoint& bind, listener_options options,
+             error_code& ec);
+
+    listener(listener&&) noexcept = default;
+    listener& operator=(listener&& other) noexcept;
+    ~listener();
+
+    executor_type get_executor() const noexcept;
+
+    /// The address and port the listener is bound to.
+    boost::asio::ip::tcp::endpoint local_endpoint() const;
+    boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
+
+    bool is_open() const noexcept;
+    /// Stops listening. Idempotent.
+    void close() noexcept;
+
+    /// Connection requests rejected so far (filter or backlog).
+    std::size_t rejected() const noexcept;
+
+    /// Accepts the next connection. Completion signature:
+    /// `void(error_code, ucx::endpoint)`. Cancellable through the handler's
+    /// cancellation slot (`operation_aborted`).
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_accept(
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        if (!impl_)
+            throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                              "ucx::listener::async_accept");
+        return boost::asio::async_initiate<CompletionToken, void(error_code, endpoint)>(
+            [](auto handler, std::shared_ptr<detail::listener_impl> l) {
+                detail::worker_impl& w = *l->worker();
+                detail::start_operation<detail::endpoint_result>(
+                    std::move(handler), w,
+                    [l = std::move(l)](detail::operation* op) { l->accept(op); });
+            },
+            token, impl_);
+    }
+
+    /// The implementation (for library internals).
+    const std::shared_ptr<detail::listener_impl>& impl() const noexcept { return impl_; }
+
+private:
+    std::shared_ptr<detail::listener_impl> impl_;
+};
+
+} // namespace ucx

@@ -1,0 +1,85 @@
+#include <ucx/connect.hpp>
+#include <ucx/detail/endpoint_impl.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+
+namespace ucx {
+namespace detail {
+
+void connect_to_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
+                         const boost::asio::ip::tcp::endpoint& to) noexcept {
+    if (op->cancel_requested) {
+        w->start(op);
+        return w->fail(op, boost::asio::error::operation_aborted);
+    }
+    std::shared_ptr<endpoint_impl> ep;
+    try {
+        ep = std::make_shared<endpoint_impl>(w);
+    } catch (...) {
+        w->start(op);
+        return w->fail(op, make_error_code(errc::no_memory));
+    }
+    // The operation owns the endpoint until it completes.
+    op->payload = ep;
+    ep->connect_to(to.data(), static_cast<socklen_t>(to.size()), op);
+}
+
+void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, const error_code& ec,
+                      const boost::asio::ip::tcp::resolver::results_type& results) noexcept {
+    if (ec || results.empty()) {
+        w->start(op);
+        return w->fail(op, ec ? ec : error_code(boost::asio::error::host_not_found));
+    }
+    auto chosen = results.begin();
+    for (auto it = results.begin(); it != results.end(); ++it) {
+        if (it->endpoint().address().is_v4()) {
+            chosen = it;
+            break;
+        }
+    }
+    connect_to_endpoint(w, op, chosen->endpoint());
+}
+
+} // namespace detail
+
+std::string get_address(const std::string& ifname, error_code& ec) {
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) != 0) {
+        ec = error_code(errno, boost::system::system_category());
+        return {};
+    }
+    std::string found;
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+            continue;
+        if (ifname.empty()) {
+            if (!(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+                continue;
+        } else if (ifname != i->ifa_name) {
+            continue;
+        }
+        char text[INET_ADDRSTRLEN] = {};
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text,
+                  sizeof text);
+        found = text;
+        break;
+    }
+    freeifaddrs(list);
+    ec = found.empty() ? make_error_code(errc::no_device) : error_code();
+    return found;
+}
+
+std::string get_address(const std::string& ifname) {
+    error_code ec;
+    auto a = get_address(ifname, ec);
+    if (ec)
+        throw boost::system::system_error(ec, "ucx::get_address(" + ifname + ")");
+    return a;
+}
+
+} // namespace ucx

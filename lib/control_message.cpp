@@ -1,0 +1,37 @@
+#include <ucx/detail/control_message.hpp>
+
+#include <cstring>
+
+namespace ucx::detail {
+namespace {
+constexpr std::array<std::byte, 4> magic{std::byte{'U'}, std::byte{'C'}, std::byte{'X'},
+                                         std::byte{'C'}};
+constexpr std::byte version{1};
+} // namespace
+
+control_message::wire control_message::encode() const noexcept {
+    wire w{};
+    std::memcpy(w.data(), magic.data(), magic.size());
+    w[4] = version;
+    w[5] = static_cast<std::byte>(type);
+    for (int i = 0; i < 8; ++i)
+        w[8 + i] = static_cast<std::byte>(recv_tag >> (8 * i));
+    return w;
+}
+
+std::optional<control_message> control_message::decode(std::span<const std::byte> b) noexcept {
+    if (b.size() != wire_size)
+        return std::nullopt;
+    if (std::memcmp(b.data(), magic.data(), magic.size()) != 0 || b[4] != version)
+        return std::nullopt;
+    const auto t = std::to_integer<std::uint8_t>(b[5]);
+    if (t < 1 || t > 3)
+        return std::nullopt;
+    control_message m;
+    m.type = static_cast<control_type>(t);
+    for (int i = 0; i < 8; ++i)
+        m.recv_tag |= std::to_integer<std::uint64_t>(b[8 + i]) << (8 * i);
+    return m;
+}
+
+} // namespace ucx::detail
