@@ -17,8 +17,23 @@ endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker) : worker_(std:
 
 endpoint_impl::~endpoint_impl() {
     force_close(boost::asio::error::operation_aborted);
+    orphan_operations();
     if (registered_)
         worker_->remove_endpoint(this);
+}
+
+void endpoint_impl::orphan_operations() noexcept {
+    for (operation* op = worker_->in_flight_ops(); op; op = op->next) {
+        if (op->endpoint == this) {
+            op->endpoint = nullptr;
+            op->counted_send = false;
+        }
+    }
+}
+
+void endpoint_impl::send_finished() noexcept {
+    if (--sends_in_flight_ == 0 && close_op_)
+        worker_->endpoint_ready_to_close(this);
 }
 
 void endpoint_impl::create(ucp_ep_params_t& params, error_code& ec) noexcept {
@@ -181,8 +196,8 @@ void endpoint_impl::fail_pending(const error_code& ec) noexcept {
     for (operation* op = w.in_flight_ops(); op; op = op->next) {
         if (op->endpoint != this || op->library_owned)
             continue;
-        if (!op->error)
-            op->error = ec;
+        if (!op->reason)
+            op->reason = ec;
         if (op->cancellable && op->request)
             ucp_request_cancel(w.native(), op->request);
     }
@@ -201,6 +216,13 @@ void endpoint_impl::unmap() noexcept {
 
 void endpoint_impl::force_close(const error_code& ec) noexcept {
     const bool local_close = ec == boost::asio::error::operation_aborted;
+    if (operation* op = close_op_) {
+        // A graceful close under way: aborted by a local force close; done
+        // (the peer is gone, which is not an error) after a failure.
+        close_op_ = nullptr;
+        op->status = UCS_OK;
+        worker_->fail(op, local_close ? ec : error_code());
+    }
     if (!error_)
         error_ = local_close ? error_code(boost::asio::error::bad_descriptor) : ec;
     if (!ep_) {
@@ -226,6 +248,7 @@ void endpoint_impl::force_close(const error_code& ec) noexcept {
 
 void endpoint_impl::detach() noexcept {
     force_close(boost::asio::error::operation_aborted);
+    orphan_operations();
     if (listener_) {
         listener_impl* l = listener_;
         listener_ = nullptr;
@@ -251,6 +274,8 @@ void endpoint_impl::tag_send(operation* op, const void* data, std::size_t size,
     param.cb.send = &worker_impl::send_callback;
     param.user_data = op;
     op->bytes = size;
+    op->counted_send = true;
+    ++sends_in_flight_;
     w.submitted(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
 }
 
@@ -265,13 +290,22 @@ void endpoint_impl::send(operation* op, const void* data, std::size_t size) noex
 
 void endpoint_impl::recv(operation* op, void* data, std::size_t size) noexcept {
     worker_impl& w = *worker_;
-    if (role_ == role::address || !established_ || error_) {
+    // After the peer's goodbye, messages it sent before are still delivered;
+    // eof only once none is left.
+    const bool drain = error_ == boost::asio::error::eof && w.native() && has_message_waiting();
+    if (role_ == role::address || !established_ || (error_ && !drain)) {
         w.start(op);
         op->endpoint = this;
         return w.fail(op, error_ ? error_ : make_error_code(errc::not_connected));
     }
     op->endpoint = this;
     w.tag_recv(op, data, size, local_recv_tag_, ~std::uint64_t{0});
+}
+
+bool endpoint_impl::has_message_waiting() const noexcept {
+    ucp_tag_recv_info_t info{};
+    return ucp_tag_probe_nb(worker_->native(), local_recv_tag_, ~std::uint64_t{0}, 0, &info) !=
+           nullptr;
 }
 
 void endpoint_impl::wait_error(operation* op) noexcept {
@@ -288,16 +322,13 @@ void endpoint_impl::wait_error(operation* op) noexcept {
 void endpoint_impl::close_gracefully(operation* op) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
-    op->endpoint = nullptr; // not failed by the close it performs
-    if (!ep_ || error_)
+    if (!ep_ || error_ || close_op_)
         return w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
-    if (role_ != role::address && established_)
-        w.send_control(ep_, control_message{control_type::goodbye, 0});
-    // Later operations fail; pending receives end; UCX flushes the sends.
+    // Later operations fail; pending receives and waits end now.
     error_ = boost::asio::error::bad_descriptor;
     for (operation* p = w.in_flight_ops(); p; p = p->next) {
         if (p->endpoint == this && p->cancellable && p->request) {
-            p->error = boost::asio::error::operation_aborted;
+            p->reason = boost::asio::error::operation_aborted;
             ucp_request_cancel(w.native(), p->request);
         }
     }
@@ -306,20 +337,36 @@ void endpoint_impl::close_gracefully(operation* op) noexcept {
     for (operation* p : waiters)
         w.fail(p, boost::asio::error::operation_aborted);
     finish_connect(boost::asio::error::operation_aborted);
+    // The sends in flight complete first (a rendezvous send completes only
+    // when the peer has fetched the data); then goodbye, then close.
+    op->payload = shared_from_this();
+    close_op_ = op;
+    if (sends_in_flight_ == 0)
+        finish_close();
+}
+
+void endpoint_impl::finish_close() noexcept {
+    operation* op = close_op_;
+    if (!op || !ep_)
+        return;
+    close_op_ = nullptr;
+    worker_impl& w = *worker_;
+    if (role_ != role::address && established_)
+        w.send_control(ep_, control_message{control_type::goodbye, 0});
     unmap();
     ucp_ep_h ep = ep_;
     ep_ = nullptr;
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.flags = 0; // flush mode
+    param.flags = 0; // flush mode: the goodbye goes out first
     param.cb.send = &worker_impl::send_callback;
     param.user_data = op;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
-    // A peer that already went away makes the flush fail: the close still succeeded.
-    if (!UCS_PTR_IS_PTR(r) && UCS_PTR_IS_ERR(r))
-        r = nullptr;
+    // A peer that already went away makes the close fail: still closed.
     op->ignore_peer_errors = true;
+    if (UCS_PTR_IS_ERR(r))
+        r = nullptr;
     w.submitted(op, r);
 }
 

@@ -152,6 +152,10 @@ void worker_impl::unlink(operation* op) noexcept {
 }
 
 void worker_impl::finished(operation* op) noexcept {
+    if (op->counted_send && op->endpoint) {
+        op->counted_send = false;
+        op->endpoint->send_finished();
+    }
     unlink(op);
     op->next = nullptr;
     if (done_tail_)
@@ -342,6 +346,12 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
             ++n;
         }
     }
+    while (!closing_endpoints_.empty()) {
+        endpoint_impl* ep = closing_endpoints_.back();
+        closing_endpoints_.pop_back();
+        ep->finish_close();
+        ++n;
+    }
     while (!listeners_with_requests_.empty()) {
         listener_impl* l = listeners_with_requests_.back();
         listeners_with_requests_.pop_back();
@@ -469,6 +479,13 @@ void worker_impl::remove_endpoint(endpoint_impl* ep) noexcept {
         std::erase(failed_endpoints_, ep);
         ep->failure_pending = false;
     }
+    std::erase(closing_endpoints_, ep);
+}
+
+void worker_impl::endpoint_ready_to_close(endpoint_impl* ep) {
+    if (std::find(closing_endpoints_.begin(), closing_endpoints_.end(), ep) ==
+        closing_endpoints_.end())
+        closing_endpoints_.push_back(ep);
 }
 
 void worker_impl::endpoint_failed(endpoint_impl* ep) {
@@ -498,6 +515,7 @@ void worker_impl::shutdown() {
     while (endpoints_)
         endpoints_->detach();
     failed_endpoints_.clear();
+    closing_endpoints_.clear();
     control_queue_.clear();
 
     // 2. Cancel tag receives; everything still in flight reports operation_aborted.

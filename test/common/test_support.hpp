@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <optional>
@@ -34,13 +36,16 @@ inline std::string to_string(transport t) {
 }
 
 /// Context options that restrict UCX to one transport (plus `self`), with
-/// keepalive off so no UCX timer can hide a lost wake-up.
-inline ucx::context_options options_for(transport t) {
+/// keepalive off so no UCX timer can hide a lost wake-up. Host:port
+/// connections need UCX's TCP connection manager: with `sockaddr`, shared
+/// memory keeps tcp enabled for it, and UCX still moves the data over shared
+/// memory (checked by the tests through the endpoint's lanes).
+inline ucx::context_options options_for(transport t, bool sockaddr = false) {
     ucx::context_options o;
     if (t == transport::tcp) {
         o.transports.shared_memory = false;
         o.transports.cma = false;
-    } else {
+    } else if (!sockaddr) {
         o.transports.tcp = false;
     }
     o.config["KEEPALIVE_INTERVAL"] = "inf";
@@ -53,6 +58,20 @@ inline ucx::worker_options strict_worker_options(ucx::progress_mode m) {
     o.mode = m;
     o.safety_interval = std::chrono::hours(1);
     return o;
+}
+
+/// The transports an endpoint's lanes use, as UCX prints them.
+inline std::string endpoint_lanes(ucp_ep_h ep) {
+    char* buf = nullptr;
+    std::size_t len = 0;
+    FILE* f = open_memstream(&buf, &len);
+    if (!f)
+        return {};
+    ucp_ep_print_info(ep, f);
+    std::fclose(f);
+    std::string s(buf, len);
+    std::free(buf);
+    return s;
 }
 
 /// Runs `io` until `done()` or the deadline; returns `done()`.

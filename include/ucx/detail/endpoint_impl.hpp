@@ -59,6 +59,10 @@ public:
     void handle_failure() noexcept;
     /// A control message from the peer arrived (owner thread).
     void on_control(const control_message& m) noexcept;
+    /// A counted send finished (inside a UCX callback: records only).
+    void send_finished() noexcept;
+    /// Sends have drained: say goodbye and close (owner thread, after progress).
+    void finish_close() noexcept;
     /// The listener that accepted this endpoint goes away.
     void forget_listener() noexcept { listener_ = nullptr; }
 
@@ -82,6 +86,10 @@ private:
     void fail_pending(const error_code& ec) noexcept;
     void finish_connect(const error_code& ec) noexcept;
     void unmap() noexcept;
+    /// Operations still in flight forget this endpoint (it goes away).
+    void orphan_operations() noexcept;
+    /// Whether a message for this endpoint waits in UCX's unexpected queue.
+    bool has_message_waiting() const noexcept;
 
     std::shared_ptr<worker_impl> worker_;
     ucp_ep_h ep_ = nullptr;
@@ -95,6 +103,8 @@ private:
     operation* connect_op_ = nullptr;
     listener_impl* listener_ = nullptr;
     std::vector<operation*> waiters_;
+    std::size_t sends_in_flight_ = 0;
+    operation* close_op_ = nullptr;
 };
 
 } // namespace ucx::detail

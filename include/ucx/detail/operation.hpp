@@ -56,9 +56,11 @@ public:
     bool aborted = false;
     /// Linked in its worker's in-flight list.
     bool in_flight = false;
-    /// Set when the operation failed without reaching UCX, or when its endpoint
-    /// failed under it; overrides `status`.
+    /// Set when the operation failed without reaching UCX; overrides `status`.
     error_code error{};
+    /// Why UCX may fail or cancel it (its endpoint failed or closed): reported
+    /// instead of UCX's status if that is not success.
+    error_code reason{};
     worker_impl* owner = nullptr;
     /// The endpoint whose failure must fail this operation (sends, per-endpoint
     /// receives, waits); null for worker-wide receives.
@@ -74,6 +76,8 @@ public:
     std::shared_ptr<void> payload;
     /// A graceful close: the peer being gone already is not an error.
     bool ignore_peer_errors = false;
+    /// A send counted in its endpoint's sends in flight.
+    bool counted_send = false;
 
     // Intrusive links: in-flight list, then completion queue.
     operation* next = nullptr;
@@ -86,6 +90,8 @@ public:
             return error;
         if (ignore_peer_errors)
             return {};
+        if (status != UCS_OK && reason)
+            return reason;
         return make_error_code(status);
     }
 

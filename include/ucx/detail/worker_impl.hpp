@@ -56,6 +56,8 @@ public:
                   ucp_tag_t mask) noexcept;
     /// An endpoint's error callback fired: handle it after progress returns.
     void endpoint_failed(endpoint_impl* ep);
+    /// An endpoint's sends drained during a graceful close: continue after progress.
+    void endpoint_ready_to_close(endpoint_impl* ep);
     /// A UCX callback finished `op`: queue it for delivery after progress.
     void finished(operation* op) noexcept;
     /// Cancels an operation from its cancellation slot: tag receives through
@@ -141,6 +143,7 @@ private:
     std::size_t internal_requests_ = 0;
     endpoint_impl* endpoints_ = nullptr;
     std::vector<endpoint_impl*> failed_endpoints_;
+    std::vector<endpoint_impl*> closing_endpoints_;
     std::unordered_map<ucp_ep_h, endpoint_impl*> endpoint_map_;
     std::vector<std::pair<ucp_ep_h, control_message>> control_queue_;
     std::vector<listener_impl*> listeners_;
