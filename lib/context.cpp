@@ -29,6 +29,9 @@ bool shared_memory_selected(const context_options& options,
                             const std::function<const char*(const char*)>& getenv) {
     if (!options.transports.shared_memory)
         return false;
+    const auto& t = options.transports;
+    if (!(t.tcp && t.cma && t.rdma && t.cuda_copy && t.nvlink))
+        return true; // TLS becomes "^..." without shared memory in the list
     for (const char* key : {"TLS", "UCX_TLS"}) {
         if (auto it = options.config.find(key); it != options.config.end())
             return tls_admits_shared_memory(it->second);
@@ -123,7 +126,9 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = static_cast<std::uint64_t>(features_);
-    params.mt_workers_shared = options.multi_threaded ? 1 : 0;
+    // Workers of one context may run on different threads (one worker per
+    // thread is the library's model), which UCX requires to be declared.
+    params.mt_workers_shared = 1;
     if (options.estimated_endpoints != 0) {
         params.field_mask |= UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
         params.estimated_num_eps = options.estimated_endpoints;

@@ -193,7 +193,8 @@ void endpoint_impl::fail_pending(const error_code& ec) noexcept {
     finish_connect(ec);
     // Operations UCX still owns: tell them the reason, cancel the receives;
     // UCX completes the sends when the endpoint is closed.
-    for (operation* op = w.in_flight_ops(); op; op = op->next) {
+    for (operation *op = w.in_flight_ops(), *next = nullptr; op; op = next) {
+        next = op->next; // a cancel may complete op at once, unlinking it
         if (op->endpoint != this || op->library_owned)
             continue;
         if (!op->reason)
@@ -244,6 +245,8 @@ void endpoint_impl::force_close(const error_code& ec) noexcept {
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
     if (UCS_PTR_IS_PTR(r))
         worker_->adopt_close_request(r);
+    // The sends UCX failed just now are delivered by a pass.
+    worker_->request_progress();
 }
 
 void endpoint_impl::detach() noexcept {
@@ -279,33 +282,41 @@ void endpoint_impl::tag_send(operation* op, const void* data, std::size_t size,
     w.submitted(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
 }
 
-void endpoint_impl::send(operation* op, const void* data, std::size_t size) noexcept {
+namespace {
+constexpr ucp_tag_t id_mask = ~ucp_tag_t{0} << 32;
+} // namespace
+
+void endpoint_impl::send(operation* op, const void* data, std::size_t size,
+                         std::uint32_t tag) noexcept {
     if (role_ == role::address || !established_) {
         worker_->start(op);
         op->endpoint = this;
         return worker_->fail(op, error_ ? error_ : make_error_code(errc::not_connected));
     }
-    tag_send(op, data, size, peer_recv_tag_);
+    tag_send(op, data, size, (peer_recv_tag_ & id_mask) | tag);
 }
 
-void endpoint_impl::recv(operation* op, void* data, std::size_t size) noexcept {
+void endpoint_impl::recv(operation* op, void* data, std::size_t size, std::uint32_t tag,
+                         std::uint32_t mask) noexcept {
     worker_impl& w = *worker_;
+    const ucp_tag_t ucx_tag = (local_recv_tag_ & id_mask) | tag;
+    const ucp_tag_t ucx_mask = id_mask | mask;
     // After the peer's goodbye, messages it sent before are still delivered;
     // eof only once none is left.
-    const bool drain = error_ == boost::asio::error::eof && w.native() && has_message_waiting();
+    const bool drain =
+        error_ == boost::asio::error::eof && w.native() && has_message_waiting(ucx_tag, ucx_mask);
     if (role_ == role::address || !established_ || (error_ && !drain)) {
         w.start(op);
         op->endpoint = this;
         return w.fail(op, error_ ? error_ : make_error_code(errc::not_connected));
     }
     op->endpoint = this;
-    w.tag_recv(op, data, size, local_recv_tag_, ~std::uint64_t{0});
+    w.tag_recv(op, data, size, ucx_tag, ucx_mask);
 }
 
-bool endpoint_impl::has_message_waiting() const noexcept {
+bool endpoint_impl::has_message_waiting(ucp_tag_t tag, ucp_tag_t mask) const noexcept {
     ucp_tag_recv_info_t info{};
-    return ucp_tag_probe_nb(worker_->native(), local_recv_tag_, ~std::uint64_t{0}, 0, &info) !=
-           nullptr;
+    return ucp_tag_probe_nb(worker_->native(), tag, mask, 0, &info) != nullptr;
 }
 
 void endpoint_impl::wait_error(operation* op) noexcept {
@@ -326,7 +337,8 @@ void endpoint_impl::close_gracefully(operation* op) noexcept {
         return w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
     // Later operations fail; pending receives and waits end now.
     error_ = boost::asio::error::bad_descriptor;
-    for (operation* p = w.in_flight_ops(); p; p = p->next) {
+    for (operation *p = w.in_flight_ops(), *next = nullptr; p; p = next) {
+        next = p->next; // a cancel may complete p at once, unlinking it
         if (p->endpoint == this && p->cancellable && p->request) {
             p->reason = boost::asio::error::operation_aborted;
             ucp_request_cancel(w.native(), p->request);
@@ -394,14 +406,14 @@ boost::asio::ip::tcp::endpoint to_tcp_endpoint(const sockaddr_storage& ss) noexc
 
 endpoint::endpoint(worker& w, const worker_address& remote) {
     error_code ec;
-    impl_ = std::make_shared<detail::endpoint_impl>(w.impl());
+    impl_ = std::make_shared<detail::endpoint_impl>(detail::checked(w));
     impl_->connect(remote, ec);
     if (ec)
         throw boost::system::system_error(ec, "ucx::endpoint");
 }
 
 endpoint::endpoint(worker& w, const worker_address& remote, error_code& ec)
-    : impl_(std::make_shared<detail::endpoint_impl>(w.impl())) {
+    : impl_(std::make_shared<detail::endpoint_impl>(detail::checked(w))) {
     impl_->connect(remote, ec);
 }
 

@@ -80,8 +80,9 @@ void worker_impl::open() {
                                           "ucx::worker: the context is not open");
     ucp_worker_params_t params{};
     params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    // Serialized: one executor at a time, which may be a strand over threads.
     params.thread_mode =
-        context_->multi_threaded() ? UCS_THREAD_MODE_MULTI : UCS_THREAD_MODE_SINGLE;
+        context_->multi_threaded() ? UCS_THREAD_MODE_MULTI : UCS_THREAD_MODE_SERIALIZED;
     if (ucs_status_t st = ucp_worker_create(context_->native(), &params, &worker_); st != UCS_OK) {
         worker_ = nullptr;
         throw boost::system::system_error(make_error_code(st), "ucp_worker_create");
@@ -365,11 +366,14 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
         ep->handle_failure();
         ++n;
     }
-    operation* head = done_head_;
-    done_head_ = done_tail_ = nullptr;
-    while (head) {
-        operation* op = head;
-        head = op->next;
+    // Deliver what is queued now (not what these handlers queue), one at a
+    // time from the shared queue, so a handler that shuts the worker down
+    // leaves the rest to shutdown(), which frees their UCX requests in time.
+    operation* const last = done_tail_;
+    while (operation* op = done_head_) {
+        done_head_ = op->next;
+        if (!done_head_)
+            done_tail_ = nullptr;
         op->next = nullptr;
         if (op->request) {
             ucp_request_free(op->request);
@@ -378,6 +382,8 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
         ++n;
         ++stats_.completions;
         op->complete(d);
+        if (op == last || (d == operation::delivery::dispatch && (stopping_ || !worker_)))
+            break;
     }
     return n;
 }
@@ -520,7 +526,8 @@ void worker_impl::shutdown() {
 
     // 2. Cancel tag receives; everything still in flight reports operation_aborted.
     std::vector<operation*> library_owned;
-    for (operation* op = in_flight_head_; op; op = op->next) {
+    for (operation *op = in_flight_head_, *next = nullptr; op; op = next) {
+        next = op->next; // a cancel may complete op at once, unlinking it
         op->aborted = true;
         if (op->library_owned)
             library_owned.push_back(op);
@@ -610,6 +617,8 @@ std::size_t worker::pending_operations() const noexcept {
 }
 
 void worker::signal() {
+    if (!impl_)
+        return;
     boost::asio::post(impl_->get_executor(), [weak = std::weak_ptr(impl_)] {
         if (auto self = weak.lock())
             self->request_progress();

@@ -73,8 +73,10 @@ struct context_options {
     std::map<std::string, std::string> config{};
     /// Size hint for the number of endpoints (0: UCX's default).
     std::size_t estimated_endpoints = 0;
-    /// Create the context for multi-threaded workers (`UCS_THREAD_MODE_MULTI`).
-    /// Not needed when each worker is used from one thread, the model of this library.
+    /// Create workers in `UCS_THREAD_MODE_MULTI`. Not needed when each worker
+    /// is used from one executor at a time (a thread or a strand), the model of
+    /// this library (`UCS_THREAD_MODE_SERIALIZED`). Workers of one context may
+    /// always run on different threads.
     bool multi_threaded = false;
 };
 
@@ -105,8 +107,9 @@ public:
     ucp_context_h native_handle() const noexcept;
     /// The features the context was created with.
     feature features() const noexcept;
-    /// The effective value of a UCX configuration setting (name without `UCX_`),
-    /// as UCX itself reads it; `std::nullopt` if UCX does not know the name.
+    /// The effective value of a UCP-level setting (name without `UCX_`, such as
+    /// "TLS" or "NET_DEVICES") as UCX prints it; `std::nullopt` for names that
+    /// are not UCP-level (transport settings like "MM_ERROR_HANDLING" included).
     std::optional<std::string> config_value(const std::string& name) const;
 
     /// The implementation (for library internals).

@@ -12,8 +12,10 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <tuple>
+#include <type_traits>
 
 namespace ucx {
 
@@ -90,28 +92,60 @@ public:
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
 
     /// Sends `data` to this endpoint's peer, where only a receive on the
-    /// matching endpoint (`async_recv`) gets it. Connected endpoints only
-    /// (`errc::not_connected` otherwise).
+    /// matching endpoint (`async_recv`) gets it, tagged with a 32-bit `tag`.
+    /// Connected endpoints only (`errc::not_connected` otherwise).
     /// Completion signature: `void(error_code, std::size_t bytes_sent)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
-    async_send(boost::asio::const_buffer data,
+    async_send(boost::asio::const_buffer data, std::uint32_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
             [](auto handler, std::shared_ptr<detail::endpoint_impl> ep,
-               boost::asio::const_buffer data) {
+               boost::asio::const_buffer data, std::uint32_t tag) {
                 detail::worker_impl& w = *ep->worker();
                 detail::start_operation<detail::bytes_result>(
-                    std::move(handler), w, [ep = std::move(ep), data](detail::operation* op) {
-                        ep->send(op, data.data(), data.size());
+                    std::move(handler), w, [ep = std::move(ep), data, tag](detail::operation* op) {
+                        ep->send(op, data.data(), data.size(), tag);
                     });
             },
-            token, detail::checked(*this), data);
+            token, detail::checked(*this), data, tag);
     }
 
-    /// Receives one message sent by this endpoint's peer with `async_send`.
-    /// A larger message fails with `errc::message_truncated`. Cancellable
-    /// through the handler's cancellation slot. Connected endpoints only.
+    /// As above, with tag 0.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    requires(!std::is_integral_v<std::decay_t<CompletionToken>>) auto async_send(
+        boost::asio::const_buffer data,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return async_send(data, 0, std::forward<CompletionToken>(token));
+    }
+
+    /// Receives one message sent by this endpoint's peer with `async_send`
+    /// whose tag matches (`(sent_tag & mask) == (tag & mask)`; mask 0 takes
+    /// any). A larger message fails with `errc::message_truncated`.
+    /// Cancellable through the handler's cancellation slot. After the peer
+    /// closed gracefully, messages it sent before are still received; then
+    /// `asio::error::eof`. Connected endpoints only.
+    /// Completion signature:
+    /// `void(error_code, std::size_t bytes_received, std::uint32_t sent_tag)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_recv(boost::asio::mutable_buffer data, std::uint32_t tag, std::uint32_t mask,
+               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken,
+                                           void(error_code, std::size_t, std::uint32_t)>(
+            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep,
+               boost::asio::mutable_buffer data, std::uint32_t tag, std::uint32_t mask) {
+                detail::worker_impl& w = *ep->worker();
+                detail::start_operation<detail::endpoint_recv_result>(
+                    std::move(handler), w,
+                    [ep = std::move(ep), data, tag, mask](detail::operation* op) {
+                        ep->recv(op, data.data(), data.size(), tag, mask);
+                    });
+            },
+            token, detail::checked(*this), data, tag, mask);
+    }
+
+    /// Receives one message of this endpoint's peer, whatever its tag.
     /// Completion signature: `void(error_code, std::size_t bytes_received)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
@@ -123,7 +157,7 @@ public:
                 detail::worker_impl& w = *ep->worker();
                 detail::start_operation<detail::bytes_result>(
                     std::move(handler), w, [ep = std::move(ep), data](detail::operation* op) {
-                        ep->recv(op, data.data(), data.size());
+                        ep->recv(op, data.data(), data.size(), 0, 0);
                     });
             },
             token, detail::checked(*this), data);

@@ -406,3 +406,82 @@ TEST(tag_threads, initiation_from_another_thread) {
 }
 
 } // namespace
+
+namespace {
+
+using namespace ucx_test;
+
+class shutdown_paths : public testing::TestWithParam<transport> {
+protected:
+    asio::io_context io;
+    ucx::context ctx{options_for(GetParam())};
+};
+
+TEST_P(shutdown_paths, closing_a_worker_cancels_every_pending_receive_at_once) {
+    auto opts = strict_worker_options(ucx::progress_mode::event);
+    opts.shutdown_timeout = std::chrono::seconds(30);
+    ucx::worker w(ctx, io, opts);
+    std::vector<std::vector<char>> bufs(5, std::vector<char>(8));
+    int aborted = 0;
+    for (auto& b : bufs)
+        ucx::async_tag_recv(w, asio::buffer(b), 1, ucx::tag_mask_full,
+                            [&](ucx::error_code ec, std::size_t, ucx::tag_t) {
+                                aborted += ec == asio::error::operation_aborted;
+                            });
+    run_until(
+        io, [] { return false; }, std::chrono::milliseconds(10));
+    const auto t0 = std::chrono::steady_clock::now();
+    w.close();
+    // Not a timing assertion: a shutdown that waits for its timeout takes 30 s.
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+    ASSERT_TRUE(run_until(io, [&] { return aborted == 5; }));
+}
+
+TEST_P(shutdown_paths, closing_the_worker_inside_a_handler_of_a_batch) {
+    ucx::worker a(ctx, io, strict_worker_options(ucx::progress_mode::event));
+    ucx::worker b(ctx, io, strict_worker_options(ucx::progress_mode::event));
+    ucx::endpoint ep(a, b.address());
+    char m1 = 1, m2 = 2, in1 = 0, in2 = 0;
+    int sent = 0;
+    ucx::async_tag_send(ep, asio::buffer(&m1, 1), 1, [&](ucx::error_code, std::size_t) { ++sent; });
+    ucx::async_tag_send(ep, asio::buffer(&m2, 1), 2, [&](ucx::error_code, std::size_t) { ++sent; });
+    ASSERT_TRUE(run_until(io, [&] { return sent == 2; }));
+    run_until(
+        io, [] { return false; }, std::chrono::milliseconds(20));
+    // Both receives now match at once and complete in the same batch.
+    std::optional<ucx::error_code> r1, r2;
+    ucx::async_tag_recv(b, asio::buffer(&in1, 1), 1, ucx::tag_mask_full,
+                        [&](ucx::error_code ec, std::size_t, ucx::tag_t) {
+                            r1 = ec;
+                            b.close();
+                        });
+    ucx::async_tag_recv(b, asio::buffer(&in2, 1), 2, ucx::tag_mask_full,
+                        [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r2 = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return r1 && r2; }));
+    EXPECT_FALSE(*r1);
+    EXPECT_EQ(in1, 1);
+    EXPECT_TRUE(!*r2 || *r2 == asio::error::operation_aborted) << r2->message();
+}
+
+TEST_P(shutdown_paths, force_close_delivers_a_send_in_flight_without_the_timer) {
+    ucx::worker a(ctx, io, strict_worker_options(ucx::progress_mode::event));
+    ucx::worker b(ctx, io, strict_worker_options(ucx::progress_mode::event));
+    ucx::endpoint ep(a, b.address());
+    auto big = pattern(16 << 20, 1); // rendezvous: in flight until b receives
+    std::optional<ucx::error_code> s;
+    ucx::async_tag_send(ep, asio::buffer(big), 1, [&](ucx::error_code ec, std::size_t) { s = ec; });
+    run_until(
+        io, [] { return false; }, std::chrono::milliseconds(50));
+    if (s.has_value())
+        GTEST_SKIP() << "the send completed before the close (eager path on this transport)";
+    ep.close();
+    ASSERT_TRUE(run_until(
+        io, [&] { return s.has_value(); }, std::chrono::seconds(10)));
+    EXPECT_EQ(*s, asio::error::operation_aborted);
+}
+
+INSTANTIATE_TEST_SUITE_P(all, shutdown_paths,
+                         testing::Values(transport::tcp, transport::shared_memory),
+                         [](const auto& info) { return to_string(info.param); });
+
+} // namespace

@@ -45,8 +45,11 @@ public:
 
     // Operations (owner thread).
     void tag_send(operation* op, const void* data, std::size_t size, ucp_tag_t tag) noexcept;
-    void send(operation* op, const void* data, std::size_t size) noexcept;
-    void recv(operation* op, void* data, std::size_t size) noexcept;
+    /// Per-endpoint messaging: the UCX tag is the receiving endpoint's random
+    /// 32-bit id (high half) and the user's 32-bit tag (low half).
+    void send(operation* op, const void* data, std::size_t size, std::uint32_t tag) noexcept;
+    void recv(operation* op, void* data, std::size_t size, std::uint32_t tag,
+              std::uint32_t mask) noexcept;
     void wait_error(operation* op) noexcept;
     void close_gracefully(operation* op) noexcept;
 
@@ -89,7 +92,7 @@ private:
     /// Operations still in flight forget this endpoint (it goes away).
     void orphan_operations() noexcept;
     /// Whether a message for this endpoint waits in UCX's unexpected queue.
-    bool has_message_waiting() const noexcept;
+    bool has_message_waiting(ucp_tag_t tag, ucp_tag_t mask) const noexcept;
 
     std::shared_ptr<worker_impl> worker_;
     ucp_ep_h ep_ = nullptr;

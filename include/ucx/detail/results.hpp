@@ -5,6 +5,7 @@
 #include <ucx/tag_type.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <tuple>
 
 namespace ucx::detail {
@@ -19,6 +20,13 @@ struct tag_recv_result {
     static auto extract(const error_code& ec, const operation& op) {
         return std::tuple<error_code, std::size_t, tag_t>(ec, ec ? 0 : op.bytes,
                                                           ec ? 0 : op.sender_tag);
+    }
+};
+
+struct endpoint_recv_result {
+    static auto extract(const error_code& ec, const operation& op) {
+        return std::tuple<error_code, std::size_t, std::uint32_t>(
+            ec, ec ? 0 : op.bytes, ec ? 0 : static_cast<std::uint32_t>(op.sender_tag));
     }
 };
 
