@@ -29,13 +29,13 @@ bool shared_memory_selected(const context_options& options,
                             const std::function<const char*(const char*)>& getenv) {
     if (!options.transports.shared_memory)
         return false;
-    const auto& t = options.transports;
-    if (!(t.tcp && t.cma && t.rdma && t.cuda_copy && t.nvlink))
-        return true; // TLS becomes "^..." without shared memory in the list
     for (const char* key : {"TLS", "UCX_TLS"}) {
         if (auto it = options.config.find(key); it != options.config.end())
             return tls_admits_shared_memory(it->second);
     }
+    const auto& t = options.transports;
+    if (!(t.tcp && t.cma && t.rdma && t.cuda_copy && t.nvlink))
+        return true; // TLS becomes "^..." without shared memory in the list
     const char* tls = getenv("UCX_TLS");
     return tls == nullptr || tls_admits_shared_memory(tls);
 }

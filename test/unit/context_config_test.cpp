@@ -251,3 +251,13 @@ TEST(ConfigSettings, NegatedTlsListsDecideAboutSharedMemory) {
     o.config["TLS"] = "^sm";
     EXPECT_FALSE(value_of(env.run(o), "MM_ERROR_HANDLING").has_value());
 }
+
+TEST(ConfigSettings, TransportSwitchesOverrideTheEnvironmentsTlsList) {
+    fake_env env;
+    env.vars["UCX_TLS"] = "tcp";
+    ucx::context_options o;
+    o.transports.tcp = false; // TLS becomes "^tcp": shared memory is in
+    const auto s = env.run(o);
+    EXPECT_EQ(value_of(s, "TLS"), "^tcp");
+    EXPECT_EQ(value_of(s, "MM_ERROR_HANDLING"), "y");
+}
