@@ -109,6 +109,9 @@ void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* li
 }
 
 void endpoint_impl::on_control(const control_message& m) noexcept {
+    // Completing an operation may drop the last owner of this endpoint
+    // (a connect or close owns it); stay alive until done. Null in the destructor.
+    const auto keep_alive = weak_from_this().lock();
     switch (m.type) {
     case control_type::hello:
         if (role_ != role::server || established_)
@@ -176,6 +179,9 @@ void endpoint_impl::error_callback(void* arg, ucp_ep_h, ucs_status_t status) noe
 }
 
 void endpoint_impl::handle_failure() noexcept {
+    // Completing an operation may drop the last owner of this endpoint
+    // (a connect or close owns it); stay alive until done. Null in the destructor.
+    const auto keep_alive = weak_from_this().lock();
     log::write(log::severity::info,
                std::string("endpoint failed: ") + ucs_status_string(failure_status));
     const error_code ec = error_ ? error_ : make_error_code(failure_status);
@@ -189,6 +195,9 @@ void endpoint_impl::handle_failure() noexcept {
 }
 
 void endpoint_impl::fail_pending(const error_code& ec) noexcept {
+    // Completing an operation may drop the last owner of this endpoint
+    // (a connect or close owns it); stay alive until done. Null in the destructor.
+    const auto keep_alive = weak_from_this().lock();
     worker_impl& w = *worker_;
     finish_connect(ec);
     // Operations UCX still owns: tell them the reason, cancel the receives;
@@ -216,6 +225,9 @@ void endpoint_impl::unmap() noexcept {
 }
 
 void endpoint_impl::force_close(const error_code& ec) noexcept {
+    // Completing an operation may drop the last owner of this endpoint
+    // (a connect or close owns it); stay alive until done. Null in the destructor.
+    const auto keep_alive = weak_from_this().lock();
     const bool local_close = ec == boost::asio::error::operation_aborted;
     if (operation* op = close_op_) {
         // A graceful close under way: aborted by a local force close; done
@@ -250,6 +262,9 @@ void endpoint_impl::force_close(const error_code& ec) noexcept {
 }
 
 void endpoint_impl::detach() noexcept {
+    // Completing an operation may drop the last owner of this endpoint
+    // (a connect or close owns it); stay alive until done. Null in the destructor.
+    const auto keep_alive = weak_from_this().lock();
     force_close(boost::asio::error::operation_aborted);
     orphan_operations();
     if (listener_) {
@@ -358,6 +373,9 @@ void endpoint_impl::close_gracefully(operation* op) noexcept {
 }
 
 void endpoint_impl::finish_close() noexcept {
+    // Completing an operation may drop the last owner of this endpoint
+    // (a connect or close owns it); stay alive until done. Null in the destructor.
+    const auto keep_alive = weak_from_this().lock();
     operation* op = close_op_;
     if (!op || !ep_)
         return;

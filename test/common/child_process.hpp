@@ -65,6 +65,7 @@ public:
         fflush(to_child_);
     }
     void kill_now() { kill(pid_, SIGKILL); }
+    pid_t pid() const noexcept { return pid_; }
     /// Waits for the child; returns its exit status (128 + signal if killed).
     int wait() {
         if (pid_ <= 0)

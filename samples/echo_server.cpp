@@ -1,0 +1,153 @@
+// echo_server: accepts any number of clients over UCX and echoes every message
+// back to its sender, with the same tag and length. Written with callbacks.
+//
+//   echo_server [--address 127.0.0.1] [--port 0] [--progress event|poll|hybrid]
+//               [--max-size BYTES] [--quiet]
+//
+// Prints "listening on ADDRESS:PORT" once ready; SIGINT/SIGTERM stop it.
+#include <ucx/asio.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+
+namespace {
+
+// One connected client: receive, echo, repeat until the client goes away.
+class session : public std::enable_shared_from_this<session> {
+public:
+    session(ucx::endpoint ep, std::size_t max_size, std::size_t id, bool quiet)
+        : ep_(std::move(ep)), buffer_(max_size), id_(id), quiet_(quiet) {}
+
+    void start() {
+        if (!quiet_) {
+            std::printf("client %zu connected from %s\n", id_,
+                        ep_.remote_endpoint().address().to_string().c_str());
+            std::fflush(stdout);
+        }
+        receive();
+    }
+
+private:
+    void receive() {
+        ep_.async_recv(
+            asio::buffer(buffer_), 0, 0,
+            [self = shared_from_this()](ucx::error_code ec, std::size_t n, std::uint32_t tag) {
+                if (ec)
+                    return self->finish(ec);
+                self->echo(n, tag);
+            });
+    }
+
+    void echo(std::size_t n, std::uint32_t tag) {
+        ep_.async_send(asio::buffer(buffer_.data(), n), tag,
+                       [self = shared_from_this()](ucx::error_code ec, std::size_t) {
+                           if (ec)
+                               return self->finish(ec);
+                           ++self->echoed_;
+                           self->receive();
+                       });
+    }
+
+    void finish(const ucx::error_code& ec) {
+        if (quiet_)
+            return;
+        if (ec == asio::error::eof)
+            std::printf("client %zu closed after %zu messages\n", id_, echoed_);
+        else
+            std::printf("client %zu failed after %zu messages: %s\n", id_, echoed_,
+                        ec.message().c_str());
+        std::fflush(stdout);
+    }
+
+    ucx::endpoint ep_;
+    std::vector<char> buffer_;
+    std::size_t id_;
+    std::size_t echoed_ = 0;
+    bool quiet_;
+};
+
+class server {
+public:
+    server(ucx::worker& w, const asio::ip::tcp::endpoint& bind, std::size_t max_size, bool quiet)
+        : listener_(w, bind), max_size_(max_size), quiet_(quiet) {}
+
+    void accept() {
+        listener_.async_accept([this](ucx::error_code ec, ucx::endpoint ep) {
+            if (ec == asio::error::operation_aborted)
+                return;
+            if (!ec)
+                std::make_shared<session>(std::move(ep), max_size_, ++clients_, quiet_)->start();
+            accept();
+        });
+    }
+
+    ucx::listener& listener() { return listener_; }
+
+private:
+    ucx::listener listener_;
+    std::size_t max_size_;
+    std::size_t clients_ = 0;
+    bool quiet_;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string address = "127.0.0.1";
+    unsigned short port = 0;
+    std::size_t max_size = (16u << 20) + 64;
+    ucx::worker_options options;
+    bool quiet = false;
+    for (int i = 1; i < argc; i += 2) {
+        const std::string arg = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
+        if (arg == "--quiet") {
+            quiet = true;
+            --i;
+        } else if (arg == "--address")
+            address = value;
+        else if (arg == "--port")
+            port = static_cast<unsigned short>(std::stoul(value));
+        else if (arg == "--max-size")
+            max_size = std::stoull(value);
+        else if (arg == "--progress" && ucx::parse_progress_mode(value))
+            options.mode = *ucx::parse_progress_mode(value);
+        else {
+            std::fprintf(stderr,
+                         "usage: %s [--address A] [--port P] [--progress MODE] "
+                         "[--max-size BYTES]\n",
+                         argv[0]);
+            return 2;
+        }
+    }
+    try {
+        asio::io_context io;
+        ucx::context ctx;
+        ucx::worker worker(ctx, io, options);
+        server s(worker, asio::ip::tcp::endpoint(asio::ip::make_address(address), port), max_size,
+                 quiet);
+        s.accept();
+        asio::signal_set signals(io, SIGINT, SIGTERM);
+        signals.async_wait([&](ucx::error_code, int) {
+            s.listener().close();
+            worker.close();
+        });
+        const auto local = s.listener().local_endpoint();
+        std::printf("listening on %s:%u (progress %s)\n", local.address().to_string().c_str(),
+                    local.port(), std::string(ucx::to_string(options.mode)).c_str());
+        std::fflush(stdout);
+        io.run();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "echo_server: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
