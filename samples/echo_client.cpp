@@ -3,14 +3,17 @@
 // C++20 coroutines.
 //
 //   echo_client --port P [--host 127.0.0.1] [--count 1000] [--size 8]
-//               [--progress event|poll|hybrid] [--no-close]
+//               [--progress event|poll|hybrid] [--no-close] [--hold-ms MS]
 //
 // --no-close leaves without the goodbye (the server then sees a failure, not eof).
+// --hold-ms keeps the connection open and idle that long before closing.
 #include <ucx/asio.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -30,6 +33,7 @@ struct settings {
     std::size_t count = 1000;
     std::size_t size = 8;
     bool close = true;
+    std::chrono::milliseconds hold{0};
 };
 
 // Content that differs per message, so a stale or misrouted echo is caught.
@@ -58,6 +62,12 @@ asio::awaitable<int> run(ucx::worker& worker, const settings& s) {
         }
     }
     const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    if (s.hold.count() > 0) {
+        std::printf("holding\n");
+        std::fflush(stdout);
+        asio::steady_timer timer(co_await asio::this_coro::executor, s.hold);
+        co_await timer.async_wait(asio::use_awaitable);
+    }
     if (s.close)
         co_await ep.async_close(asio::use_awaitable);
     std::sort(rtt_us.begin(), rtt_us.end());
@@ -94,6 +104,8 @@ int main(int argc, char** argv) {
             s.count = std::stoull(value);
         else if (arg == "--size")
             s.size = std::stoull(value);
+        else if (arg == "--hold-ms")
+            s.hold = std::chrono::milliseconds(std::stoll(value));
         else if (arg == "--progress" && ucx::parse_progress_mode(value))
             options.mode = *ucx::parse_progress_mode(value);
         else {

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstddef>
 #include <cstdio>
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdexcept>
 #include <string>
@@ -64,6 +65,16 @@ public:
         fputs((s + "\n").c_str(), to_child_);
         fflush(to_child_);
     }
+    /// Whether the child's output so far contains `text`; never blocks. Do not
+    /// mix with read_line() on the same child.
+    bool output_contains(const std::string& text) {
+        const int fd = fileno(from_child_);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        char buf[4096];
+        for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;)
+            output_.append(buf, static_cast<std::size_t>(n));
+        return output_.find(text) != std::string::npos;
+    }
     void kill_now() { kill(pid_, SIGKILL); }
     pid_t pid() const noexcept { return pid_; }
     /// Waits for the child; returns its exit status (128 + signal if killed).
@@ -82,6 +93,7 @@ private:
     int status_ = -1;
     FILE* to_child_ = nullptr;
     FILE* from_child_ = nullptr;
+    std::string output_;
 };
 
 /// Hex encoding of bytes, for passing addresses through pipes.

@@ -134,13 +134,13 @@ public:
             } catch (const boost::system::system_error& e) {
                 std::tuple<ucx::error_code, Args...> t{};
                 std::get<0>(t) = e.code();
-                state_->value = t;
+                state_->value = std::move(t);
             }
             future_.reset();
         }
         return state_->value.has_value();
     }
-    const std::tuple<ucx::error_code, Args...>& get() const { return *state_->value; }
+    std::tuple<ucx::error_code, Args...>& get() { return *state_->value; }
 
     struct state {
         std::optional<std::tuple<ucx::error_code, Args...>> value;
@@ -170,7 +170,7 @@ pending<Args...> start(style s, asio::io_context& io, Init init) {
     auto st = p.state_;
     switch (s) {
     case style::callback:
-        init([st](ucx::error_code ec, Args... args) { st->value.emplace(ec, args...); });
+        init([st](ucx::error_code ec, Args... args) { st->value.emplace(ec, std::move(args)...); });
         break;
     case style::future:
         p.future_.emplace(init(asio::use_future));
@@ -180,13 +180,14 @@ pending<Args...> start(style s, asio::io_context& io, Init init) {
             io,
             [st, init]() -> asio::awaitable<void> {
                 auto r = co_await init(asio::as_tuple(asio::use_awaitable));
-                st->value = r;
+                st->value = std::move(r);
             },
             asio::detached);
         break;
     case style::deferred: {
         auto op = init(asio::deferred);
-        std::move(op)([st](ucx::error_code ec, Args... args) { st->value.emplace(ec, args...); });
+        std::move(op)(
+            [st](ucx::error_code ec, Args... args) { st->value.emplace(ec, std::move(args)...); });
         break;
     }
     }

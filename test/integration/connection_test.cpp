@@ -77,6 +77,28 @@ TEST_P(connection, connect_accept_and_exchange_both_ways) {
     }
 }
 
+TEST_P(connection, accept_and_connect_with_every_completion_style) {
+    const std::string port = std::to_string(server.local_endpoint().port());
+    std::uint32_t seed = 50;
+    for (style st : all_styles()) {
+        SCOPED_TRACE(to_string(st));
+        auto accepted = start<ucx::endpoint>(st, io, [&](auto&& token) {
+            return server.async_accept(std::forward<decltype(token)>(token));
+        });
+        auto connected = start<ucx::endpoint>(st, io, [&](auto&& token) {
+            return ucx::async_connect(client_worker, "127.0.0.1", port,
+                                      std::forward<decltype(token)>(token));
+        });
+        ASSERT_TRUE(run_until(io, [&] { return accepted.ready() && connected.ready(); }));
+        auto& [aec, a] = accepted.get();
+        auto& [cec, c] = connected.get();
+        ASSERT_FALSE(aec) << aec.message();
+        ASSERT_FALSE(cec) << cec.message();
+        exchange(c, a, 128, seed++);
+        exchange(a, c, 128, seed++);
+    }
+}
+
 TEST_P(connection, two_clients_never_see_each_others_messages) {
     ucx::worker second_worker(ctx, io, strict_worker_options(ucx::progress_mode::event));
     auto [c1, s1] = connect_pair();
