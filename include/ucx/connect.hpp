@@ -36,25 +36,20 @@ template <class CompletionToken = boost::asio::default_completion_token_t<worker
 auto async_connect(
     worker& w, std::string host, std::string service,
     CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, endpoint)>(
-        [](auto handler, std::shared_ptr<detail::worker_impl> w, std::string host,
-           std::string service) {
-            detail::worker_impl& owner = *w;
-            detail::start_operation<detail::endpoint_result>(
-                std::move(handler), owner,
-                [w = std::move(w), host = std::move(host),
-                 service = std::move(service)](detail::operation* op) {
-                    auto resolver =
-                        std::make_shared<boost::asio::ip::tcp::resolver>(w->get_executor());
-                    resolver->async_resolve(
-                        host, service,
-                        [w, op, resolver](const error_code& ec,
-                                          boost::asio::ip::tcp::resolver::results_type results) {
-                            detail::connect_resolved(w, op, ec, results);
-                        });
+    const auto& impl = detail::checked(w);
+    return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
+        impl, *impl, std::forward<CompletionToken>(token),
+        [host = std::move(host), service = std::move(service)](detail::worker_impl& w,
+                                                               detail::operation* op) {
+            auto self = w.shared_from_this();
+            auto resolver = std::make_shared<boost::asio::ip::tcp::resolver>(w.get_executor());
+            resolver->async_resolve(
+                host, service,
+                [self, op, resolver](const error_code& ec,
+                                     boost::asio::ip::tcp::resolver::results_type results) {
+                    detail::connect_resolved(self, op, ec, results);
                 });
-        },
-        token, detail::checked(w), std::move(host), std::move(service));
+        });
 }
 
 /// Connects `w` to a `ucx::listener` at `to`; as above, without name resolution.
@@ -62,16 +57,12 @@ template <class CompletionToken = boost::asio::default_completion_token_t<worker
 auto async_connect(
     worker& w, const boost::asio::ip::tcp::endpoint& to,
     CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, endpoint)>(
-        [](auto handler, std::shared_ptr<detail::worker_impl> w,
-           boost::asio::ip::tcp::endpoint to) {
-            detail::worker_impl& owner = *w;
-            detail::start_operation<detail::endpoint_result>(
-                std::move(handler), owner, [w = std::move(w), to](detail::operation* op) {
-                    detail::connect_to_endpoint(w, op, to);
-                });
-        },
-        token, detail::checked(w), to);
+    const auto& impl = detail::checked(w);
+    return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
+        impl, *impl, std::forward<CompletionToken>(token),
+        [to](detail::worker_impl& w, detail::operation* op) {
+            detail::connect_to_endpoint(w.shared_from_this(), op, to);
+        });
 }
 
 /// The IPv4 address of network interface `ifname` (for example "lo" or

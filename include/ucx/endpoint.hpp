@@ -99,16 +99,11 @@ public:
     auto
     async_send(boost::asio::const_buffer data, std::uint32_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
-            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep,
-               boost::asio::const_buffer data, std::uint32_t tag) {
-                detail::worker_impl& w = *ep->worker();
-                detail::start_operation<detail::bytes_result>(
-                    std::move(handler), w, [ep = std::move(ep), data, tag](detail::operation* op) {
-                        ep->send(op, data.data(), data.size(), tag);
-                    });
-            },
-            token, detail::checked(*this), data, tag);
+        return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
+            [data, tag](detail::endpoint_impl& ep, detail::operation* op) {
+                ep.send(op, data.data(), data.size(), tag);
+            });
     }
 
     /// As above, with tag 0.
@@ -131,18 +126,12 @@ public:
     auto
     async_recv(boost::asio::mutable_buffer data, std::uint32_t tag, std::uint32_t mask,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return boost::asio::async_initiate<CompletionToken,
-                                           void(error_code, std::size_t, std::uint32_t)>(
-            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep,
-               boost::asio::mutable_buffer data, std::uint32_t tag, std::uint32_t mask) {
-                detail::worker_impl& w = *ep->worker();
-                detail::start_operation<detail::endpoint_recv_result>(
-                    std::move(handler), w,
-                    [ep = std::move(ep), data, tag, mask](detail::operation* op) {
-                        ep->recv(op, data.data(), data.size(), tag, mask);
-                    });
-            },
-            token, detail::checked(*this), data, tag, mask);
+        return detail::initiate<void(error_code, std::size_t, std::uint32_t),
+                                detail::endpoint_recv_result>(
+            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
+            [data, tag, mask](detail::endpoint_impl& ep, detail::operation* op) {
+                ep.recv(op, data.data(), data.size(), tag, mask);
+            });
     }
 
     /// Receives one message of this endpoint's peer, whatever its tag.
@@ -151,16 +140,11 @@ public:
     auto
     async_recv(boost::asio::mutable_buffer data,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
-            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep,
-               boost::asio::mutable_buffer data) {
-                detail::worker_impl& w = *ep->worker();
-                detail::start_operation<detail::bytes_result>(
-                    std::move(handler), w, [ep = std::move(ep), data](detail::operation* op) {
-                        ep->recv(op, data.data(), data.size(), 0, 0);
-                    });
-            },
-            token, detail::checked(*this), data);
+        return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
+            [data](detail::endpoint_impl& ep, detail::operation* op) {
+                ep.recv(op, data.data(), data.size(), 0, 0);
+            });
     }
 
     /// Waits until the endpoint stops being usable, and says why: the peer
@@ -172,14 +156,9 @@ public:
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_wait_error(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
-            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep) {
-                detail::worker_impl& w = *ep->worker();
-                detail::start_operation<detail::error_result>(
-                    std::move(handler), w,
-                    [ep = std::move(ep)](detail::operation* op) { ep->wait_error(op); });
-            },
-            token, detail::checked(*this));
+        return detail::initiate<void(error_code), detail::error_result>(
+            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
+            [](detail::endpoint_impl& ep, detail::operation* op) { ep.wait_error(op); });
     }
 
     /// Closes gracefully: tells the peer (which sees `asio::error::eof`),
@@ -189,14 +168,9 @@ public:
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_close(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
-            [](auto handler, std::shared_ptr<detail::endpoint_impl> ep) {
-                detail::worker_impl& w = *ep->worker();
-                detail::start_operation<detail::error_result>(
-                    std::move(handler), w,
-                    [ep = std::move(ep)](detail::operation* op) { ep->close_gracefully(op); });
-            },
-            token, detail::checked(*this));
+        return detail::initiate<void(error_code), detail::error_result>(
+            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
+            [](detail::endpoint_impl& ep, detail::operation* op) { ep.close_gracefully(op); });
     }
 
     /// The UCP handle (null when not open).

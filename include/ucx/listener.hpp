@@ -70,14 +70,9 @@ public:
         if (!impl_)
             throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                               "ucx::listener::async_accept");
-        return boost::asio::async_initiate<CompletionToken, void(error_code, endpoint)>(
-            [](auto handler, std::shared_ptr<detail::listener_impl> l) {
-                detail::worker_impl& w = *l->worker();
-                detail::start_operation<detail::endpoint_result>(
-                    std::move(handler), w,
-                    [l = std::move(l)](detail::operation* op) { l->accept(op); });
-            },
-            token, impl_);
+        return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
+            impl_, *impl_->worker(), std::forward<CompletionToken>(token),
+            [](detail::listener_impl& l, detail::operation* op) { l.accept(op); });
     }
 
     /// The implementation (for library internals).

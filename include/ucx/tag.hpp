@@ -20,34 +20,6 @@
 
 namespace ucx {
 
-namespace detail {
-
-struct initiate_tag_send {
-    template <class Handler>
-    void operator()(Handler&& handler, std::shared_ptr<endpoint_impl> ep,
-                    boost::asio::const_buffer data, tag_t tag) const {
-        worker_impl& w = *ep->worker();
-        start_operation<bytes_result>(std::move(handler), w,
-                                      [ep = std::move(ep), data, tag](operation* op) {
-                                          ep->tag_send(op, data.data(), data.size(), tag);
-                                      });
-    }
-};
-
-struct initiate_tag_recv {
-    template <class Handler>
-    void operator()(Handler&& handler, std::shared_ptr<worker_impl> w,
-                    boost::asio::mutable_buffer data, tag_t tag, tag_t mask) const {
-        worker_impl& owner = *w;
-        start_operation<tag_recv_result>(std::move(handler), owner,
-                                         [w = std::move(w), data, tag, mask](operation* op) {
-                                             w->tag_recv(op, data.data(), data.size(), tag, mask);
-                                         });
-    }
-};
-
-} // namespace detail
-
 /// Sends `data` to the peer of `ep`, tagged `tag`.
 ///
 /// Completion signature: `void(error_code ec, std::size_t bytes_sent)`.
@@ -66,8 +38,12 @@ template <class CompletionToken = boost::asio::default_completion_token_t<endpoi
 auto async_tag_send(
     endpoint& ep, boost::asio::const_buffer data, tag_t tag,
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
-        detail::initiate_tag_send{}, token, detail::checked(ep), data, tag);
+    const auto& impl = detail::checked(ep);
+    return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+        impl, *impl->worker(), std::forward<CompletionToken>(token),
+        [data, tag](detail::endpoint_impl& ep, detail::operation* op) {
+            ep.tag_send(op, data.data(), data.size(), tag);
+        });
 }
 
 /// Receives one message whose tag matches `tag` under `mask`
@@ -89,8 +65,12 @@ template <class CompletionToken = boost::asio::default_completion_token_t<worker
 auto async_tag_recv(
     worker& w, boost::asio::mutable_buffer data, tag_t tag, tag_t mask,
     CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
-    return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t, tag_t)>(
-        detail::initiate_tag_recv{}, token, detail::checked(w), data, tag, mask);
+    const auto& impl = detail::checked(w);
+    return detail::initiate<void(error_code, std::size_t, tag_t), detail::tag_recv_result>(
+        impl, *impl, std::forward<CompletionToken>(token),
+        [data, tag, mask](detail::worker_impl& w, detail::operation* op) {
+            w.tag_recv(op, data.data(), data.size(), tag, mask);
+        });
 }
 
 } // namespace ucx

@@ -185,4 +185,19 @@ void start_operation(Handler&& handler, worker_impl& w, Submit&& submit) {
     w.run_on_owner([op, submit = std::forward<Submit>(submit)]() mutable { submit(op); });
 }
 
+/// async_initiate for an operation of the object `target` (an endpoint,
+/// worker or listener implementation): `submit(target, op)` runs on the
+/// worker's executor. `target` stays alive until then.
+template <class Signature, class Result, class Target, class CompletionToken, class Submit>
+auto initiate(std::shared_ptr<Target> target, worker_impl& w, CompletionToken&& token,
+              Submit submit) {
+    return boost::asio::async_initiate<CompletionToken, Signature>(
+        [](auto handler, std::shared_ptr<Target> target, worker_impl* w, Submit submit) {
+            start_operation<Result>(
+                std::move(handler), *w,
+                [target = std::move(target), submit](operation* op) { submit(*target, op); });
+        },
+        token, std::move(target), &w, std::move(submit));
+}
+
 } // namespace ucx::detail
