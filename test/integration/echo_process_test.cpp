@@ -339,9 +339,16 @@ TEST(connection_cycles, thousand_connect_echo_close_cycles) {
                 rss_client, rss_client_end);
     EXPECT_LE(fds_server_end, fds_server + 4);
     EXPECT_LE(fds_client_end, fds_client + 4);
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer keeps freed memory in quarantine (up to 256 MiB): RSS
+    // says nothing there; the plain build checks it.
+    (void)rss_server_end;
+    (void)rss_client_end;
+#else
     // 900 more connections: a leak of even 8 KiB each would show as 7 MiB.
     EXPECT_LE(rss_server_end, rss_server + 4096);
     EXPECT_LE(rss_client_end, rss_client + 4096);
+#endif
 }
 
 } // namespace
