@@ -40,7 +40,7 @@ for tls in "sm,self" "tcp,self"; do
     sleep 1
     printf '%-9s %6s B  ' "$tls" "$size"
     UCX_TLS=$tls ucx_perftest 127.0.0.1 -t tag_lat -p 13377 -n "$count" -s "$size" 2>/dev/null |
-      awk '/Final:/ {print "typical one-way latency " $5 " us (" $6 " us average)"}'
+      awk '/Final:/ {print "one-way latency median " $3 " us, average " $4 " us"}'
     wait "$pid" 2>/dev/null || true
   done
 done
