@@ -348,8 +348,15 @@ void endpoint_impl::wait_error(operation* op) noexcept {
 void endpoint_impl::close_gracefully(operation* op) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
-    if (!ep_ || error_ || close_op_)
-        return w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
+    if (close_op_)
+        return w.fail(op, boost::asio::error::already_started);
+    if (error_ == boost::asio::error::bad_descriptor)
+        return w.fail(op, error_); // closed here already
+    if (!ep_) {
+        // The peer failed and UCX's endpoint is gone: nothing left to close.
+        op->status = UCS_OK;
+        return w.fail(op, error_code());
+    }
     // Later operations fail; pending receives and waits end now.
     error_ = boost::asio::error::bad_descriptor;
     for (operation *p = w.in_flight_ops(), *next = nullptr; p; p = next) {
@@ -443,7 +450,7 @@ endpoint& endpoint::operator=(endpoint&& other) noexcept {
 endpoint::~endpoint() = default;
 
 endpoint::executor_type endpoint::get_executor() const noexcept {
-    return impl_->worker()->get_executor();
+    return impl_ ? impl_->worker()->get_executor() : executor_type();
 }
 
 bool endpoint::is_open() const noexcept {

@@ -194,7 +194,7 @@ listener::~listener() {
 }
 
 listener::executor_type listener::get_executor() const noexcept {
-    return impl_->worker()->get_executor();
+    return impl_ ? impl_->worker()->get_executor() : executor_type();
 }
 
 boost::asio::ip::tcp::endpoint listener::local_endpoint(error_code& ec) const {

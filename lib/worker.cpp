@@ -588,7 +588,7 @@ worker::~worker() {
 }
 
 worker::executor_type worker::get_executor() const noexcept {
-    return impl_->get_executor();
+    return impl_ ? impl_->get_executor() : executor_type();
 }
 
 worker_address worker::address() const {

@@ -84,6 +84,17 @@ asio::awaitable<int> run(ucx::worker& worker, const settings& s) {
     co_return 0;
 }
 
+// A non-negative number, or 0 for anything that is not one.
+std::size_t number(const std::string& s) {
+    std::size_t v = 0;
+    for (char c : s) {
+        if (c < '0' || c > '9')
+            return 0;
+        v = v * 10 + static_cast<std::size_t>(c - '0');
+    }
+    return v;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -101,17 +112,17 @@ int main(int argc, char** argv) {
         else if (arg == "--port")
             s.port = value;
         else if (arg == "--count")
-            s.count = std::stoull(value);
+            s.count = number(value);
         else if (arg == "--size")
-            s.size = std::stoull(value);
+            s.size = number(value);
         else if (arg == "--hold-ms")
-            s.hold = std::chrono::milliseconds(std::stoll(value));
+            s.hold = std::chrono::milliseconds(number(value));
         else if (arg == "--progress" && ucx::parse_progress_mode(value))
             options.mode = *ucx::parse_progress_mode(value);
         else {
             std::fprintf(stderr,
                          "usage: %s --port P [--host H] [--count N] [--size BYTES] "
-                         "[--progress MODE] [--no-close]\n",
+                         "[--progress MODE] [--no-close] [--hold-ms MS]\n",
                          argv[0]);
             return 2;
         }

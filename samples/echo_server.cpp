@@ -82,7 +82,7 @@ public:
 
     void accept() {
         listener_.async_accept([this](ucx::error_code ec, ucx::endpoint ep) {
-            if (ec == asio::error::operation_aborted)
+            if (ec == asio::error::operation_aborted || !listener_.is_open())
                 return;
             if (!ec)
                 std::make_shared<session>(std::move(ep), max_size_, ++clients_, quiet_)->start();
@@ -98,6 +98,17 @@ private:
     std::size_t clients_ = 0;
     bool quiet_;
 };
+
+// A non-negative number, or 0 for anything that is not one.
+std::size_t number(const std::string& s) {
+    std::size_t v = 0;
+    for (char c : s) {
+        if (c < '0' || c > '9')
+            return 0;
+        v = v * 10 + static_cast<std::size_t>(c - '0');
+    }
+    return v;
+}
 
 } // namespace
 
@@ -115,15 +126,15 @@ int main(int argc, char** argv) {
         } else if (arg == "--address")
             address = value;
         else if (arg == "--port")
-            port = static_cast<unsigned short>(std::stoul(value));
+            port = static_cast<unsigned short>(number(value));
         else if (arg == "--max-size")
-            max_size = std::stoull(value);
+            max_size = number(value);
         else if (arg == "--progress" && ucx::parse_progress_mode(value))
             options.mode = *ucx::parse_progress_mode(value);
         else {
             std::fprintf(stderr,
                          "usage: %s [--address A] [--port P] [--progress MODE] "
-                         "[--max-size BYTES]\n",
+                         "[--max-size BYTES] [--quiet]\n",
                          argv[0]);
             return 2;
         }

@@ -70,7 +70,8 @@ public:
     endpoint& operator=(endpoint&& other) noexcept;
     ~endpoint();
 
-    /// The executor of the endpoint's worker.
+    /// The executor of the endpoint's worker (empty for an endpoint that was
+    /// never connected).
     executor_type get_executor() const noexcept;
 
     /// Whether the endpoint is usable (connected, not closed, not failed).
@@ -161,10 +162,13 @@ public:
             [](detail::endpoint_impl& ep, detail::operation* op) { ep.wait_error(op); });
     }
 
-    /// Closes gracefully: tells the peer (which sees `asio::error::eof`),
-    /// lets UCX deliver the sends in flight, then closes. Pending receives
-    /// complete with `operation_aborted`. A peer that is already gone is not
-    /// an error. Completion signature: `void(error_code)`.
+    /// Closes gracefully: lets the sends in flight complete (a rendezvous
+    /// send completes when the peer receives it), tells the peer (which sees
+    /// `asio::error::eof`), then closes. Pending receives complete with
+    /// `operation_aborted`. A peer that is already gone (failed, or closed
+    /// first) is not an error; after a local close it is `bad_descriptor`,
+    /// during another `async_close` `already_started`.
+    /// Completion signature: `void(error_code)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_close(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {

@@ -136,6 +136,13 @@ TEST_P(connection, graceful_close_gives_the_peer_eof) {
     accepted.async_send(asio::buffer(in), [&](ucx::error_code ec, std::size_t) { late = ec; });
     ASSERT_TRUE(run_until(io, [&] { return late.has_value(); }));
     EXPECT_EQ(*late, asio::error::eof);
+    // Closing after the peer left is not an error; closing twice here is.
+    std::optional<ucx::error_code> peer_close, again;
+    accepted.async_close([&](ucx::error_code ec) { peer_close = ec; });
+    client.async_close([&](ucx::error_code ec) { again = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return peer_close && again; }));
+    EXPECT_FALSE(*peer_close) << peer_close->message();
+    EXPECT_EQ(*again, asio::error::bad_descriptor);
 }
 
 TEST_P(connection, data_sent_before_a_graceful_close_arrives) {
