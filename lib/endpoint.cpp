@@ -256,7 +256,7 @@ void endpoint_impl::force_close(const error_code& ec) noexcept {
     param.user_data = worker_.get();
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
     if (UCS_PTR_IS_PTR(r))
-        worker_->adopt_close_request(r);
+        worker_->close_request_started();
     // The sends UCX failed just now are delivered by a pass.
     worker_->request_progress();
 }

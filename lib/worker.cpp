@@ -501,8 +501,7 @@ void worker_impl::endpoint_failed(endpoint_impl* ep) {
     failed_endpoints_.push_back(ep);
 }
 
-void worker_impl::adopt_close_request(void* request) noexcept {
-    (void)request; // freed by close_callback
+void worker_impl::close_request_started() noexcept {
     ++internal_requests_;
     request_progress();
 }

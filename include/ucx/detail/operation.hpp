@@ -145,6 +145,7 @@ private:
         // handler may start a new operation that reuses this memory.
         boost::asio::get_associated_cancellation_slot(self->handler_).clear();
         Handler handler(std::move(self->handler_));
+        // Both work guards live until the handler is dispatched or posted.
         auto io_work = std::move(self->io_work_);
         auto handler_work = std::move(self->handler_work_);
         const error_code ec = self->result_code();
@@ -162,7 +163,6 @@ private:
             boost::asio::post(handler_work, std::move(bound));
         else
             boost::asio::dispatch(handler_work, std::move(bound));
-        (void)io_work;
     }
 
     Handler handler_;

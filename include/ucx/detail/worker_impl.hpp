@@ -71,8 +71,8 @@ public:
     // --- endpoints (owner thread only) ---
     void add_endpoint(endpoint_impl* ep);
     void remove_endpoint(endpoint_impl* ep) noexcept;
-    /// Takes ownership of an endpoint close request; freed when UCX is done.
-    void adopt_close_request(void* request) noexcept;
+    /// An endpoint close request is under way (close_callback frees it).
+    void close_request_started() noexcept;
     /// Maps a UCP endpoint to its endpoint (control messages find it by reply_ep).
     void map_endpoint(ucp_ep_h ep, endpoint_impl* impl);
     void unmap_endpoint(ucp_ep_h ep) noexcept;
