@@ -174,3 +174,16 @@ TEST(LogDeathTest, ThresholdFromEnvironment) {
 }
 
 } // namespace
+
+TEST(LogStreamSink, WritesChannelRecordsWithTheirSeverity) {
+    std::ostringstream out;
+    const auto sink = ucx::log::add_stream_sink(out);
+    const auto before = ucx::log::level();
+    ucx::log::set_level(ucx::log::severity::debug);
+    ucx::log::write(ucx::log::severity::debug, "stream sink check");
+    ucx::log::write(ucx::log::severity::trace, "below the threshold");
+    ucx::log::set_level(before);
+    boost::log::core::get()->remove_sink(sink);
+    EXPECT_NE(out.str().find("[ucx] debug: stream sink check"), std::string::npos) << out.str();
+    EXPECT_EQ(out.str().find("below the threshold"), std::string::npos) << out.str();
+}
