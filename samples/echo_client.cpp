@@ -7,6 +7,8 @@
 //
 // --no-close leaves without the goodbye (the server then sees a failure, not eof).
 // --hold-ms keeps the connection open and idle that long before closing.
+#include "sample_args.hpp"
+
 #include <ucx/asio.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -84,17 +86,6 @@ asio::awaitable<int> run(ucx::worker& worker, const settings& s) {
     co_return 0;
 }
 
-// A non-negative number, or 0 for anything that is not one.
-std::size_t number(const std::string& s) {
-    std::size_t v = 0;
-    for (char c : s) {
-        if (c < '0' || c > '9')
-            return 0;
-        v = v * 10 + static_cast<std::size_t>(c - '0');
-    }
-    return v;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -112,11 +103,11 @@ int main(int argc, char** argv) {
         else if (arg == "--port")
             s.port = value;
         else if (arg == "--count")
-            s.count = number(value);
+            s.count = sample::number(value);
         else if (arg == "--size")
-            s.size = number(value);
+            s.size = sample::number(value);
         else if (arg == "--hold-ms")
-            s.hold = std::chrono::milliseconds(number(value));
+            s.hold = std::chrono::milliseconds(sample::number(value));
         else if (arg == "--progress" && ucx::parse_progress_mode(value))
             options.mode = *ucx::parse_progress_mode(value);
         else {

@@ -5,6 +5,8 @@
 //               [--max-size BYTES] [--quiet]
 //
 // Prints "listening on ADDRESS:PORT" once ready; SIGINT/SIGTERM stop it.
+#include "sample_args.hpp"
+
 #include <ucx/asio.hpp>
 
 #include <boost/asio/io_context.hpp>
@@ -99,17 +101,6 @@ private:
     bool quiet_;
 };
 
-// A non-negative number, or 0 for anything that is not one.
-std::size_t number(const std::string& s) {
-    std::size_t v = 0;
-    for (char c : s) {
-        if (c < '0' || c > '9')
-            return 0;
-        v = v * 10 + static_cast<std::size_t>(c - '0');
-    }
-    return v;
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -126,9 +117,9 @@ int main(int argc, char** argv) {
         } else if (arg == "--address")
             address = value;
         else if (arg == "--port")
-            port = static_cast<unsigned short>(number(value));
+            port = static_cast<unsigned short>(sample::number(value));
         else if (arg == "--max-size")
-            max_size = number(value);
+            max_size = sample::number(value);
         else if (arg == "--progress" && ucx::parse_progress_mode(value))
             options.mode = *ucx::parse_progress_mode(value);
         else {
