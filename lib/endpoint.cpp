@@ -278,23 +278,39 @@ void endpoint_impl::detach() noexcept {
     }
 }
 
-void endpoint_impl::tag_send(operation* op, const void* data, std::size_t size,
-                             ucp_tag_t tag) noexcept {
+bool endpoint_impl::begin(operation* op, bool counted) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->endpoint = this;
-    if (!w.is_open())
-        return w.fail(op, boost::asio::error::operation_aborted);
-    if (!ep_ || error_)
-        return w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
+    if (!w.is_open()) {
+        w.fail(op, boost::asio::error::operation_aborted);
+        return false;
+    }
+    if (!ep_ || error_) {
+        w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
+        return false;
+    }
+    if (counted) {
+        op->counted_send = true;
+        ++sends_in_flight_;
+    }
+    return true;
+}
+
+void endpoint_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
+    worker_->submitted(op, result);
+}
+
+void endpoint_impl::tag_send(operation* op, const void* data, std::size_t size,
+                             ucp_tag_t tag) noexcept {
+    if (!begin(op, true))
+        return;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &worker_impl::send_callback;
     param.user_data = op;
     op->bytes = size;
-    op->counted_send = true;
-    ++sends_in_flight_;
-    w.submitted(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
+    submitted(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
 }
 
 namespace {

@@ -366,6 +366,9 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
         ep->handle_failure();
         ++n;
     }
+    // Observers may remove themselves (or others) while running.
+    for (std::size_t i = 0; i < observers_.size(); ++i)
+        n += observers_[i]->after_progress();
     // Deliver what is queued now (not what these handlers queue), one at a
     // time from the shared queue, so a handler that shuts the worker down
     // leaves the rest to shutdown(), which frees their UCX requests in time.
@@ -486,6 +489,15 @@ void worker_impl::remove_endpoint(endpoint_impl* ep) noexcept {
         ep->failure_pending = false;
     }
     std::erase(closing_endpoints_, ep);
+}
+
+void worker_impl::add_observer(progress_observer* o) {
+    if (std::find(observers_.begin(), observers_.end(), o) == observers_.end())
+        observers_.push_back(o);
+}
+
+void worker_impl::remove_observer(progress_observer* o) noexcept {
+    std::erase(observers_, o);
 }
 
 void worker_impl::endpoint_ready_to_close(endpoint_impl* ep) {

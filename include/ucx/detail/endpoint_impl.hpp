@@ -44,6 +44,15 @@ public:
     const error_code& error() const noexcept { return error_; }
 
     // Operations (owner thread).
+
+    /// Starts `op` on this endpoint: links it, ties it to this endpoint's
+    /// failure, and checks the endpoint is usable. Returns false after
+    /// failing `op` (worker closed, endpoint closed or failed). A `counted`
+    /// operation holds back a graceful close until UCX completes it (sends,
+    /// puts): call `submitted(op, r)` next.
+    bool begin(operation* op, bool counted) noexcept;
+    /// Hands UCX's answer for an operation begun with `begin`.
+    void submitted(operation* op, ucs_status_ptr_t result) noexcept;
     void tag_send(operation* op, const void* data, std::size_t size, ucp_tag_t tag) noexcept;
     /// Per-endpoint messaging: the UCX tag is the receiving endpoint's random
     /// 32-bit id (high half) and the user's 32-bit tag (low half).

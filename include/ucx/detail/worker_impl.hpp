@@ -22,6 +22,18 @@ class context_impl;
 class endpoint_impl;
 class listener_impl;
 
+/// Work done after every ucp_worker_progress call, outside UCX callbacks:
+/// moving received data to waiting operations (active messages, streams).
+/// It may queue operations with `worker_impl::finished`, never run handlers.
+class progress_observer {
+public:
+    /// Returns how many events it handled (0 when there was nothing to do).
+    virtual std::size_t after_progress() noexcept = 0;
+
+protected:
+    ~progress_observer() = default;
+};
+
 class worker_impl : public std::enable_shared_from_this<worker_impl> {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -85,6 +97,11 @@ public:
     /// Control messages dropped as malformed or unroutable.
     std::size_t dropped_control_messages() const noexcept { return dropped_control_; }
 
+    // --- observers (owner thread only) ---
+    /// `o` runs after every progress call until removed.
+    void add_observer(progress_observer* o);
+    void remove_observer(progress_observer* o) noexcept;
+
     // --- listeners (owner thread only) ---
     void add_listener(listener_impl* l);
     void remove_listener(listener_impl* l) noexcept;
@@ -147,6 +164,7 @@ private:
     std::unordered_map<ucp_ep_h, endpoint_impl*> endpoint_map_;
     std::vector<std::pair<ucp_ep_h, control_message>> control_queue_;
     std::vector<listener_impl*> listeners_;
+    std::vector<progress_observer*> observers_;
     std::vector<listener_impl*> listeners_with_requests_;
     bool control_channel_ = false;
     std::size_t dropped_control_ = 0;
