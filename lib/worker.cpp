@@ -1,3 +1,4 @@
+#include <ucx/detail/am_registry.hpp>
 #include <ucx/detail/context_impl.hpp>
 #include <ucx/detail/endpoint_impl.hpp>
 #include <ucx/detail/listener_impl.hpp>
@@ -102,6 +103,13 @@ void worker_impl::open() {
         am.cb = &worker_impl::control_callback;
         am.arg = this;
         control_channel_ = ucp_worker_set_am_recv_handler(worker_, &am) == UCS_OK;
+    }
+    if (control_channel_) {
+        am_ = std::make_shared<am_registry>(*this);
+        if (!am_->open())
+            am_.reset();
+        else
+            add_observer(am_.get());
     }
     // Serve the peers from the start: the first pass queues the wait on the fd.
     request_progress();
@@ -491,6 +499,19 @@ void worker_impl::remove_endpoint(endpoint_impl* ep) noexcept {
     std::erase(closing_endpoints_, ep);
 }
 
+bool worker_impl::work_pending() const noexcept {
+    return in_flight_count_ + internal_requests_ + (am_ ? am_->requests_in_flight() : 0) > 0;
+}
+
+void worker_impl::am_recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
+    if (!am_) {
+        start(op);
+        return fail(op, is_open() ? make_error_code(errc::unsupported)
+                                  : error_code(boost::asio::error::operation_aborted));
+    }
+    am_->recv(op, id, from);
+}
+
 void worker_impl::add_observer(progress_observer* o) {
     if (std::find(observers_.begin(), observers_.end(), o) == observers_.end())
         observers_.push_back(o);
@@ -498,6 +519,14 @@ void worker_impl::add_observer(progress_observer* o) {
 
 void worker_impl::remove_observer(progress_observer* o) noexcept {
     std::erase(observers_, o);
+}
+
+void worker_impl::add_resource(worker_resource* r) {
+    resources_.push_back(r);
+}
+
+void worker_impl::remove_resource(worker_resource* r) noexcept {
+    std::erase(resources_, r);
 }
 
 void worker_impl::endpoint_ready_to_close(endpoint_impl* ep) {
@@ -535,6 +564,12 @@ void worker_impl::shutdown() {
     closing_endpoints_.clear();
     control_queue_.clear();
 
+    // Active messages: waiting receives are ended below; queued messages go.
+    if (am_) {
+        remove_observer(am_.get());
+        am_->shutdown();
+    }
+
     // 2. Cancel tag receives; everything still in flight reports operation_aborted.
     std::vector<operation*> library_owned;
     for (operation *op = in_flight_head_, *next = nullptr; op; op = next) {
@@ -564,6 +599,11 @@ void worker_impl::shutdown() {
         }
     }
     deliver_completions(operation::delivery::post);
+    // Messages the application still holds keep a copy of UCX's buffers.
+    if (am_) {
+        am_->detach();
+        am_.reset();
+    }
 
     // 4. Stop the engine, give the fd back to UCX (it owns and closes it), destroy.
     cancel_wait();
@@ -571,6 +611,11 @@ void worker_impl::shutdown() {
     error_code ignored;
     if (efd_.is_open())
         efd_.release();
+    while (!resources_.empty()) {
+        worker_resource* r = resources_.back();
+        resources_.pop_back();
+        r->release_worker_resource();
+    }
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
 }

@@ -32,6 +32,11 @@ struct worker_options {
     unsigned max_steps_per_handler = 64;
     /// Shutdown waits at most this long for UCX to call back every request.
     std::chrono::milliseconds shutdown_timeout = std::chrono::seconds(5);
+    /// Active messages: the data bytes one id may hold in memory for messages
+    /// nobody has taken yet. Past it, rendezvous data is left at the sender
+    /// (whose send then waits) until the queue drains; eager messages stay in
+    /// UCX's receive buffers (see docs/active-messages.md).
+    std::size_t am_queue_bytes = std::size_t(64) << 20;
 };
 
 /// Counters of a worker's progress engine (for diagnostics and tests).

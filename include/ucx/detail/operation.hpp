@@ -21,6 +21,7 @@
 #include <ucp/api/ucp.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -46,6 +47,8 @@ public:
     ucs_status_t status = UCS_INPROGRESS;
     std::size_t bytes = 0;
     ucp_tag_t sender_tag = 0;
+    /// An atomic operation's reply buffer (UCX writes the old value here).
+    std::uint64_t value = 0;
     /// The UCX request while in flight (null for immediate completions).
     void* request = nullptr;
     /// Whether ucp_request_cancel applies (tag receives).
@@ -78,6 +81,19 @@ public:
     bool ignore_peer_errors = false;
     /// A send counted in its endpoint's sends in flight.
     bool counted_send = false;
+    /// Memory UCX reads until the operation completes (an AM header copy, an
+    /// IOV array): small needs fit inline, larger ones go to the heap.
+    alignas(std::max_align_t) std::byte inline_storage[64];
+    std::unique_ptr<std::byte[]> heap_storage;
+    /// Returns `n` bytes of that storage.
+    void* storage(std::size_t n) {
+        if (n <= sizeof(inline_storage))
+            return inline_storage;
+        heap_storage.reset(new std::byte[n]);
+        return heap_storage.get();
+    }
+    /// Type-erased extra state of an operation (an active message received).
+    void* message = nullptr;
 
     // Intrusive links: in-flight list, then completion queue.
     operation* next = nullptr;

@@ -18,6 +18,7 @@
 
 namespace ucx::detail {
 
+class am_registry;
 class context_impl;
 class endpoint_impl;
 class listener_impl;
@@ -32,6 +33,17 @@ public:
 
 protected:
     ~progress_observer() = default;
+};
+
+/// A resource tied to the UCP worker (an unpacked remote key): released by
+/// shutdown after every request has called back, before the UCP worker is
+/// destroyed, unless it removed itself earlier.
+class worker_resource {
+public:
+    virtual void release_worker_resource() noexcept = 0;
+
+protected:
+    ~worker_resource() = default;
 };
 
 class worker_impl : public std::enable_shared_from_this<worker_impl> {
@@ -88,6 +100,11 @@ public:
     /// Maps a UCP endpoint to its endpoint (control messages find it by reply_ep).
     void map_endpoint(ucp_ep_h ep, endpoint_impl* impl);
     void unmap_endpoint(ucp_ep_h ep) noexcept;
+    /// The endpoint mapped to a UCP endpoint, or null.
+    endpoint_impl* find_endpoint(ucp_ep_h ep) const noexcept {
+        auto it = endpoint_map_.find(ep);
+        return it == endpoint_map_.end() ? nullptr : it->second;
+    }
     /// Sends a control message on `ep` (fire and forget; the worker tracks it).
     void send_control(ucp_ep_h ep, const control_message& m) noexcept;
     /// Whether the context has active messages (needed for connected endpoints).
@@ -97,10 +114,21 @@ public:
     /// Control messages dropped as malformed or unroutable.
     std::size_t dropped_control_messages() const noexcept { return dropped_control_; }
 
+    // --- active messages (owner thread only) ---
+    /// The active-message receive side; null without the AM feature.
+    am_registry* am() const noexcept { return am_.get(); }
+    /// Starts a receive of one active message on `id` (from `from` only, if set).
+    void am_recv(operation* op, unsigned id, endpoint_impl* from) noexcept;
+
     // --- observers (owner thread only) ---
     /// `o` runs after every progress call until removed.
     void add_observer(progress_observer* o);
     void remove_observer(progress_observer* o) noexcept;
+
+    // --- resources (owner thread only) ---
+    /// `r` is released at shutdown unless removed first.
+    void add_resource(worker_resource* r);
+    void remove_resource(worker_resource* r) noexcept;
 
     // --- listeners (owner thread only) ---
     void add_listener(listener_impl* l);
@@ -138,7 +166,7 @@ private:
     void cancel_wait() noexcept;
     void start_safety_timer();
     void unlink(operation* op) noexcept;
-    bool work_pending() const noexcept { return in_flight_count_ + internal_requests_ > 0; }
+    bool work_pending() const noexcept;
     void cancel_safety_timer() noexcept;
 
     std::shared_ptr<context_impl> context_;
@@ -165,6 +193,8 @@ private:
     std::vector<std::pair<ucp_ep_h, control_message>> control_queue_;
     std::vector<listener_impl*> listeners_;
     std::vector<progress_observer*> observers_;
+    std::shared_ptr<am_registry> am_;
+    std::vector<worker_resource*> resources_;
     std::vector<listener_impl*> listeners_with_requests_;
     bool control_channel_ = false;
     std::size_t dropped_control_ = 0;

@@ -1,0 +1,87 @@
+// ucx::am_message: one received active message.
+#pragma once
+
+#include <ucx/endpoint.hpp>
+#include <ucx/memory_type.hpp>
+
+#include <boost/asio/buffer.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+namespace ucx {
+
+namespace detail {
+class am_registry;
+struct am_message_state;
+} // namespace detail
+
+/// One received active message: its id, the sender's header, the data and
+/// the endpoint to answer on.
+///
+/// The data is either UCX's own receive buffer, kept without a copy (eager
+/// messages), or memory from the worker's receive allocator (rendezvous
+/// messages); it is released when the message is destroyed. If the worker is
+/// closed first, the message keeps a private copy of the host data, so a
+/// message is always safe to read while it lives.
+///
+/// Move-only. Use it on the worker's executor; destroying it elsewhere is
+/// allowed (the release is dispatched to the worker's executor).
+class am_message {
+public:
+    /// An empty message (what a failed receive completes with).
+    am_message() noexcept = default;
+    am_message(am_message&& other) noexcept;
+    am_message& operator=(am_message&& other) noexcept;
+    ~am_message();
+
+    /// Whether this holds a message.
+    explicit operator bool() const noexcept { return state_ != nullptr; }
+
+    /// The id the sender chose.
+    unsigned id() const noexcept;
+
+    /// The sender's header (empty when none was sent). Host memory.
+    std::span<const std::byte> header() const noexcept;
+
+    /// The data. In host memory unless `memory_type()` says otherwise.
+    boost::asio::const_buffer data() const noexcept;
+
+    /// Bytes of data.
+    std::size_t size() const noexcept;
+
+    /// Where the data lives: host memory, or the memory type chosen for the
+    /// id (`set_am_memory_type`) for messages that came by rendezvous.
+    ucx::memory_type memory_type() const noexcept;
+
+    /// Whether the data came by rendezvous (fetched from the sender) rather
+    /// than eagerly with the message.
+    bool rendezvous() const noexcept;
+
+    /// Whether the sender allowed a reply (`am_send_options::reply`, the
+    /// default).
+    bool can_reply() const noexcept;
+
+    /// The endpoint to answer the sender on: the connected endpoint of that
+    /// peer when this worker has one, otherwise an endpoint on the
+    /// connection UCX made for the sender (closing it does not disconnect).
+    /// Fails with `errc::not_connected` when the sender did not allow
+    /// replies, and with the endpoint's error once that peer went away.
+    endpoint reply_endpoint(error_code& ec) const;
+    /// As above; throws `boost::system::system_error`.
+    endpoint reply_endpoint() const;
+
+    /// Internal: takes ownership of a received message.
+    am_message(std::shared_ptr<detail::am_registry> registry,
+               detail::am_message_state* state) noexcept
+        : registry_(std::move(registry)), state_(state) {}
+
+private:
+    void reset() noexcept;
+
+    std::shared_ptr<detail::am_registry> registry_;
+    detail::am_message_state* state_ = nullptr;
+};
+
+} // namespace ucx

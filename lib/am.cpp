@@ -1,0 +1,742 @@
+#include <ucx/am.hpp>
+#include <ucx/detail/am_registry.hpp>
+#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/worker_impl.hpp>
+#include <ucx/log.hpp>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+
+namespace ucx {
+namespace detail {
+
+namespace {
+
+constexpr std::size_t max_pooled_states = 4096;
+
+std::size_t type_index(ucx::memory_type t) noexcept {
+    return static_cast<std::size_t>(t);
+}
+
+ucs_memory_type_t to_ucs(ucx::memory_type t) noexcept {
+    switch (t) {
+    case memory_type::cuda:
+        return UCS_MEMORY_TYPE_CUDA;
+    case memory_type::cuda_managed:
+        return UCS_MEMORY_TYPE_CUDA_MANAGED;
+    case memory_type::host:
+        break;
+    }
+    return UCS_MEMORY_TYPE_HOST;
+}
+
+} // namespace
+
+am_registry::am_registry(worker_impl& w)
+    : worker_(&w), executor_(w.get_executor()), bound_(w.options().am_queue_bytes) {
+    allocators_[type_index(memory_type::host)] = std::make_shared<pooled_host_allocator>();
+    if (built_with_cuda())
+        allocators_[type_index(memory_type::cuda)] = std::make_shared<cuda_am_allocator>();
+}
+
+am_registry::~am_registry() {
+    for (am_message_state* s : pool_)
+        delete s;
+}
+
+bool am_registry::open() {
+    ucp_worker_attr_t attr{};
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+    if (ucp_worker_query(worker_->native(), &attr) == UCS_OK)
+        max_header_ = attr.max_am_header;
+    // Every user id is served from the start, so a message that arrives
+    // before the application asks for its id is queued, not lost.
+    slots_.reset(new slot[am_max_id + 1]);
+    for (unsigned id = 0; id <= am_max_id; ++id) {
+        slots_[id] = slot{this, id};
+        ucp_am_handler_param_t p{};
+        p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+        p.id = id;
+        p.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+        p.cb = &am_registry::on_message;
+        p.arg = &slots_[id];
+        if (ucp_worker_set_am_recv_handler(worker_->native(), &p) != UCS_OK)
+            return false;
+    }
+    return true;
+}
+
+am_registry::id_state& am_registry::state_of(unsigned id) {
+    return ids_[id];
+}
+
+void am_registry::mark(id_state& s, unsigned id) {
+    if (!s.dirty) {
+        s.dirty = true;
+        dirty_.push_back(id);
+    }
+}
+
+am_message_state* am_registry::make_state() {
+    am_message_state* m = nullptr;
+    if (!pool_.empty()) {
+        m = pool_.back();
+        pool_.pop_back();
+    } else {
+        m = new (std::nothrow) am_message_state;
+        if (!m)
+            return nullptr;
+    }
+    m->registry = this;
+    m->live_prev = nullptr;
+    m->live_next = live_;
+    if (live_)
+        live_->live_prev = m;
+    live_ = m;
+    return m;
+}
+
+ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t header_length,
+                                     void* data, std::size_t length,
+                                     const ucp_am_recv_param_t* param) noexcept {
+    // Inside ucp_worker_progress: record only.
+    const auto* sl = static_cast<const slot*>(arg);
+    am_registry* self = sl->registry;
+    if (self->closed())
+        return UCS_OK;
+    am_message_state* m = self->make_state();
+    std::byte* header_copy = m ? m->header_inline : nullptr;
+    if (m && header_length > sizeof(m->header_inline)) {
+        m->header_heap.reset(new (std::nothrow) std::byte[header_length]);
+        header_copy = m->header_heap.get();
+    }
+    if (!m || !header_copy) {
+        log::write(log::severity::error, "active message dropped: out of memory");
+        if (m)
+            self->release(m);
+        return UCS_OK;
+    }
+    m->id = sl->id;
+    m->header_size = header_length;
+    if (header_length)
+        std::memcpy(header_copy, header, header_length);
+    m->length = length;
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep) {
+        m->reply_ep = param->reply_ep;
+        if (endpoint_impl* ep = self->worker_->find_endpoint(param->reply_ep)) {
+            m->from = ep->weak_from_this();
+            m->from_raw = ep;
+        }
+    }
+    ucs_status_t status = UCS_OK;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        m->rndv_desc = data;
+        m->rendezvous = true;
+        status = UCS_INPROGRESS;
+    } else if (length == 0) {
+        // Nothing to keep.
+    } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+        m->data = data; // UCX's buffer, kept without a copy
+        m->kind = am_message_state::storage::ucx;
+        status = UCS_INPROGRESS;
+    } else {
+        m->data = ::operator new(length, std::nothrow);
+        if (!m->data) {
+            m->error = make_error_code(errc::no_memory);
+            m->length = 0;
+        } else {
+            std::memcpy(m->data, data, length);
+            m->kind = am_message_state::storage::heap;
+        }
+    }
+    id_state& s = self->state_of(m->id);
+    if (m->data) {
+        m->counted = length;
+        s.bytes += length;
+        self->peak_bytes_ = std::max(self->peak_bytes_, s.bytes);
+    }
+    if (s.tail)
+        s.tail->next = m;
+    else
+        s.head = m;
+    s.tail = m;
+    ++s.messages;
+    self->mark(s, m->id);
+    return status;
+}
+
+void am_registry::on_fetched(void* request, ucs_status_t status, std::size_t,
+                             void* user_data) noexcept {
+    auto* m = static_cast<am_message_state*>(user_data);
+    m->fetch_request = request;
+    if (status != UCS_OK && !m->error)
+        m->error = make_error_code(status);
+    --m->registry->fetches_in_flight_;
+    m->registry->fetched_.push_back(m);
+}
+
+void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
+    void* desc = m->rndv_desc;
+    m->rndv_desc = nullptr;
+    const auto& alloc = allocators_[type_index(s.mem)];
+    void* buffer = alloc ? alloc->allocate(m->length) : nullptr;
+    if (!buffer) {
+        m->error = make_error_code(alloc ? errc::no_memory : errc::unsupported);
+        m->length = 0;
+        ucp_am_data_release(worker_->native(), desc); // drops the data at the sender
+        return;
+    }
+    m->data = buffer;
+    m->kind = am_message_state::storage::allocator;
+    m->allocator = alloc;
+    m->mem = alloc->memory_type();
+    m->counted = m->length;
+    s.bytes += m->length;
+    peak_bytes_ = std::max(peak_bytes_, s.bytes);
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.cb.recv_am = &am_registry::on_fetched;
+    param.user_data = m;
+    param.memory_type = to_ucs(m->mem);
+    m->fetching = true;
+    ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_->native(), desc, buffer, m->length, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+        m->fetch_request = r;
+        ++fetches_in_flight_;
+        return;
+    }
+    m->fetching = false;
+    if (UCS_PTR_STATUS(r) != UCS_OK)
+        m->error = make_error_code(UCS_PTR_STATUS(r));
+}
+
+void am_registry::uncount(id_state& s, am_message_state* m) noexcept {
+    s.bytes -= m->counted;
+    m->counted = 0;
+}
+
+void am_registry::unlink(id_state& s, am_message_state* m, am_message_state* prev) noexcept {
+    if (prev)
+        prev->next = m->next;
+    else
+        s.head = m->next;
+    if (s.tail == m)
+        s.tail = prev;
+    m->next = nullptr;
+    --s.messages;
+    uncount(s, m);
+}
+
+namespace {
+bool sent_by(const am_message_state* m, const endpoint_impl* ep) noexcept {
+    return m->from_raw == ep && !m->from.expired();
+}
+} // namespace
+
+bool am_registry::deliver_one(unsigned id, id_state& s) {
+    // Waiting receives first, in the order they were started.
+    for (std::size_t i = 0; i < s.waiting.size(); ++i) {
+        operation* op = s.waiting[i];
+        const auto* from = static_cast<const endpoint_impl*>(op->hook_context);
+        am_message_state *m = s.head, *prev = nullptr;
+        while (m && from && !sent_by(m, from)) {
+            prev = m;
+            m = m->next;
+        }
+        if (!m) {
+            if (from && from->error()) {
+                // That peer is gone and nothing of it is left.
+                s.waiting.erase(s.waiting.begin() + static_cast<std::ptrdiff_t>(i));
+                worker_->fail(op, from->error());
+                return true;
+            }
+            continue;
+        }
+        if (!m->ready())
+            continue; // its data is still on the way; order is kept
+        unlink(s, m, prev);
+        s.waiting.erase(s.waiting.begin() + static_cast<std::ptrdiff_t>(i));
+        op->message = m;
+        op->status = UCS_OK;
+        if (m->error)
+            op->error = m->error;
+        worker_->finished(op);
+        return true;
+    }
+    if (s.handler && s.head && s.head->ready()) {
+        am_message_state* m = s.head;
+        unlink(s, m, nullptr);
+        const error_code ec = m->error;
+        boost::asio::post(executor_,
+                          [h = s.handler, ec, msg = am_message(shared_from_this(), m)]() mutable {
+                              (*h)(ec, std::move(msg));
+                          });
+        return true;
+    }
+    (void)id;
+    return false;
+}
+
+void am_registry::pump(unsigned id, id_state& s) {
+    for (;;) {
+        // Fetch rendezvous data in arrival order while the id stays within
+        // its bound (at least one message when nothing is held, so a message
+        // larger than the bound still gets through).
+        for (am_message_state* m = s.head; m; m = m->next) {
+            if (!m->rndv_desc)
+                continue;
+            if (s.bytes != 0 && s.bytes + m->length > bound_)
+                break;
+            fetch(s, m);
+        }
+        bool delivered = false;
+        while (deliver_one(id, s))
+            delivered = true;
+        if (!delivered)
+            return;
+    }
+}
+
+std::size_t am_registry::after_progress() noexcept {
+    if (fetched_.empty() && dirty_.empty())
+        return 0;
+    std::size_t n = 0;
+    if (!fetched_.empty()) {
+        auto fetched = std::move(fetched_);
+        fetched_.clear();
+        for (am_message_state* m : fetched) {
+            if (m->fetch_request) {
+                ucp_request_free(m->fetch_request);
+                m->fetch_request = nullptr;
+            }
+            m->fetching = false;
+            if (m->error && m->kind == am_message_state::storage::allocator) {
+                m->allocator->deallocate(m->data, m->length);
+                m->data = nullptr;
+                m->kind = am_message_state::storage::none;
+                m->length = 0;
+            }
+            id_state& s = state_of(m->id);
+            mark(s, m->id);
+            ++n;
+        }
+        if (fetched_.empty())
+            fetched_ = std::move(fetched); // keep the capacity
+    }
+    while (!dirty_.empty() && !closed()) {
+        const unsigned id = dirty_.back();
+        dirty_.pop_back();
+        id_state& s = state_of(id);
+        s.dirty = false;
+        pump(id, s);
+        ++n;
+    }
+    return n;
+}
+
+void am_registry::recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
+    worker_impl& w = *worker_;
+    w.start(op);
+    op->library_owned = true;
+    op->cancel_hook = &am_registry::cancel_recv;
+    op->hook_context = from;
+    op->sender_tag = id;
+    if (!w.is_open() || op->cancel_requested)
+        return w.fail(op, boost::asio::error::operation_aborted);
+    if (id > am_max_id)
+        return w.fail(op, make_error_code(errc::invalid_param));
+    try {
+        id_state& s = state_of(id);
+        s.waiting.push_back(op);
+        mark(s, id);
+    } catch (...) {
+        return w.fail(op, make_error_code(errc::no_memory));
+    }
+    w.request_progress();
+}
+
+void am_registry::cancel_recv(operation* op) noexcept {
+    am_registry* self = op->owner ? op->owner->am() : nullptr;
+    if (!self)
+        return;
+    auto it = self->ids_.find(static_cast<unsigned>(op->sender_tag));
+    if (it == self->ids_.end())
+        return;
+    auto& waiting = it->second.waiting;
+    auto pos = std::find(waiting.begin(), waiting.end(), op);
+    if (pos == waiting.end())
+        return;
+    waiting.erase(pos);
+    self->worker_->fail(op, boost::asio::error::operation_aborted);
+}
+
+void am_registry::endpoint_failed(endpoint_impl* ep, const error_code&) noexcept {
+    // Receives bound to that peer take what it sent before; the rest fail in
+    // the next pass.
+    for (auto& [id, s] : ids_) {
+        for (operation* op : s.waiting) {
+            if (op->hook_context == ep) {
+                mark(s, id);
+                break;
+            }
+        }
+    }
+    worker_->request_progress();
+}
+
+void am_registry::set_handler(unsigned id, am_handler handler) {
+    id_state& s = state_of(id);
+    s.handler = handler ? std::make_shared<am_handler>(std::move(handler)) : nullptr;
+    mark(s, id);
+    worker_->request_progress();
+}
+
+void am_registry::set_memory_type(unsigned id, ucx::memory_type type) {
+    state_of(id).mem = type;
+}
+
+void am_registry::set_allocator(std::shared_ptr<am_allocator> allocator) {
+    const auto t = allocator->memory_type();
+    allocators_[type_index(t)] = std::move(allocator);
+}
+
+std::size_t am_registry::queued_messages(unsigned id) const noexcept {
+    auto it = ids_.find(id);
+    return it == ids_.end() ? 0 : it->second.messages;
+}
+
+std::size_t am_registry::queued_bytes(unsigned id) const noexcept {
+    auto it = ids_.find(id);
+    return it == ids_.end() ? 0 : it->second.bytes;
+}
+
+void am_registry::release(am_message_state* m) noexcept {
+    ucp_worker_h w = closed() ? nullptr : worker_->native();
+    switch (m->kind) {
+    case am_message_state::storage::ucx:
+        if (w)
+            ucp_am_data_release(w, m->data);
+        break;
+    case am_message_state::storage::allocator:
+        m->allocator->deallocate(m->data, m->length);
+        break;
+    case am_message_state::storage::heap:
+        ::operator delete(m->data);
+        break;
+    case am_message_state::storage::none:
+        break;
+    }
+    if (m->rndv_desc && w)
+        ucp_am_data_release(w, m->rndv_desc);
+    if (closed()) {
+        delete m; // the registry no longer tracks it
+        return;
+    }
+    if (m->live_prev)
+        m->live_prev->live_next = m->live_next;
+    else if (live_ == m)
+        live_ = m->live_next;
+    if (m->live_next)
+        m->live_next->live_prev = m->live_prev;
+    m->header_heap.reset();
+    m->data = nullptr;
+    m->kind = am_message_state::storage::none;
+    m->rndv_desc = nullptr;
+    m->rendezvous = false;
+    m->fetching = false;
+    m->fetch_request = nullptr;
+    m->mem = memory_type::host;
+    m->allocator.reset();
+    m->from.reset();
+    m->from_raw = nullptr;
+    m->reply_ep = nullptr;
+    m->error = {};
+    m->counted = 0;
+    m->next = m->live_next = m->live_prev = nullptr;
+    if (pool_.size() < max_pooled_states) {
+        try {
+            pool_.push_back(m);
+            return;
+        } catch (...) {
+        }
+    }
+    delete m;
+}
+
+void am_registry::shutdown() noexcept {
+    // Waiting receives are library-owned operations: the worker ends them.
+    for (auto& [id, s] : ids_) {
+        s.waiting.clear();
+        s.handler.reset();
+        am_message_state* m = s.head;
+        s.head = s.tail = nullptr;
+        s.messages = 0;
+        s.bytes = 0;
+        while (m) {
+            am_message_state* next = m->next;
+            m->next = nullptr;
+            if (m->fetching) {
+                // Ends through on_fetched; released in detach().
+                m->orphan = true;
+                if (m->fetch_request)
+                    ucp_request_cancel(worker_->native(), m->fetch_request);
+            } else {
+                release(m);
+            }
+            m = next;
+        }
+    }
+    dirty_.clear();
+}
+
+void am_registry::detach() noexcept {
+    ucp_worker_h w = worker_->native();
+    for (am_message_state* m : fetched_) {
+        if (m->fetch_request)
+            ucp_request_free(m->fetch_request);
+        m->fetch_request = nullptr;
+        m->fetching = false;
+        if (m->orphan)
+            release(m);
+    }
+    fetched_.clear();
+    // Messages the application still holds: copy what lives in UCX's memory.
+    for (am_message_state* m = live_; m; m = m->live_next) {
+        if (m->kind == am_message_state::storage::ucx) {
+            void* copy = ::operator new(m->length, std::nothrow);
+            if (copy) {
+                std::memcpy(copy, m->data, m->length);
+                m->kind = am_message_state::storage::heap;
+            } else {
+                m->kind = am_message_state::storage::none;
+                m->length = 0;
+                m->error = make_error_code(errc::no_memory);
+            }
+            ucp_am_data_release(w, m->data);
+            m->data = copy;
+        }
+        if (m->rndv_desc) {
+            ucp_am_data_release(w, m->rndv_desc);
+            m->rndv_desc = nullptr;
+            m->length = 0;
+            m->error = boost::asio::error::operation_aborted;
+        }
+        m->fetching = false;
+    }
+    live_ = nullptr;
+    worker_ = nullptr;
+}
+
+std::tuple<error_code, am_message> am_recv_result::extract(const error_code& ec, operation& op) {
+    auto* m = static_cast<am_message_state*>(op.message);
+    op.message = nullptr;
+    if (!m)
+        return {ec, am_message()};
+    return {ec, am_message(m->registry->shared_from_this(), m)};
+}
+
+void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
+             std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
+             unsigned flags) noexcept {
+    if (!ep.begin(op, true))
+        return;
+    worker_impl& w = *ep.worker();
+    am_registry* am = w.am();
+    if (!am)
+        return w.fail(op, make_error_code(errc::unsupported));
+    if (id > am_max_id || header_length > am->max_header())
+        return w.fail(op, make_error_code(errc::invalid_param));
+    // The header copy follows the IOV array in the operation's storage.
+    auto* iov = const_cast<ucp_dt_iov_t*>(buffers);
+    auto* header_copy = reinterpret_cast<std::byte*>(iov + count);
+    if (header_length)
+        std::memcpy(header_copy, header, header_length);
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < count; ++i)
+        total += iov[i].length;
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send = &worker_impl::send_callback;
+    param.user_data = op;
+    param.flags = flags;
+    const void* data = nullptr;
+    std::size_t length = 0;
+    if (count == 1) {
+        data = iov[0].buffer;
+        length = iov[0].length;
+    } else if (count > 1) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        param.datatype = ucp_dt_make_iov();
+        data = iov;
+        length = count;
+    }
+    op->bytes = total;
+    ep.submitted(op, ucp_am_send_nbx(ep.native(), id, header_length ? header_copy : nullptr,
+                                     header_length, data, length, &param));
+}
+
+} // namespace detail
+
+// ---- am_message ----
+
+am_message::am_message(am_message&& other) noexcept
+    : registry_(std::move(other.registry_)), state_(std::exchange(other.state_, nullptr)) {}
+
+am_message& am_message::operator=(am_message&& other) noexcept {
+    if (this != &other) {
+        reset();
+        registry_ = std::move(other.registry_);
+        state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+}
+
+am_message::~am_message() {
+    reset();
+}
+
+void am_message::reset() noexcept {
+    detail::am_message_state* s = std::exchange(state_, nullptr);
+    if (!s)
+        return;
+    auto registry = std::move(registry_);
+    if (registry->closed()) {
+        registry->release(s);
+        return;
+    }
+    // UCX's buffers go back on the worker's executor: at once when already there.
+    try {
+        const auto ex = registry->executor();
+        boost::asio::dispatch(ex, [registry = std::move(registry), s] { registry->release(s); });
+    } catch (...) {
+    }
+}
+
+unsigned am_message::id() const noexcept {
+    return state_ ? state_->id : 0;
+}
+
+std::span<const std::byte> am_message::header() const noexcept {
+    if (!state_)
+        return {};
+    return {state_->header(), state_->header_size};
+}
+
+boost::asio::const_buffer am_message::data() const noexcept {
+    if (!state_ || !state_->data)
+        return {};
+    return {state_->data, state_->length};
+}
+
+std::size_t am_message::size() const noexcept {
+    return state_ && state_->data ? state_->length : 0;
+}
+
+ucx::memory_type am_message::memory_type() const noexcept {
+    return state_ ? state_->mem : memory_type::host;
+}
+
+bool am_message::rendezvous() const noexcept {
+    return state_ && state_->rendezvous;
+}
+
+bool am_message::can_reply() const noexcept {
+    return state_ && state_->reply_ep;
+}
+
+endpoint am_message::reply_endpoint(error_code& ec) const {
+    if (!state_ || registry_->closed()) {
+        ec = boost::asio::error::bad_descriptor;
+        return {};
+    }
+    if (!state_->reply_ep) {
+        ec = make_error_code(errc::not_connected);
+        return {};
+    }
+    if (state_->from_raw) {
+        // The connected endpoint of that peer, while it lives.
+        auto ep = state_->from.lock();
+        if (!ep) {
+            ec = boost::asio::error::bad_descriptor;
+            return {};
+        }
+        if (ep->error()) {
+            ec = ep->error();
+            return {};
+        }
+        ec = {};
+        return endpoint(std::move(ep));
+    }
+    detail::worker_impl* w = registry_->worker();
+    auto impl = std::make_shared<detail::endpoint_impl>(w->shared_from_this());
+    impl->adopt(state_->reply_ep);
+    ec = {};
+    return endpoint(std::move(impl));
+}
+
+endpoint am_message::reply_endpoint() const {
+    error_code ec;
+    endpoint ep = reply_endpoint(ec);
+    if (ec)
+        throw boost::system::system_error(ec, "ucx::am_message::reply_endpoint");
+    return ep;
+}
+
+// ---- worker-level functions ----
+
+namespace {
+detail::am_registry& registry_of(const worker& w) {
+    detail::am_registry* am = detail::checked(w)->am();
+    if (!am)
+        throw boost::system::system_error(make_error_code(errc::unsupported),
+                                          "ucx: the worker has no active messages (the context "
+                                          "lacks feature::am, or the worker is closed)");
+    return *am;
+}
+
+void check_id(unsigned id, const char* what) {
+    if (id > am_max_id)
+        throw boost::system::system_error(make_error_code(errc::invalid_param),
+                                          std::string(what) + ": id " + std::to_string(id) +
+                                              " is above am_max_id");
+}
+} // namespace
+
+void set_am_handler(worker& w, unsigned id, std::function<void(error_code, am_message)> handler) {
+    check_id(id, "ucx::set_am_handler");
+    registry_of(w).set_handler(id, std::move(handler));
+}
+
+void set_am_memory_type(worker& w, unsigned id, memory_type type) {
+    check_id(id, "ucx::set_am_memory_type");
+    registry_of(w).set_memory_type(id, type);
+}
+
+void register_am_allocator(worker& w, std::shared_ptr<am_allocator> allocator) {
+    if (!allocator)
+        throw boost::system::system_error(make_error_code(errc::invalid_param),
+                                          "ucx::register_am_allocator: null allocator");
+    registry_of(w).set_allocator(std::move(allocator));
+}
+
+std::size_t max_am_header(const worker& w) {
+    return registry_of(w).max_header();
+}
+
+am_queue_stats am_queue(const worker& w, unsigned id) {
+    const auto& r = registry_of(w);
+    return {r.queued_messages(id), r.queued_bytes(id), r.peak_queued_bytes()};
+}
+
+} // namespace ucx
