@@ -7,9 +7,13 @@
 #include <ucx/error.hpp>
 #include <ucx/listener.hpp>
 #include <ucx/log.hpp>
+#include <ucx/memory_region.hpp>
 #include <ucx/memory_type.hpp>
 #include <ucx/progress_mode.hpp>
+#include <ucx/remote_key.hpp>
+#include <ucx/rma.hpp>
 #include <ucx/tag.hpp>
 #include <ucx/tag_type.hpp>
+#include <ucx/ucxio.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>

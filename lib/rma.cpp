@@ -1,0 +1,102 @@
+#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/worker_impl.hpp>
+#include <ucx/rma.hpp>
+
+#include <boost/asio/error.hpp>
+
+namespace ucx::detail {
+namespace {
+
+ucp_request_param_t request_param(operation* op) noexcept {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &worker_impl::send_callback;
+    p.user_data = op;
+    return p;
+}
+
+// The checks every one-sided operation passes before UCX sees it. On failure
+// `op` (begun) is completed with the error.
+bool check(endpoint_impl& ep, operation* op, std::uint64_t remote_address, std::size_t size,
+           const key_ptr& key) noexcept {
+    worker_impl& w = *ep.worker();
+    if (!key || !key->native()) {
+        w.fail(op, key ? error_code(boost::asio::error::operation_aborted)
+                       : make_error_code(key_errc::no_key));
+        return false;
+    }
+    if (key->endpoint().get() != &ep) {
+        w.fail(op, make_error_code(key_errc::wrong_endpoint));
+        return false;
+    }
+    if (!key->contains(remote_address, size)) {
+        w.fail(op, make_error_code(errc::out_of_range));
+        return false;
+    }
+    // Keep the rkey alive until UCX is done with the operation.
+    op->payload = key;
+    return true;
+}
+
+} // namespace
+
+void rma_put(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+             std::uint64_t remote_address, const key_ptr& key) noexcept {
+    if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
+        return;
+    op->bytes = size;
+    if (size == 0)
+        return ep.submitted(op, UCS_STATUS_PTR(UCS_OK));
+    ucp_request_param_t p = request_param(op);
+    ep.submitted(op, ucp_put_nbx(ep.native(), data, size, remote_address, key->native(), &p));
+}
+
+void rma_get(endpoint_impl& ep, operation* op, void* data, std::size_t size,
+             std::uint64_t remote_address, const key_ptr& key) noexcept {
+    if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
+        return;
+    op->bytes = size;
+    if (size == 0)
+        return ep.submitted(op, UCS_STATUS_PTR(UCS_OK));
+    ucp_request_param_t p = request_param(op);
+    ep.submitted(op, ucp_get_nbx(ep.native(), data, size, remote_address, key->native(), &p));
+}
+
+void rma_flush(endpoint_impl& ep, operation* op) noexcept {
+    if (!ep.begin(op, false))
+        return;
+    ucp_request_param_t p = request_param(op);
+    ep.submitted(op, ucp_ep_flush_nbx(ep.native(), &p));
+}
+
+void rma_flush(worker_impl& w, operation* op) noexcept {
+    w.start(op);
+    if (!w.is_open())
+        return w.fail(op, boost::asio::error::operation_aborted);
+    ucp_request_param_t p = request_param(op);
+    w.submitted(op, ucp_worker_flush_nbx(w.native(), &p));
+}
+
+void rma_atomic(endpoint_impl& ep, operation* op, ucp_atomic_op_t opcode, std::uint64_t operand,
+                std::size_t size, bool fetch, std::uint64_t remote_address,
+                const key_ptr& key) noexcept {
+    if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
+        return;
+    if (remote_address % size != 0)
+        return ep.worker()->fail(op, make_error_code(errc::invalid_param));
+    // UCX copies the operand at submission; the reply buffer is the
+    // operation's own `value`, which lives until completion.
+    std::uint32_t operand32 = static_cast<std::uint32_t>(operand);
+    const void* buffer = size == 4 ? static_cast<const void*>(&operand32) : &operand;
+    ucp_request_param_t p = request_param(op);
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = ucp_dt_make_contig(size);
+    if (fetch) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        p.reply_buffer = &op->value;
+    }
+    ep.submitted(
+        op, ucp_atomic_op_nbx(ep.native(), opcode, buffer, 1, remote_address, key->native(), &p));
+}
+
+} // namespace ucx::detail
