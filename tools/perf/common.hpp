@@ -1,0 +1,100 @@
+// ucx-asio-perf: what every transport shares: the control connection, message
+// content, timing, allocation counting and the results a client reports.
+#pragma once
+
+#include "options.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/streambuf.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace perf {
+
+namespace asio = boost::asio;
+using clock_type = std::chrono::steady_clock;
+
+/// A failed run (bad content, a transport error); the message says what.
+struct failure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+/// The control connection between client and server (plain blocking TCP on
+/// loopback): test settings, connection details and the final handshake
+/// travel here, never measured data.
+class control {
+public:
+    explicit control(asio::ip::tcp::socket socket) : socket_(std::move(socket)) {}
+    void send(const std::string& line);
+    std::string receive();
+    /// Receives a line that must start with `word` + ' '; returns the rest.
+    std::string expect(const std::string& word);
+    /// This side's address of the control connection.
+    asio::ip::address local_address() const { return socket_.local_endpoint().address(); }
+    /// The peer's address of the control connection.
+    asio::ip::address remote_address() const { return socket_.remote_endpoint().address(); }
+
+private:
+    asio::ip::tcp::socket socket_;
+    asio::streambuf in_;
+};
+
+/// What a client measured.
+struct result {
+    std::vector<double> one_way_us; ///< latency tests: half of each round trip
+    double seconds = 0;             ///< the measured phase
+    std::size_t messages = 0;       ///< measured messages (one way)
+    std::size_t bytes = 0;          ///< measured payload bytes (one way)
+    std::size_t allocations = 0;    ///< operator new calls in the measured phase, both sides
+    std::size_t operations = 0;     ///< operations both sides started in the measured phase
+};
+
+/// Message content: differs per message and per byte, so a stale, reordered
+/// or misrouted message fails the check.
+void fill(std::span<std::byte> b, std::uint64_t seq) noexcept;
+/// Whether `b` holds the content of message `seq`.
+bool verify(std::span<const std::byte> b, std::uint64_t seq) noexcept;
+/// Throws `failure` unless `b` holds message `seq` (with `what` in the message).
+void check(std::span<const std::byte> b, std::uint64_t seq, const char* what);
+
+/// operator new calls since the start, counted while `counting(true)`.
+std::size_t allocations() noexcept;
+void counting(bool on) noexcept;
+
+/// Tags used by the tag tests: data messages carry `data_bit | seq`, latency
+/// replies `reply_bit | seq`, the end-of-round acknowledgement `ack_tag`.
+inline constexpr std::uint64_t data_bit = std::uint64_t{1} << 63;
+inline constexpr std::uint64_t reply_bit = std::uint64_t{1} << 62;
+inline constexpr std::uint64_t ack_tag = std::uint64_t{1} << 61;
+inline constexpr std::uint64_t seq_mask = (std::uint64_t{1} << 48) - 1;
+
+/// Bandwidth tests: receive buffers posted at once (and, with --check, sends
+/// in flight), capped so that a side holds at most 64 MiB of buffers.
+std::size_t buffer_slots(const settings& s) noexcept;
+
+/// Hex text of bytes and back (worker addresses on the control connection).
+std::string to_hex(std::span<const std::byte> b);
+std::vector<std::byte> from_hex(const std::string& s);
+
+// One pair of functions per transport. A server serves one test; a client
+// runs it and returns the measurements. Both talk over `ctl` first.
+result library_client(const settings& s, control& ctl);
+void library_server(const settings& s, control& ctl);
+result ucp_client(const settings& s, control& ctl);
+void ucp_server(const settings& s, control& ctl);
+result tcp_client(const settings& s, control& ctl);
+void tcp_server(const settings& s, control& ctl);
+
+/// The end of a run: the client says "done", the server answers with its
+/// allocation and operation counts, which are added to `r`.
+void finish_client(control& ctl, result& r);
+/// The server side of `finish_client`.
+void finish_server(control& ctl, std::size_t allocations, std::size_t operations);
+
+} // namespace perf

@@ -1,0 +1,499 @@
+// ucx-asio-perf over the library: ucx::worker, ucx::endpoint (from a worker
+// address) and ucx::async_tag_send / async_tag_recv, with callback or
+// coroutine completions.
+#include "common.hpp"
+
+#include <ucx/asio.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <exception>
+#include <memory>
+
+namespace perf {
+
+namespace {
+
+using ucx::tag_mask_full;
+
+ucx::context make_context(const settings& s) {
+    ucx::context_options o;
+    o.features = ucx::feature::tag | ucx::feature::am | ucx::feature::stream;
+    if (s.ucx_defaults) {
+        o.shared_memory_error_handling = false;
+        o.tuned_defaults = false;
+    }
+    return ucx::context(o);
+}
+
+ucx::worker_options worker_options_for(const settings& s) {
+    ucx::worker_options o;
+    o.mode = s.progress == progress::event  ? ucx::progress_mode::event
+             : s.progress == progress::poll ? ucx::progress_mode::poll
+                                            : ucx::progress_mode::hybrid;
+    o.spin_duration = std::chrono::microseconds(s.spin_us);
+    return o;
+}
+
+void throw_if(const ucx::error_code& ec, const char* what) {
+    if (ec)
+        throw failure(std::string(what) + ": " + ec.message());
+}
+
+// Everything one side of a run needs.
+struct session {
+    const settings& s;
+    asio::io_context& io;
+    ucx::worker& w;
+    ucx::endpoint& ep;
+    std::size_t warmup = s.warmup_iters();
+    std::size_t total = s.warmup_iters() + s.measured_iters();
+    std::size_t alloc_start = 0;
+    std::size_t alloc_end = 0;
+    std::exception_ptr error{};
+
+    void begin_measuring() {
+        alloc_start = allocations();
+        counting(true);
+    }
+    void end_measuring() {
+        counting(false);
+        alloc_end = allocations();
+    }
+};
+
+// ---- latency: callbacks ----
+
+struct lat_client_cb : session {
+    result& r;
+    std::vector<std::byte> out = std::vector<std::byte>(s.size);
+    std::vector<std::byte> in = std::vector<std::byte>(s.size);
+    std::size_t i = 0;
+    int pending = 0;
+    clock_type::time_point t0{}, t_recv{};
+
+    void start() {
+        if (i == warmup)
+            begin_measuring();
+        if (s.check)
+            fill(out, i);
+        pending = 2;
+        t0 = clock_type::now();
+        ucx::async_tag_recv(w, asio::buffer(in), reply_bit | i, tag_mask_full,
+                            [this](ucx::error_code ec, std::size_t n, ucx::tag_t) {
+                                t_recv = clock_type::now();
+                                throw_if(ec, "tag receive");
+                                if (n != s.size)
+                                    throw failure("reply of the wrong size");
+                                done_one();
+                            });
+        ucx::async_tag_send(ep, asio::buffer(out), data_bit | i,
+                            [this](ucx::error_code ec, std::size_t) {
+                                throw_if(ec, "tag send");
+                                done_one();
+                            });
+    }
+    void done_one() {
+        if (--pending != 0)
+            return;
+        if (s.check)
+            check(in, i, "reply");
+        if (i >= warmup)
+            r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t_recv - t0).count() /
+                                   2);
+        if (++i < total)
+            return start();
+        end_measuring();
+        io.stop();
+    }
+};
+
+struct lat_server_cb : session {
+    std::vector<std::byte> buf[2] = {std::vector<std::byte>(s.size),
+                                     std::vector<std::byte>(s.size)};
+    std::size_t received = 0, sent = 0;
+
+    void post_recv() {
+        auto& b = buf[received % 2];
+        ucx::async_tag_recv(w, asio::buffer(b), data_bit, data_bit,
+                            [this, &b](ucx::error_code ec, std::size_t n, ucx::tag_t tag) {
+                                throw_if(ec, "tag receive");
+                                const std::uint64_t seq = tag & seq_mask;
+                                if (n != s.size)
+                                    throw failure("message of the wrong size");
+                                if (s.check)
+                                    check(b, seq, "ping");
+                                if (++received == warmup)
+                                    begin_measuring();
+                                if (received < total)
+                                    post_recv();
+                                ucx::async_tag_send(ep, asio::buffer(b.data(), n), reply_bit | seq,
+                                                    [this](ucx::error_code ec, std::size_t) {
+                                                        throw_if(ec, "tag send");
+                                                        if (++sent == total) {
+                                                            end_measuring();
+                                                            io.stop();
+                                                        }
+                                                    });
+                            });
+    }
+    void start() { post_recv(); }
+};
+
+// ---- bandwidth: callbacks ----
+
+struct bw_client_cb : session {
+    result& r;
+    std::size_t slots = s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs{};
+    std::vector<std::size_t> free_slots{};
+    std::uint64_t next = 0;
+    std::size_t remaining = 0, inflight = 0;
+    std::uint64_t ack = 0;
+    bool acked = false;
+    int round = 0;
+    clock_type::time_point t0{};
+
+    void start() {
+        bufs.resize(s.check ? slots : 1, std::vector<std::byte>(s.size));
+        if (!s.check)
+            fill(bufs[0], 0);
+        for (std::size_t k = 0; k < slots; ++k)
+            free_slots.push_back(k);
+        start_round(warmup);
+    }
+    void start_round(std::size_t n) {
+        remaining = n;
+        acked = false;
+        if (round == 1) {
+            begin_measuring();
+            t0 = clock_type::now();
+        }
+        ucx::async_tag_recv(
+            w, asio::buffer(&ack, sizeof ack), ack_tag, tag_mask_full,
+            [this](ucx::error_code ec, std::size_t, ucx::tag_t) {
+                throw_if(ec, "acknowledgement receive");
+                acked = true;
+                if (round == 1)
+                    r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+                maybe_end_round();
+            });
+        while (remaining > 0 && !free_slots.empty())
+            send_one();
+    }
+    void send_one() {
+        const std::size_t slot = free_slots.back();
+        free_slots.pop_back();
+        const std::uint64_t seq = next++;
+        --remaining;
+        ++inflight;
+        auto& b = bufs[s.check ? slot : 0];
+        if (s.check)
+            fill(b, seq);
+        ucx::async_tag_send(ep, asio::buffer(b), data_bit | seq,
+                            [this, slot](ucx::error_code ec, std::size_t) {
+                                throw_if(ec, "tag send");
+                                --inflight;
+                                free_slots.push_back(slot);
+                                if (remaining > 0)
+                                    send_one();
+                                else
+                                    maybe_end_round();
+                            });
+    }
+    void maybe_end_round() {
+        if (!acked || inflight != 0)
+            return;
+        if (round++ == 0)
+            return start_round(s.measured_iters());
+        end_measuring();
+        io.stop();
+    }
+};
+
+struct bw_server_cb : session {
+    std::size_t slots = buffer_slots(s);
+    std::vector<std::vector<std::byte>> bufs{};
+    std::size_t posted = 0, received = 0;
+    std::uint64_t ack = 0;
+
+    void start() {
+        bufs.resize(slots, std::vector<std::byte>(s.size));
+        for (std::size_t k = 0; k < slots && posted < total; ++k)
+            post_recv(k);
+    }
+    void post_recv(std::size_t slot) {
+        ++posted;
+        ucx::async_tag_recv(w, asio::buffer(bufs[slot]), data_bit, data_bit,
+                            [this, slot](ucx::error_code ec, std::size_t n, ucx::tag_t tag) {
+                                throw_if(ec, "tag receive");
+                                if (n != s.size)
+                                    throw failure("message of the wrong size");
+                                if (s.check)
+                                    check(bufs[slot], tag & seq_mask, "data");
+                                ++received;
+                                if (posted < total)
+                                    post_recv(slot);
+                                if (received == warmup || received == total)
+                                    send_ack(received == total);
+                            });
+    }
+    void send_ack(bool last) {
+        if (!last)
+            begin_measuring();
+        ucx::async_tag_send(ep, asio::buffer(&ack, sizeof ack), ack_tag,
+                            [this, last](ucx::error_code ec, std::size_t) {
+                                throw_if(ec, "acknowledgement send");
+                                if (last) {
+                                    end_measuring();
+                                    io.stop();
+                                }
+                            });
+    }
+};
+
+// ---- coroutines ----
+
+using asio::awaitable;
+using asio::use_awaitable;
+
+awaitable<void> lat_client_co(session& ss, result& r) {
+    const settings& s = ss.s;
+    std::vector<std::byte> out(s.size), in(s.size);
+    for (std::size_t i = 0; i < ss.total; ++i) {
+        if (i == ss.warmup)
+            ss.begin_measuring();
+        if (s.check)
+            fill(out, i);
+        const auto t0 = clock_type::now();
+        co_await ucx::async_tag_send(ss.ep, asio::buffer(out), data_bit | i, use_awaitable);
+        auto [n, tag] = co_await ucx::async_tag_recv(ss.w, asio::buffer(in), reply_bit | i,
+                                                     tag_mask_full, use_awaitable);
+        const auto t1 = clock_type::now();
+        if (n != s.size)
+            throw failure("reply of the wrong size");
+        if (s.check)
+            check(in, i, "reply");
+        if (i >= ss.warmup)
+            r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+    }
+    ss.end_measuring();
+}
+
+awaitable<void> lat_server_co(session& ss) {
+    const settings& s = ss.s;
+    std::vector<std::byte> buf(s.size);
+    for (std::size_t i = 0; i < ss.total; ++i) {
+        auto [n, tag] = co_await ucx::async_tag_recv(ss.w, asio::buffer(buf), data_bit, data_bit,
+                                                     use_awaitable);
+        if (n != s.size)
+            throw failure("message of the wrong size");
+        if (s.check)
+            check(buf, tag & seq_mask, "ping");
+        if (i + 1 == ss.warmup)
+            ss.begin_measuring();
+        co_await ucx::async_tag_send(ss.ep, asio::buffer(buf), reply_bit | (tag & seq_mask),
+                                     use_awaitable);
+    }
+    ss.end_measuring();
+}
+
+// Shared by the sending coroutines of one round.
+struct bw_round {
+    std::uint64_t next = 0;
+    std::size_t remaining = 0;
+    std::size_t active = 0;
+};
+
+awaitable<void> bw_sender_co(session& ss, bw_round& round, std::vector<std::byte>& buf) {
+    while (round.remaining > 0) {
+        --round.remaining;
+        const std::uint64_t seq = round.next++;
+        if (ss.s.check)
+            fill(buf, seq);
+        co_await ucx::async_tag_send(ss.ep, asio::buffer(buf), data_bit | seq, use_awaitable);
+    }
+}
+
+awaitable<void> bw_client_co(session& ss, result& r) {
+    const settings& s = ss.s;
+    const std::size_t senders = s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs(s.check ? senders : 1, std::vector<std::byte>(s.size));
+    if (!s.check)
+        fill(bufs[0], 0);
+    bw_round round;
+    std::uint64_t ack = 0;
+    for (int k = 0; k < 2; ++k) {
+        clock_type::time_point t0{};
+        if (k == 1) {
+            ss.begin_measuring();
+            t0 = clock_type::now();
+        }
+        round.remaining = k == 0 ? ss.warmup : s.measured_iters();
+        for (std::size_t j = 0; j < senders; ++j) {
+            ++round.active;
+            asio::co_spawn(ss.io, bw_sender_co(ss, round, bufs[s.check ? j : 0]),
+                           [&round](std::exception_ptr e) {
+                               --round.active;
+                               if (e)
+                                   std::rethrow_exception(e);
+                           });
+        }
+        co_await ucx::async_tag_recv(ss.w, asio::buffer(&ack, sizeof ack), ack_tag, tag_mask_full,
+                                     use_awaitable);
+        if (k == 1)
+            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+        while (round.active > 0)
+            co_await asio::post(ss.io, use_awaitable);
+    }
+    ss.end_measuring();
+}
+
+awaitable<void> bw_receiver_co(session& ss, std::size_t& posted, std::size_t& received,
+                               std::vector<std::byte>& buf) {
+    std::uint64_t ack = 0;
+    while (posted < ss.total) {
+        ++posted;
+        auto [n, tag] = co_await ucx::async_tag_recv(ss.w, asio::buffer(buf), data_bit, data_bit,
+                                                     use_awaitable);
+        if (n != ss.s.size)
+            throw failure("message of the wrong size");
+        if (ss.s.check)
+            check(buf, tag & seq_mask, "data");
+        ++received;
+        if (received == ss.warmup || received == ss.total) {
+            if (received == ss.warmup)
+                ss.begin_measuring();
+            co_await ucx::async_tag_send(ss.ep, asio::buffer(&ack, sizeof ack), ack_tag,
+                                         use_awaitable);
+        }
+    }
+}
+
+void bw_server_co(session& ss, std::vector<std::vector<std::byte>>& bufs, std::size_t& posted,
+                  std::size_t& received, std::size_t& active) {
+    for (auto& b : bufs) {
+        ++active;
+        asio::co_spawn(ss.io, bw_receiver_co(ss, posted, received, b),
+                       [&ss, &active](std::exception_ptr e) {
+                           if (e && !ss.error)
+                               ss.error = e;
+                           if (--active == 0 || e) {
+                               ss.end_measuring();
+                               ss.io.stop();
+                           }
+                       });
+    }
+}
+
+// Runs a callback-style test on the session's io_context.
+template <class Start>
+void run_test(session& ss, Start start) {
+    start();
+    ss.io.run();
+    ss.io.restart();
+}
+
+void spawn_and_run(session& ss, awaitable<void> a) {
+    asio::co_spawn(ss.io, std::move(a), [&ss](std::exception_ptr e) {
+        ss.error = e;
+        ss.io.stop();
+    });
+    ss.io.run();
+    ss.io.restart();
+    if (ss.error)
+        std::rethrow_exception(ss.error);
+}
+
+std::size_t ops_per_measured_run(const settings& s, bool client) {
+    const test_info* t = find_test(s.test);
+    if (t->kind == kind::latency)
+        return 2 * s.measured_iters(); // a send and a receive per iteration
+    (void)client;
+    return s.measured_iters() + 1; // the messages, and the acknowledgement
+}
+
+} // namespace
+
+result library_client(const settings& s, control& ctl) {
+    asio::io_context io(1);
+    ucx::context ctx = make_context(s);
+    ucx::worker w(ctx, io, worker_options_for(s));
+    const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
+    ucx::endpoint ep(w, wire);
+    ctl.send("address " + to_hex(w.address().serialize()));
+    ctl.expect("ready");
+
+    result r;
+    r.one_way_us.reserve(s.measured_iters());
+    session ss{s, io, w, ep};
+    const test_info* t = find_test(s.test);
+    if (s.style == style::callback) {
+        if (t->kind == kind::latency) {
+            lat_client_cb c{ss, r};
+            run_test(c, [&] { c.start(); });
+            ss.alloc_start = c.alloc_start, ss.alloc_end = c.alloc_end;
+        } else {
+            bw_client_cb c{ss, r};
+            run_test(c, [&] { c.start(); });
+            ss.alloc_start = c.alloc_start, ss.alloc_end = c.alloc_end;
+        }
+    } else {
+        spawn_and_run(ss, t->kind == kind::latency ? lat_client_co(ss, r) : bw_client_co(ss, r));
+    }
+    r.messages = s.measured_iters();
+    r.bytes = r.messages * s.size;
+    r.allocations = ss.alloc_end - ss.alloc_start;
+    r.operations = ops_per_measured_run(s, true);
+    finish_client(ctl, r);
+    return r;
+}
+
+void library_server(const settings& s, control& ctl) {
+    asio::io_context io(1);
+    ucx::context ctx = make_context(s);
+    ucx::worker w(ctx, io, worker_options_for(s));
+    ctl.send("address " + to_hex(w.address().serialize()));
+    const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
+    ucx::endpoint ep(w, wire);
+
+    session ss{s, io, w, ep};
+    const test_info* t = find_test(s.test);
+    if (s.style == style::callback) {
+        if (t->kind == kind::latency) {
+            lat_server_cb c{ss};
+            c.start();
+            ctl.send("ready go");
+            io.run();
+            ss.alloc_start = c.alloc_start, ss.alloc_end = c.alloc_end;
+        } else {
+            bw_server_cb c{ss};
+            c.start();
+            ctl.send("ready go");
+            io.run();
+            ss.alloc_start = c.alloc_start, ss.alloc_end = c.alloc_end;
+        }
+        io.restart();
+    } else {
+        ctl.send("ready go");
+        if (t->kind == kind::latency) {
+            spawn_and_run(ss, lat_server_co(ss));
+        } else {
+            std::vector<std::vector<std::byte>> bufs(buffer_slots(s),
+                                                     std::vector<std::byte>(s.size));
+            std::size_t posted = 0, received = 0, active = 0;
+            bw_server_co(ss, bufs, posted, received, active);
+            io.run();
+            io.restart();
+            if (ss.error)
+                std::rethrow_exception(ss.error);
+        }
+    }
+    finish_server(ctl, ss.alloc_end - ss.alloc_start, ops_per_measured_run(s, false));
+}
+
+} // namespace perf

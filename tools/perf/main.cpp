@@ -1,0 +1,196 @@
+// ucx-asio-perf: a side-by-side benchmark of the library, raw UCP and Asio TCP,
+// with server and client processes in the manner of ucx_perftest.
+//
+//   ucx-asio-perf --server [-p PORT]        serves one test, then exits
+//   ucx-asio-perf HOST [-p PORT] [options]  runs a test against that server
+//   ucx-asio-perf --local [options]         starts a server process here first
+//
+// `ucx-asio-perf --help` lists the options. The client sends the test settings
+// to the server over a TCP control connection; UCX settings come from each
+// process's environment (UCX_TLS, UCX_NET_DEVICES, ...).
+#include "common.hpp"
+#include "report.hpp"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+void run_server(perf::settings s) {
+    asio::io_context io;
+    tcp::acceptor acceptor(io, tcp::endpoint(tcp::v4(), s.port));
+    const unsigned short port = acceptor.local_endpoint().port();
+    if (s.port_fd >= 0) {
+        const std::string text = std::to_string(port) + "\n";
+        if (::write(s.port_fd, text.data(), text.size()) < 0)
+            throw perf::failure(std::string("writing the port: ") + std::strerror(errno));
+        ::close(s.port_fd);
+    } else {
+        std::printf("ucx-asio-perf: server listening on port %u\n", port);
+        std::fflush(stdout);
+    }
+    perf::control ctl(acceptor.accept());
+    acceptor.close();
+    perf::settings t;
+    const std::string line = ctl.expect("test");
+    if (std::string err = perf::parse_wire(line, t); !err.empty()) {
+        ctl.send("error " + err);
+        throw perf::failure("bad test settings from the client: " + err);
+    }
+    if (!perf::api_available(perf::find_test(t.test)->api) && t.transport != perf::transport::tcp) {
+        ctl.send("error " + t.test + " is not available in this build");
+        throw perf::failure(t.test + " is not available in this build");
+    }
+    ctl.send("accepted " + t.test);
+    switch (t.transport) {
+    case perf::transport::library:
+        perf::library_server(t, ctl);
+        break;
+    case perf::transport::ucp:
+        perf::ucp_server(t, ctl);
+        break;
+    case perf::transport::tcp:
+        perf::tcp_server(t, ctl);
+        break;
+    }
+}
+
+perf::result run_client(const perf::settings& s, const std::string& host, unsigned short port) {
+    asio::io_context io;
+    tcp::socket sock(io);
+    tcp::resolver resolver(io);
+    asio::connect(sock, resolver.resolve(host, std::to_string(port)));
+    perf::control ctl(std::move(sock));
+    ctl.send("test " + perf::wire_form(s));
+    const std::string answer = ctl.receive();
+    if (answer.rfind("accepted ", 0) != 0)
+        throw perf::failure("the server refused: " + answer);
+    switch (s.transport) {
+    case perf::transport::library:
+        return perf::library_client(s, ctl);
+    case perf::transport::ucp:
+        return perf::ucp_client(s, ctl);
+    case perf::transport::tcp:
+        break;
+    }
+    return perf::tcp_client(s, ctl);
+}
+
+// Starts this program as a server on a free port; returns its pid and port.
+std::pair<pid_t, unsigned short> spawn_server() {
+    int fds[2];
+    if (::pipe(fds) != 0)
+        throw perf::failure(std::string("pipe: ") + std::strerror(errno));
+    const pid_t pid = ::fork();
+    if (pid < 0)
+        throw perf::failure(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+        ::close(fds[0]);
+        const std::string fd = std::to_string(fds[1]);
+        const char* argv[] = {"ucx-asio-perf", "--server", "--port", "0",
+                              "--port-fd",     fd.c_str(), nullptr};
+        ::execv("/proc/self/exe", const_cast<char* const*>(argv));
+        std::fprintf(stderr, "ucx-asio-perf: exec: %s\n", std::strerror(errno));
+        ::_exit(127);
+    }
+    ::close(fds[1]);
+    char buf[32] = {};
+    std::size_t got = 0;
+    while (got < sizeof buf - 1) {
+        const ssize_t n = ::read(fds[0], buf + got, sizeof buf - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += static_cast<std::size_t>(n);
+        if (std::memchr(buf, '\n', got))
+            break;
+    }
+    ::close(fds[0]);
+    const unsigned long port = std::strtoul(buf, nullptr, 10);
+    if (port == 0 || port > 65535) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+        throw perf::failure("the local server did not start");
+    }
+    return {pid, static_cast<unsigned short>(port)};
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+            std::fputs(perf::usage(), stdout);
+            return 0;
+        }
+    }
+    perf::settings s;
+    if (std::string err = perf::parse(argc, argv, s); !err.empty()) {
+        std::fprintf(stderr, "ucx-asio-perf: %s\n%s", err.c_str(), perf::usage());
+        return 2;
+    }
+    const perf::test_info* test = perf::find_test(s.test);
+    if (!s.server && s.transport != perf::transport::tcp && !perf::api_available(test->api)) {
+        std::fprintf(stderr,
+                     "ucx-asio-perf: %s is not available: this build of the library has no %s "
+                     "API yet (only --transport tcp runs it)\n",
+                     s.test.c_str(), test->api == perf::api::am ? "active message" : "stream");
+        return 3;
+    }
+    try {
+        if (s.server) {
+            run_server(s);
+            return 0;
+        }
+        pid_t child = -1;
+        std::string host = s.host;
+        unsigned short port = s.port;
+        if (s.local) {
+            auto [pid, p] = spawn_server();
+            child = pid;
+            host = "127.0.0.1";
+            port = p;
+        }
+        int rc = 0;
+        try {
+            const perf::result r = run_client(s, host, port);
+            perf::print(stdout, s, perf::summarise(s, r));
+            std::fflush(stdout);
+        } catch (...) {
+            if (child > 0) {
+                ::kill(child, SIGKILL);
+                ::waitpid(child, nullptr, 0);
+            }
+            throw;
+        }
+        if (child > 0) {
+            int status = 0;
+            ::waitpid(child, &status, 0);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                std::fprintf(stderr, "ucx-asio-perf: the local server failed\n");
+                rc = 1;
+            }
+        }
+        if (s.check && rc == 0)
+            std::fprintf(stderr, "ucx-asio-perf: %s over %s (%s, %s): content checked\n",
+                         s.test.c_str(), perf::to_string(s.transport), perf::to_string(s.progress),
+                         perf::to_string(s.style));
+        return rc;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "ucx-asio-perf%s: %s\n", s.server ? " (server)" : "", e.what());
+        return 1;
+    }
+}

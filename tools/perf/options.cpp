@@ -1,0 +1,311 @@
+#include "options.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+namespace perf {
+
+const std::vector<test_info>& all_tests() {
+    static const std::vector<test_info> tests{
+        {"tag_lat", api::tag, kind::latency},       {"tag_bw", api::tag, kind::bandwidth},
+        {"am_lat", api::am, kind::latency},         {"am_bw", api::am, kind::bandwidth},
+        {"stream_lat", api::stream, kind::latency}, {"stream_bw", api::stream, kind::bandwidth},
+    };
+    return tests;
+}
+
+const test_info* find_test(const std::string& name) {
+    for (const auto& t : all_tests())
+        if (name == t.name)
+            return &t;
+    return nullptr;
+}
+
+bool api_available(api a) {
+    switch (a) {
+    case api::tag:
+        return true;
+    case api::am:
+#ifdef UCX_ASIO_PERF_AM
+        return true;
+#else
+        return false;
+#endif
+    case api::stream:
+#ifdef UCX_ASIO_PERF_STREAM
+        return true;
+#else
+        return false;
+#endif
+    }
+    return false;
+}
+
+std::size_t settings::measured_iters() const {
+    if (iters != 0)
+        return iters;
+    const test_info* t = find_test(test);
+    const bool lat = t && t->kind == kind::latency;
+    if (transport == transport::tcp || progress == progress::event) {
+        // Every message costs an operating-system wake-up (tens of microseconds).
+        if (size >= (1u << 20))
+            return lat ? 200 : 1000;
+        return lat ? 20000 : (size >= 65536 ? 20000 : 200000);
+    }
+    if (size >= (8u << 20))
+        return lat ? 100 : 300;
+    if (size >= (1u << 20))
+        return lat ? 1000 : 3000;
+    if (size >= 65536)
+        return lat ? 20000 : 30000;
+    return lat ? 200000 : 1000000;
+}
+
+std::size_t settings::warmup_iters() const {
+    return warmup != 0 ? warmup : std::max<std::size_t>(1, measured_iters() / 10);
+}
+
+const char* to_string(transport t) {
+    switch (t) {
+    case transport::library:
+        return "library";
+    case transport::ucp:
+        return "ucp";
+    case transport::tcp:
+        return "tcp";
+    }
+    return "?";
+}
+
+const char* to_string(progress p) {
+    switch (p) {
+    case progress::event:
+        return "event";
+    case progress::poll:
+        return "poll";
+    case progress::hybrid:
+        return "hybrid";
+    }
+    return "?";
+}
+
+const char* to_string(style s) {
+    return s == style::callback ? "callback" : "coroutine";
+}
+
+namespace {
+
+bool number(const std::string& v, std::size_t& out) {
+    if (v.empty())
+        return false;
+    std::size_t mult = 1;
+    std::string digits = v;
+    switch (digits.back()) {
+    case 'k':
+    case 'K':
+        mult = 1024;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1024 * 1024;
+        break;
+    case 'g':
+    case 'G':
+        mult = std::size_t{1024} * 1024 * 1024;
+        break;
+    default:
+        break;
+    }
+    if (mult != 1)
+        digits.pop_back();
+    std::size_t n = 0;
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec != std::errc() || p != digits.data() + digits.size())
+        return false;
+    out = n * mult;
+    return true;
+}
+
+} // namespace
+
+std::string parse(int argc, const char* const* argv, settings& s) {
+    std::vector<std::string> positional;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&](std::string& out) {
+            if (i + 1 >= argc)
+                return false;
+            out = argv[++i];
+            return true;
+        };
+        std::string v;
+        std::size_t n = 0;
+        if (arg == "--server") {
+            s.server = true;
+        } else if (arg == "--local") {
+            s.local = true;
+        } else if (arg == "--check") {
+            s.check = true;
+        } else if (arg == "--no-header") {
+            s.header = false;
+        } else if (arg == "--count-allocations") {
+            s.count_allocations = true;
+        } else if (arg == "--ucx-defaults") {
+            s.ucx_defaults = true;
+        } else if (arg == "-t" || arg == "--test") {
+            if (!value(v) || !find_test(v))
+                return "unknown test '" + v + "'";
+            s.test = v;
+        } else if (arg == "--transport") {
+            if (!value(v))
+                return "--transport needs a value";
+            if (v == "library")
+                s.transport = transport::library;
+            else if (v == "ucp")
+                s.transport = transport::ucp;
+            else if (v == "tcp")
+                s.transport = transport::tcp;
+            else
+                return "unknown transport '" + v + "' (library, ucp or tcp)";
+        } else if (arg == "--progress") {
+            if (!value(v))
+                return "--progress needs a value";
+            if (v == "event")
+                s.progress = progress::event;
+            else if (v == "poll")
+                s.progress = progress::poll;
+            else if (v == "hybrid")
+                s.progress = progress::hybrid;
+            else
+                return "unknown progress mode '" + v + "' (event, poll or hybrid)";
+        } else if (arg == "--style") {
+            if (!value(v))
+                return "--style needs a value";
+            if (v == "callback")
+                s.style = style::callback;
+            else if (v == "coroutine")
+                s.style = style::coroutine;
+            else
+                return "unknown completion style '" + v + "' (callback or coroutine)";
+        } else if (arg == "--format") {
+            if (!value(v))
+                return "--format needs a value";
+            if (v == "table")
+                s.format = format::table;
+            else if (v == "csv")
+                s.format = format::csv;
+            else if (v == "json")
+                s.format = format::json;
+            else
+                return "unknown format '" + v + "' (table, csv or json)";
+        } else if (arg == "--error-handling") {
+            if (!value(v) || (v != "on" && v != "off"))
+                return "--error-handling takes on or off";
+            s.error_handling = v == "on";
+        } else if (arg == "-s" || arg == "--size" || arg == "-n" || arg == "--iters" ||
+                   arg == "-w" || arg == "--warmup" || arg == "--window" || arg == "-p" ||
+                   arg == "--port" || arg == "--port-fd" || arg == "--spin-us") {
+            if (!value(v) || !number(v, n))
+                return arg + " needs a number";
+            if (arg == "-s" || arg == "--size")
+                s.size = n;
+            else if (arg == "-n" || arg == "--iters")
+                s.iters = n;
+            else if (arg == "-w" || arg == "--warmup")
+                s.warmup = n;
+            else if (arg == "--window")
+                s.window = n;
+            else if (arg == "-p" || arg == "--port") {
+                if (n > 65535)
+                    return "port out of range";
+                s.port = static_cast<unsigned short>(n);
+            } else if (arg == "--port-fd")
+                s.port_fd = static_cast<int>(n);
+            else
+                s.spin_us = static_cast<unsigned>(n);
+        } else if (arg == "--label") {
+            if (!value(s.label))
+                return "--label needs a value";
+        } else if (!arg.empty() && arg[0] == '-') {
+            return "unknown option '" + arg + "'";
+        } else {
+            positional.push_back(arg);
+        }
+    }
+    if (positional.size() > 1)
+        return "more than one server host given";
+    if (!positional.empty())
+        s.host = positional[0];
+    if (s.window == 0)
+        return "--window must be at least 1";
+    if (s.size == 0)
+        return "--size must be at least 1";
+    if (s.size > (std::size_t{1} << 30))
+        return "--size is limited to 1 GiB";
+    const test_info* t = find_test(s.test);
+    if (s.size < 8 && t->kind == kind::latency && s.check)
+        return "--check needs --size of at least 8";
+    if (!s.server && !s.local && s.host.empty())
+        return "give a server host, --local or --server";
+    return "";
+}
+
+std::string wire_form(const settings& s) {
+    std::ostringstream out;
+    out << "--test " << s.test << " --transport " << to_string(s.transport) << " --progress "
+        << to_string(s.progress) << " --style " << to_string(s.style) << " --size " << s.size
+        << " --iters " << s.measured_iters() << " --warmup " << s.warmup_iters() << " --window "
+        << s.window << " --error-handling " << (s.error_handling ? "on" : "off") << " --spin-us "
+        << s.spin_us;
+    if (s.check)
+        out << " --check";
+    if (s.ucx_defaults)
+        out << " --ucx-defaults";
+    if (s.count_allocations)
+        out << " --count-allocations";
+    return out.str();
+}
+
+std::string parse_wire(const std::string& line, settings& s) {
+    std::istringstream in(line);
+    std::vector<std::string> words{"ucx-asio-perf"};
+    for (std::string w; in >> w;)
+        words.push_back(w);
+    words.push_back("--server");
+    std::vector<const char*> argv;
+    for (const auto& w : words)
+        argv.push_back(w.c_str());
+    return parse(static_cast<int>(argv.size()), argv.data(), s);
+}
+
+const char* usage() {
+    return "usage:\n"
+           "  ucx-asio-perf --server [-p PORT]             serve one test, then exit\n"
+           "  ucx-asio-perf HOST [-p PORT] [options]      run a test against a server\n"
+           "  ucx-asio-perf --local [options]             start a server process here, then "
+           "run\n"
+           "options:\n"
+           "  -t, --test NAME        tag_lat tag_bw am_lat am_bw stream_lat stream_bw "
+           "(tag_lat)\n"
+           "  --transport T          library (ucx-asio), ucp (raw UCP) or tcp (Asio TCP) "
+           "(library)\n"
+           "  --progress MODE        event, poll or hybrid (event)\n"
+           "  --style S              callback or coroutine completions (callback)\n"
+           "  -s, --size BYTES       message size, k/m/g suffixes allowed (8)\n"
+           "  -n, --iters N          measured iterations (depends on test and size)\n"
+           "  -w, --warmup N         warm-up iterations (iters/10)\n"
+           "  --window N             bandwidth tests: sends in flight (64)\n"
+           "  --check                verify the content of every message\n"
+           "  --format F             table, csv or json (table)\n"
+           "  --no-header            leave out the table or csv header\n"
+           "  --label TEXT           a label printed with the results\n"
+           "  --count-allocations    report operator new calls per operation in steady state\n"
+           "  --error-handling on|off  ucp transport: peer error mode (on, as the library)\n"
+           "  --ucx-defaults         library and ucp: UCX's defaults, not the library's tuned "
+           "ones\n"
+           "  --spin-us N            hybrid mode: spin before sleeping (20)\n"
+           "Every UCX setting comes from the environment (UCX_TLS, UCX_NET_DEVICES, ...).\n";
+}
+
+} // namespace perf

@@ -1,0 +1,49 @@
+# ctest entries for ucx-asio-perf --check (included from test/integration).
+set(_perf_tests tag_lat tag_bw)
+if(UCX_ASIO_PERF_AM)
+  list(APPEND _perf_tests am_lat am_bw)
+endif()
+if(UCX_ASIO_PERF_STREAM)
+  list(APPEND _perf_tests stream_lat stream_bw)
+endif()
+foreach(transport library ucp tcp)
+  foreach(style callback coroutine)
+    if(transport STREQUAL "ucp" AND style STREQUAL "coroutine")
+      continue()
+    endif()
+    foreach(mode event poll hybrid)
+      foreach(test ${_perf_tests})
+        set(_sizes 8)
+        if(style STREQUAL "callback")
+          list(APPEND _sizes 300000) # rendezvous and multi-fragment paths
+        endif()
+        foreach(size ${_sizes})
+          set(_name perf_smoke.${transport}.${test}.${mode}.${style}.${size})
+          add_test(NAME ${_name}
+            COMMAND ucx-asio-perf --local --check --transport ${transport} --progress ${mode}
+                    --style ${style} --test ${test} --size ${size} --iters 100 --warmup 10
+                    --window 16)
+          set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 120)
+        endforeach()
+      endforeach()
+    endforeach()
+  endforeach()
+endforeach()
+
+# The library over UCX's TCP transport only.
+foreach(test ${_perf_tests})
+  set(_name perf_smoke.library_ucx_tcp.${test})
+  add_test(NAME ${_name}
+    COMMAND ucx-asio-perf --local --check --test ${test} --size 70000 --iters 50 --warmup 5)
+  set_tests_properties(${_name} PROPERTIES
+    ENVIRONMENT "${UCX_ASIO_TEST_ENV};UCX_TLS=tcp,self" TIMEOUT 120)
+endforeach()
+
+# Bad input: a clear error and exit status 2, no crash.
+add_test(NAME perf_smoke.bad_option COMMAND ucx-asio-perf --local --test no_such_test)
+set_tests_properties(perf_smoke.bad_option PROPERTIES WILL_FAIL TRUE)
+add_test(NAME perf_smoke.bad_size COMMAND ucx-asio-perf --local --size 12x)
+set_tests_properties(perf_smoke.bad_size PROPERTIES PASS_REGULAR_EXPRESSION "--size needs a number")
+
+# The operating system's wake-up floor runs.
+add_test(NAME perf_smoke.pipe_pingpong COMMAND pipe_pingpong --iters 200 --warmup 10)

@@ -1,0 +1,401 @@
+// ucx-asio-perf over raw UCP calls: the floor for the library's own overhead.
+// Same UCX configuration as the library (its context settings), same endpoint
+// error mode; progress by busy polling, or by sleeping on the worker's event fd
+// (event), or spinning a while before sleeping (hybrid).
+#include "common.hpp"
+
+#include <ucx/context.hpp>
+
+#include <ucp/api/ucp.h>
+
+#include <poll.h>
+
+#include <cstdlib>
+#include <functional>
+
+namespace perf {
+
+namespace {
+
+void throw_status(ucs_status_t st, const char* what) {
+    if (st != UCS_OK)
+        throw failure(std::string(what) + ": " + ucs_status_string(st));
+}
+
+// One request's outcome. Completion callbacks only record.
+struct slot {
+    std::size_t index = 0;
+    std::vector<std::size_t>* completed = nullptr; ///< where to report completion (may be null)
+    bool done = false;
+    ucs_status_t status = UCS_OK;
+    std::size_t length = 0;
+    ucp_tag_t tag = 0;
+    void complete(ucs_status_t st) {
+        done = true;
+        status = st;
+        if (completed)
+            completed->push_back(index);
+    }
+};
+
+void send_cb(void* request, ucs_status_t status, void* user) {
+    static_cast<slot*>(user)->complete(status);
+    ucp_request_free(request);
+}
+
+void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+    auto* s = static_cast<slot*>(user);
+    if (status == UCS_OK) {
+        s->length = info->length;
+        s->tag = info->sender_tag;
+    }
+    s->complete(status);
+    ucp_request_free(request);
+}
+
+void ep_error_cb(void*, ucp_ep_h, ucs_status_t status) {
+    // Only during teardown (the peer left first) is this expected.
+    (void)status;
+}
+
+struct ucp_side {
+    const settings& s;
+    ucp_context_h ctx = nullptr;
+    ucp_worker_h worker = nullptr;
+    ucp_ep_h ep = nullptr;
+    int efd = -1;
+
+    explicit ucp_side(const settings& st) : s(st) {
+        ucp_config_t* config = nullptr;
+        throw_status(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+        ucx::context_options o;
+        o.shared_memory_error_handling = s.error_handling && !s.ucx_defaults;
+        o.tuned_defaults = !s.ucx_defaults;
+        for (const auto& [name, value] : ucx::make_config_settings(
+                 o, [](const char* n) { return static_cast<const char*>(std::getenv(n)); })) {
+            ucs_status_t st2 = ucp_config_modify(config, name.c_str(), value.c_str());
+            if (st2 != UCS_OK) {
+                ucp_config_release(config);
+                throw_status(st2, "ucp_config_modify");
+            }
+        }
+        ucp_params_t params{};
+        params.field_mask = UCP_PARAM_FIELD_FEATURES;
+        params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+        ucs_status_t init_status = ucp_init(&params, config, &ctx);
+        ucp_config_release(config);
+        throw_status(init_status, "ucp_init");
+        ucp_worker_params_t wp{};
+        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+        throw_status(ucp_worker_create(ctx, &wp, &worker), "ucp_worker_create");
+        throw_status(ucp_worker_get_efd(worker, &efd), "ucp_worker_get_efd");
+    }
+
+    ~ucp_side() {
+        if (ep) {
+            ucp_request_param_t p{};
+            p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+            p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+            void* req = ucp_ep_close_nbx(ep, &p);
+            if (UCS_PTR_IS_PTR(req)) {
+                while (ucp_request_check_status(req) == UCS_INPROGRESS)
+                    ucp_worker_progress(worker);
+                ucp_request_free(req);
+            }
+        }
+        if (worker)
+            ucp_worker_destroy(worker);
+        if (ctx)
+            ucp_cleanup(ctx);
+    }
+
+    std::string address() {
+        ucp_address_t* a = nullptr;
+        std::size_t len = 0;
+        throw_status(ucp_worker_get_address(worker, &a, &len), "ucp_worker_get_address");
+        std::string hex = to_hex({reinterpret_cast<const std::byte*>(a), len});
+        ucp_worker_release_address(worker, a);
+        return hex;
+    }
+
+    void connect(const std::string& hex) {
+        const auto bytes = from_hex(hex);
+        ucp_ep_params_t p{};
+        p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        p.address = reinterpret_cast<const ucp_address_t*>(bytes.data());
+        if (s.error_handling) {
+            p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+            p.err_handler.cb = ep_error_cb;
+            p.err_handler.arg = nullptr;
+        }
+        throw_status(ucp_ep_create(worker, &p, &ep), "ucp_ep_create");
+    }
+
+    // Progresses until `done()`: busy (poll), sleeping on the event fd
+    // (event), or spinning `spin_us` after the last activity first (hybrid).
+    template <class Pred>
+    void wait(Pred done) {
+        if (s.progress == progress::poll) {
+            while (!done())
+                ucp_worker_progress(worker);
+            return;
+        }
+        auto last = clock_type::now();
+        const auto spin = std::chrono::microseconds(s.spin_us);
+        while (!done()) {
+            if (ucp_worker_progress(worker) != 0) {
+                if (s.progress == progress::hybrid)
+                    last = clock_type::now();
+                continue;
+            }
+            if (done())
+                return;
+            if (s.progress == progress::hybrid && clock_type::now() - last < spin)
+                continue;
+            ucs_status_t st = ucp_worker_arm(worker);
+            if (st == UCS_ERR_BUSY)
+                continue;
+            throw_status(st, "ucp_worker_arm");
+            pollfd pfd{efd, POLLIN, 0};
+            ::poll(&pfd, 1, -1);
+            last = clock_type::now();
+        }
+    }
+
+    void send(const void* buf, std::size_t n, ucp_tag_t tag, slot& sl) {
+        sl.done = false;
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.cb.send = send_cb;
+        p.user_data = &sl;
+        ucs_status_ptr_t r = ucp_tag_send_nbx(ep, buf, n, tag, &p);
+        if (UCS_PTR_IS_ERR(r))
+            throw_status(UCS_PTR_STATUS(r), "ucp_tag_send_nbx");
+        if (r == nullptr)
+            sl.complete(UCS_OK);
+    }
+
+    void recv(void* buf, std::size_t n, ucp_tag_t tag, ucp_tag_t mask, slot& sl) {
+        sl.done = false;
+        ucp_tag_recv_info_t info{};
+        ucp_request_param_t p{};
+        p.op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
+        p.cb.recv = recv_cb;
+        p.user_data = &sl;
+        p.recv_info.tag_info = &info;
+        ucs_status_ptr_t r = ucp_tag_recv_nbx(worker, buf, n, tag, mask, &p);
+        if (UCS_PTR_IS_ERR(r))
+            throw_status(UCS_PTR_STATUS(r), "ucp_tag_recv_nbx");
+        if (r == nullptr) {
+            sl.length = info.length;
+            sl.tag = info.sender_tag;
+            sl.complete(UCS_OK);
+        }
+    }
+};
+
+void ok(const slot& sl, const char* what) {
+    throw_status(sl.status, what);
+}
+
+struct counts {
+    std::size_t alloc_start = 0, alloc_end = 0;
+    void begin() {
+        alloc_start = allocations();
+        counting(true);
+    }
+    void end() {
+        counting(false);
+        alloc_end = allocations();
+    }
+};
+
+} // namespace
+
+result ucp_client(const settings& s, control& ctl) {
+    ucp_side u(s);
+    u.connect(ctl.expect("address"));
+    ctl.send("address " + u.address());
+    ctl.expect("ready");
+
+    result r;
+    counts c;
+    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
+    const test_info* t = find_test(s.test);
+    if (t->kind == kind::latency) {
+        r.one_way_us.reserve(s.measured_iters());
+        std::vector<std::byte> out(s.size), in(s.size);
+        slot ss, rs;
+        for (std::size_t i = 0; i < total; ++i) {
+            if (i == warmup)
+                c.begin();
+            if (s.check)
+                fill(out, i);
+            const auto t0 = clock_type::now();
+            u.recv(in.data(), in.size(), reply_bit | i, ~ucp_tag_t{0}, rs);
+            u.send(out.data(), out.size(), data_bit | i, ss);
+            u.wait([&] { return rs.done; });
+            const auto t1 = clock_type::now();
+            u.wait([&] { return ss.done; });
+            ok(rs, "tag receive");
+            ok(ss, "tag send");
+            if (rs.length != s.size)
+                throw failure("reply of the wrong size");
+            if (s.check)
+                check(in, i, "reply");
+            if (i >= warmup)
+                r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() /
+                                       2);
+        }
+        c.end();
+        r.operations = 2 * s.measured_iters();
+    } else {
+        const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
+        std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1,
+                                                 std::vector<std::byte>(s.size));
+        if (!s.check)
+            fill(bufs[0], 0);
+        std::vector<std::size_t> completed;
+        completed.reserve(nslots);
+        std::vector<slot> slots(nslots);
+        std::vector<std::size_t> free_slots;
+        for (std::size_t k = 0; k < nslots; ++k) {
+            slots[k].index = k;
+            slots[k].completed = &completed;
+            free_slots.push_back(k);
+        }
+        std::uint64_t next = 0, ack = 0;
+        slot ack_slot;
+        for (int round = 0; round < 2; ++round) {
+            std::size_t remaining = round == 0 ? warmup : s.measured_iters();
+            clock_type::time_point t0{};
+            if (round == 1) {
+                c.begin();
+                t0 = clock_type::now();
+            }
+            u.recv(&ack, sizeof ack, ack_tag, ~ucp_tag_t{0}, ack_slot);
+            std::size_t inflight = 0;
+            while (remaining > 0 || inflight > 0) {
+                while (remaining > 0 && !free_slots.empty()) {
+                    const std::size_t k = free_slots.back();
+                    free_slots.pop_back();
+                    const std::uint64_t seq = next++;
+                    auto& b = bufs[s.check ? k : 0];
+                    if (s.check)
+                        fill(b, seq);
+                    --remaining;
+                    ++inflight;
+                    u.send(b.data(), b.size(), data_bit | seq, slots[k]);
+                }
+                u.wait([&] { return !completed.empty(); });
+                for (std::size_t k : completed) {
+                    ok(slots[k], "tag send");
+                    --inflight;
+                    free_slots.push_back(k);
+                }
+                completed.clear();
+            }
+            u.wait([&] { return ack_slot.done; });
+            ok(ack_slot, "acknowledgement receive");
+            if (round == 1)
+                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+        }
+        c.end();
+        r.operations = s.measured_iters() + 1;
+    }
+    r.messages = s.measured_iters();
+    r.bytes = r.messages * s.size;
+    r.allocations = c.alloc_end - c.alloc_start;
+    finish_client(ctl, r);
+    return r;
+}
+
+void ucp_server(const settings& s, control& ctl) {
+    ucp_side u(s);
+    ctl.send("address " + u.address());
+    u.connect(ctl.expect("address"));
+
+    counts c;
+    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
+    const test_info* t = find_test(s.test);
+    std::size_t ops = 0;
+    if (t->kind == kind::latency) {
+        std::vector<std::byte> buf[2] = {std::vector<std::byte>(s.size),
+                                         std::vector<std::byte>(s.size)};
+        slot rs[2], ss[2];
+        ss[0].done = ss[1].done = true;
+        u.recv(buf[0].data(), s.size, data_bit, data_bit, rs[0]);
+        ctl.send("ready go");
+        for (std::size_t k = 0; k < total; ++k) {
+            const std::size_t cur = k % 2, nxt = (k + 1) % 2;
+            u.wait([&] { return rs[cur].done; });
+            ok(rs[cur], "tag receive");
+            if (rs[cur].length != s.size)
+                throw failure("message of the wrong size");
+            const std::uint64_t seq = rs[cur].tag & seq_mask;
+            if (s.check)
+                check(buf[cur], seq, "ping");
+            if (k + 1 == warmup)
+                c.begin();
+            if (k + 1 < total) {
+                u.wait([&] { return ss[nxt].done; });
+                ok(ss[nxt], "tag send");
+                u.recv(buf[nxt].data(), s.size, data_bit, data_bit, rs[nxt]);
+            }
+            u.send(buf[cur].data(), s.size, reply_bit | seq, ss[cur]);
+        }
+        u.wait([&] { return ss[0].done && ss[1].done; });
+        c.end();
+        ops = 2 * s.measured_iters();
+    } else {
+        const std::size_t nslots = buffer_slots(s);
+        std::vector<std::vector<std::byte>> bufs(nslots, std::vector<std::byte>(s.size));
+        std::vector<std::size_t> completed;
+        completed.reserve(nslots);
+        std::vector<slot> slots(nslots);
+        std::size_t posted = 0, received = 0;
+        for (std::size_t k = 0; k < nslots; ++k) {
+            slots[k].index = k;
+            slots[k].completed = &completed;
+        }
+        for (std::size_t k = 0; k < nslots && posted < total; ++k, ++posted)
+            u.recv(bufs[k].data(), s.size, data_bit, data_bit, slots[k]);
+        ctl.send("ready go");
+        std::uint64_t ack = 0;
+        slot ack_slot;
+        std::vector<std::size_t> batch;
+        batch.reserve(nslots);
+        while (received < total) {
+            u.wait([&] { return !completed.empty(); });
+            batch.swap(completed);
+            for (std::size_t k : batch) {
+                ok(slots[k], "tag receive");
+                if (slots[k].length != s.size)
+                    throw failure("message of the wrong size");
+                if (s.check)
+                    check(bufs[k], slots[k].tag & seq_mask, "data");
+                ++received;
+                if (posted < total) {
+                    ++posted;
+                    u.recv(bufs[k].data(), s.size, data_bit, data_bit, slots[k]);
+                }
+                if (received == warmup || received == total) {
+                    if (received == warmup)
+                        c.begin();
+                    u.send(&ack, sizeof ack, ack_tag, ack_slot);
+                    u.wait([&] { return ack_slot.done; });
+                    ok(ack_slot, "acknowledgement send");
+                }
+            }
+            batch.clear();
+        }
+        c.end();
+        ops = s.measured_iters() + 1;
+    }
+    finish_server(ctl, c.alloc_end - c.alloc_start, ops);
+}
+
+} // namespace perf
