@@ -176,8 +176,12 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
 
 void am_registry::on_fetched(void* request, ucs_status_t status, std::size_t,
                              void* user_data) noexcept {
+    // Inside progress, or inside ucp_am_recv_data_nbx itself (UCX 1.13 may
+    // complete a fetch there, and then returns either the request or no
+    // request at all): record only; fetch() sorts out which.
     auto* m = static_cast<am_message_state*>(user_data);
     m->fetch_request = request;
+    m->fetch_called = true;
     if (status != UCS_OK && !m->error)
         m->error = make_error_code(status);
     --m->registry->fetches_in_flight_;
@@ -209,15 +213,22 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     param.user_data = m;
     param.memory_type = to_ucs(m->mem);
     m->fetching = true;
+    m->fetch_called = false;
+    ++fetches_in_flight_;
     ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_->native(), desc, buffer, m->length, &param);
     if (UCS_PTR_IS_PTR(r)) {
-        m->fetch_request = r;
-        ++fetches_in_flight_;
+        m->fetch_request = r; // freed once the callback has run
         return;
     }
-    m->fetching = false;
+    // Done already: UCX keeps no request (even if the callback ran).
+    m->fetch_request = nullptr;
+    if (m->fetch_called)
+        return;
     if (UCS_PTR_STATUS(r) != UCS_OK)
         m->error = make_error_code(UCS_PTR_STATUS(r));
+    m->fetch_called = true;
+    --fetches_in_flight_;
+    fetched_.push_back(m);
 }
 
 void am_registry::uncount(id_state& s, am_message_state* m) noexcept {
@@ -308,8 +319,14 @@ void am_registry::pump(unsigned id, id_state& s) {
 }
 
 std::size_t am_registry::after_progress() noexcept {
-    if (fetched_.empty() && dirty_.empty())
-        return 0;
+    std::size_t n = 0;
+    // Fetches may complete while pumping: loop until both lists are empty.
+    while ((!fetched_.empty() || !dirty_.empty()) && !closed())
+        n += drain();
+    return n;
+}
+
+std::size_t am_registry::drain() noexcept {
     std::size_t n = 0;
     if (!fetched_.empty()) {
         auto fetched = std::move(fetched_);
@@ -330,8 +347,10 @@ std::size_t am_registry::after_progress() noexcept {
             mark(s, m->id);
             ++n;
         }
-        if (fetched_.empty())
+        if (fetched_.empty()) {
+            fetched.clear();
             fetched_ = std::move(fetched); // keep the capacity
+        }
     }
     while (!dirty_.empty() && !closed()) {
         const unsigned id = dirty_.back();
@@ -454,6 +473,8 @@ void am_registry::release(am_message_state* m) noexcept {
     m->rndv_desc = nullptr;
     m->rendezvous = false;
     m->fetching = false;
+    m->fetch_called = false;
+    m->orphan = false;
     m->fetch_request = nullptr;
     m->mem = memory_type::host;
     m->allocator.reset();

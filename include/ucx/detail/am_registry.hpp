@@ -41,6 +41,8 @@ struct am_message_state {
     void* rndv_desc = nullptr;
     bool rendezvous = false;
     bool fetching = false;
+    /// UCX called back for the fetch (possibly inside the fetch call).
+    bool fetch_called = false;
     /// Dropped by shutdown while UCX still fetched into it.
     bool orphan = false;
     void* fetch_request = nullptr;
@@ -137,6 +139,7 @@ private:
     void mark(id_state& s, unsigned id);
     am_message_state* make_state();
     void pump(unsigned id, id_state& s);
+    std::size_t drain() noexcept;
     void fetch(id_state& s, am_message_state* m) noexcept;
     bool deliver_one(unsigned id, id_state& s);
     void unlink(id_state& s, am_message_state* m, am_message_state* prev) noexcept;
