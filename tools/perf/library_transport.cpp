@@ -3,6 +3,7 @@
 // coroutine completions.
 #include "common.hpp"
 
+#include <ucx/am.hpp>
 #include <ucx/asio.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -11,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <cstring>
 #include <exception>
 #include <memory>
 
@@ -374,28 +376,301 @@ awaitable<void> bw_receiver_co(session& ss, std::size_t& posted, std::size_t& re
     }
 }
 
-void bw_server_co(session& ss, std::vector<std::vector<std::byte>>& bufs, std::size_t& posted,
-                  std::size_t& received, std::size_t& active) {
-    for (auto& b : bufs) {
-        ++active;
-        asio::co_spawn(ss.io, bw_receiver_co(ss, posted, received, b),
-                       [&ss, &active](std::exception_ptr e) {
-                           if (e && !ss.error)
-                               ss.error = e;
-                           if (--active == 0 || e) {
-                               ss.end_measuring();
-                               ss.io.stop();
-                           }
-                       });
+// ---- active messages (ids: 1 data, 2 replies, 3 acknowledgements; the
+// header carries the message number) ----
+
+constexpr unsigned am_data = 1, am_reply = 2, am_ack = 3;
+const ucx::am_send_options am_options{ucx::am_protocol::automatic, false};
+
+std::uint64_t am_seq(const ucx::am_message& m) {
+    std::uint64_t seq = 0;
+    if (m.header().size() != sizeof seq)
+        throw failure("active message with a bad header");
+    std::memcpy(&seq, m.header().data(), sizeof seq);
+    return seq;
+}
+
+void check_am(const settings& s, const ucx::am_message& m, std::uint64_t seq, const char* what) {
+    if (m.size() != s.size)
+        throw failure(std::string(what) + " of the wrong size");
+    if (s.check)
+        check({static_cast<const std::byte*>(m.data().data()), m.size()}, seq, what);
+}
+
+struct am_lat_client_cb : session {
+    result& r;
+    std::vector<std::byte> out = std::vector<std::byte>(s.size);
+    std::size_t i = 0;
+    std::uint64_t header = 0;
+    int pending = 0;
+    clock_type::time_point t0{}, t_recv{};
+
+    void start() {
+        if (i == warmup)
+            begin_measuring();
+        if (s.check)
+            fill(out, i);
+        pending = 2;
+        header = i;
+        t0 = clock_type::now();
+        ucx::async_am_recv(w, am_reply, [this](ucx::error_code ec, ucx::am_message m) {
+            t_recv = clock_type::now();
+            throw_if(ec, "active message receive");
+            if (am_seq(m) != i)
+                throw failure("reply out of order");
+            check_am(s, m, i, "reply");
+            done_one();
+        });
+        ucx::async_am_send(ep, am_data, asio::buffer(&header, sizeof header), asio::buffer(out),
+                           am_options, [this](ucx::error_code ec, std::size_t) {
+                               throw_if(ec, "active message send");
+                               done_one();
+                           });
+    }
+    void done_one() {
+        if (--pending != 0)
+            return;
+        if (i >= warmup)
+            r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t_recv - t0).count() /
+                                   2);
+        if (++i < total)
+            return start();
+        end_measuring();
+        io.stop();
+    }
+};
+
+struct am_lat_server_cb : session {
+    ucx::am_message held[2]{};
+    std::uint64_t header[2] = {0, 0};
+    std::size_t received = 0, sent = 0;
+
+    void start() { post_recv(); }
+    void post_recv() {
+        ucx::async_am_recv(w, am_data, [this](ucx::error_code ec, ucx::am_message m) {
+            throw_if(ec, "active message receive");
+            const std::uint64_t seq = am_seq(m);
+            check_am(s, m, seq, "ping");
+            const std::size_t k = received % 2;
+            held[k] = std::move(m);
+            header[k] = seq;
+            if (++received == warmup)
+                begin_measuring();
+            if (received < total)
+                post_recv();
+            ucx::async_am_send(ep, am_reply, asio::buffer(&header[k], sizeof header[k]),
+                               held[k].data(), am_options,
+                               [this, k](ucx::error_code ec, std::size_t) {
+                                   throw_if(ec, "active message send");
+                                   held[k] = ucx::am_message();
+                                   if (++sent == total) {
+                                       end_measuring();
+                                       io.stop();
+                                   }
+                               });
+        });
+    }
+};
+
+struct am_bw_client_cb : session {
+    result& r;
+    std::size_t slots = s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs{};
+    std::vector<std::uint64_t> headers{};
+    std::vector<std::size_t> free_slots{};
+    std::uint64_t next = 0;
+    std::size_t remaining = 0, inflight = 0;
+    bool acked = false;
+    int round = 0;
+    clock_type::time_point t0{};
+
+    void start() {
+        bufs.resize(s.check ? slots : 1, std::vector<std::byte>(s.size));
+        headers.resize(slots);
+        if (!s.check)
+            fill(bufs[0], 0);
+        for (std::size_t k = 0; k < slots; ++k)
+            free_slots.push_back(k);
+        start_round(warmup);
+    }
+    void start_round(std::size_t n) {
+        remaining = n;
+        acked = false;
+        if (round == 1) {
+            begin_measuring();
+            t0 = clock_type::now();
+        }
+        ucx::async_am_recv(w, am_ack, [this](ucx::error_code ec, ucx::am_message) {
+            throw_if(ec, "acknowledgement receive");
+            acked = true;
+            if (round == 1)
+                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+            maybe_end_round();
+        });
+        while (remaining > 0 && !free_slots.empty())
+            send_one();
+    }
+    void send_one() {
+        const std::size_t slot = free_slots.back();
+        free_slots.pop_back();
+        const std::uint64_t seq = next++;
+        --remaining;
+        ++inflight;
+        auto& b = bufs[s.check ? slot : 0];
+        if (s.check)
+            fill(b, seq);
+        headers[slot] = seq;
+        ucx::async_am_send(ep, am_data, asio::buffer(&headers[slot], sizeof(std::uint64_t)),
+                           asio::buffer(b), am_options,
+                           [this, slot](ucx::error_code ec, std::size_t) {
+                               throw_if(ec, "active message send");
+                               --inflight;
+                               free_slots.push_back(slot);
+                               if (remaining > 0)
+                                   send_one();
+                               else
+                                   maybe_end_round();
+                           });
+    }
+    void maybe_end_round() {
+        if (!acked || inflight != 0)
+            return;
+        if (round++ == 0)
+            return start_round(s.measured_iters());
+        end_measuring();
+        io.stop();
+    }
+};
+
+struct am_bw_server_cb : session {
+    std::size_t slots = buffer_slots(s);
+    std::size_t posted = 0, received = 0;
+    std::uint64_t ack = 0;
+
+    void start() {
+        for (std::size_t k = 0; k < slots && posted < total; ++k)
+            post_recv();
+    }
+    void post_recv() {
+        ++posted;
+        ucx::async_am_recv(w, am_data, [this](ucx::error_code ec, ucx::am_message m) {
+            throw_if(ec, "active message receive");
+            check_am(s, m, am_seq(m), "data");
+            m = ucx::am_message();
+            ++received;
+            if (posted < total)
+                post_recv();
+            if (received == warmup || received == total)
+                send_ack(received == total);
+        });
+    }
+    void send_ack(bool last) {
+        if (!last)
+            begin_measuring();
+        ucx::async_am_send(ep, am_ack, asio::buffer(&ack, sizeof ack), asio::const_buffer(),
+                           am_options, [this, last](ucx::error_code ec, std::size_t) {
+                               throw_if(ec, "acknowledgement send");
+                               if (last) {
+                                   end_measuring();
+                                   io.stop();
+                               }
+                           });
+    }
+};
+
+awaitable<void> am_lat_client_co(session& ss, result& r) {
+    const settings& s = ss.s;
+    std::vector<std::byte> out(s.size);
+    for (std::uint64_t i = 0; i < ss.total; ++i) {
+        if (i == ss.warmup)
+            ss.begin_measuring();
+        if (s.check)
+            fill(out, i);
+        const auto t0 = clock_type::now();
+        co_await ucx::async_am_send(ss.ep, am_data, asio::buffer(&i, sizeof i), asio::buffer(out),
+                                    am_options, use_awaitable);
+        ucx::am_message m = co_await ucx::async_am_recv(ss.w, am_reply, use_awaitable);
+        const auto t1 = clock_type::now();
+        if (am_seq(m) != i)
+            throw failure("reply out of order");
+        check_am(s, m, i, "reply");
+        if (i >= ss.warmup)
+            r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+    }
+    ss.end_measuring();
+}
+
+awaitable<void> am_lat_server_co(session& ss) {
+    for (std::size_t i = 0; i < ss.total; ++i) {
+        ucx::am_message m = co_await ucx::async_am_recv(ss.w, am_data, use_awaitable);
+        std::uint64_t seq = am_seq(m);
+        check_am(ss.s, m, seq, "ping");
+        if (i + 1 == ss.warmup)
+            ss.begin_measuring();
+        co_await ucx::async_am_send(ss.ep, am_reply, asio::buffer(&seq, sizeof seq), m.data(),
+                                    am_options, use_awaitable);
+    }
+    ss.end_measuring();
+}
+
+awaitable<void> am_bw_sender_co(session& ss, bw_round& round, std::vector<std::byte>& buf) {
+    while (round.remaining > 0) {
+        --round.remaining;
+        std::uint64_t seq = round.next++;
+        if (ss.s.check)
+            fill(buf, seq);
+        co_await ucx::async_am_send(ss.ep, am_data, asio::buffer(&seq, sizeof seq),
+                                    asio::buffer(buf), am_options, use_awaitable);
     }
 }
 
-// Runs a callback-style test on the session's io_context.
-template <class Start>
-void run_test(session& ss, Start start) {
-    start();
-    ss.io.run();
-    ss.io.restart();
+awaitable<void> am_bw_client_co(session& ss, result& r) {
+    const settings& s = ss.s;
+    const std::size_t senders = s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs(s.check ? senders : 1, std::vector<std::byte>(s.size));
+    if (!s.check)
+        fill(bufs[0], 0);
+    bw_round round;
+    for (int k = 0; k < 2; ++k) {
+        clock_type::time_point t0{};
+        if (k == 1) {
+            ss.begin_measuring();
+            t0 = clock_type::now();
+        }
+        round.remaining = k == 0 ? ss.warmup : s.measured_iters();
+        for (std::size_t j = 0; j < senders; ++j) {
+            ++round.active;
+            asio::co_spawn(ss.io, am_bw_sender_co(ss, round, bufs[s.check ? j : 0]),
+                           [&round](std::exception_ptr e) {
+                               --round.active;
+                               if (e)
+                                   std::rethrow_exception(e);
+                           });
+        }
+        co_await ucx::async_am_recv(ss.w, am_ack, use_awaitable);
+        if (k == 1)
+            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+        while (round.active > 0)
+            co_await asio::post(ss.io, use_awaitable);
+    }
+    ss.end_measuring();
+}
+
+awaitable<void> am_bw_receiver_co(session& ss, std::size_t& posted, std::size_t& received) {
+    std::uint64_t ack = 0;
+    while (posted < ss.total) {
+        ++posted;
+        ucx::am_message m = co_await ucx::async_am_recv(ss.w, am_data, use_awaitable);
+        check_am(ss.s, m, am_seq(m), "data");
+        m = ucx::am_message();
+        ++received;
+        if (received == ss.warmup || received == ss.total) {
+            if (received == ss.warmup)
+                ss.begin_measuring();
+            co_await ucx::async_am_send(ss.ep, am_ack, asio::buffer(&ack, sizeof ack),
+                                        asio::const_buffer(), am_options, use_awaitable);
+        }
+    }
 }
 
 void spawn_and_run(session& ss, awaitable<void> a) {
@@ -417,6 +692,38 @@ std::size_t ops_per_measured_run(const settings& s, bool client) {
     return s.measured_iters() + 1; // the messages, and the acknowledgement
 }
 
+// Runs a callback-style client or server `T` to completion.
+template <class T, class... Extra>
+void run_callbacks(session& ss, Extra&... extra) {
+    T c{ss, extra...};
+    c.start();
+    ss.io.run();
+    ss.io.restart();
+    ss.alloc_start = c.alloc_start;
+    ss.alloc_end = c.alloc_end;
+}
+
+// Runs the receiving coroutines of a bandwidth server to completion.
+template <class Spawn>
+void run_receivers(session& ss, std::size_t count, Spawn spawn) {
+    std::size_t active = 0;
+    for (std::size_t j = 0; j < count; ++j) {
+        ++active;
+        asio::co_spawn(ss.io, spawn(j), [&ss, &active](std::exception_ptr e) {
+            if (e && !ss.error)
+                ss.error = e;
+            if (--active == 0 || e) {
+                ss.end_measuring();
+                ss.io.stop();
+            }
+        });
+    }
+    ss.io.run();
+    ss.io.restart();
+    if (ss.error)
+        std::rethrow_exception(ss.error);
+}
+
 } // namespace
 
 result library_client(const settings& s, control& ctl) {
@@ -432,18 +739,16 @@ result library_client(const settings& s, control& ctl) {
     r.one_way_us.reserve(s.measured_iters());
     session ss{s, io, w, ep};
     const test_info* t = find_test(s.test);
+    const bool lat = t->kind == kind::latency, am = t->api == api::am;
     if (s.style == style::callback) {
-        if (t->kind == kind::latency) {
-            lat_client_cb c{ss, r};
-            run_test(c, [&] { c.start(); });
-            ss.alloc_start = c.alloc_start, ss.alloc_end = c.alloc_end;
-        } else {
-            bw_client_cb c{ss, r};
-            run_test(c, [&] { c.start(); });
-            ss.alloc_start = c.alloc_start, ss.alloc_end = c.alloc_end;
-        }
+        if (am)
+            lat ? run_callbacks<am_lat_client_cb>(ss, r) : run_callbacks<am_bw_client_cb>(ss, r);
+        else
+            lat ? run_callbacks<lat_client_cb>(ss, r) : run_callbacks<bw_client_cb>(ss, r);
+    } else if (am) {
+        spawn_and_run(ss, lat ? am_lat_client_co(ss, r) : am_bw_client_co(ss, r));
     } else {
-        spawn_and_run(ss, t->kind == kind::latency ? lat_client_co(ss, r) : bw_client_co(ss, r));
+        spawn_and_run(ss, lat ? lat_client_co(ss, r) : bw_client_co(ss, r));
     }
     r.messages = s.measured_iters();
     r.bytes = r.messages * s.size;
@@ -460,38 +765,29 @@ void library_server(const settings& s, control& ctl) {
     ctl.send("address " + to_hex(w.address().serialize()));
     const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
     ucx::endpoint ep(w, wire);
+    // Messages that arrive before a receive is posted wait in UCX (tags) or
+    // in the library's queue (active messages), so "ready" may go first.
+    ctl.send("ready go");
 
     session ss{s, io, w, ep};
     const test_info* t = find_test(s.test);
+    const bool lat = t->kind == kind::latency, am = t->api == api::am;
     if (s.style == style::callback) {
-        if (t->kind == kind::latency) {
-            lat_server_cb c{ss};
-            c.start();
-            ctl.send("ready go");
-            io.run();
-            ss.alloc_start = c.alloc_start, ss.alloc_end = c.alloc_end;
-        } else {
-            bw_server_cb c{ss};
-            c.start();
-            ctl.send("ready go");
-            io.run();
-            ss.alloc_start = c.alloc_start, ss.alloc_end = c.alloc_end;
-        }
-        io.restart();
+        if (am)
+            lat ? run_callbacks<am_lat_server_cb>(ss) : run_callbacks<am_bw_server_cb>(ss);
+        else
+            lat ? run_callbacks<lat_server_cb>(ss) : run_callbacks<bw_server_cb>(ss);
+    } else if (lat) {
+        spawn_and_run(ss, am ? am_lat_server_co(ss) : lat_server_co(ss));
+    } else if (am) {
+        std::size_t posted = 0, received = 0;
+        run_receivers(ss, buffer_slots(s),
+                      [&](std::size_t) { return am_bw_receiver_co(ss, posted, received); });
     } else {
-        ctl.send("ready go");
-        if (t->kind == kind::latency) {
-            spawn_and_run(ss, lat_server_co(ss));
-        } else {
-            std::vector<std::vector<std::byte>> bufs(buffer_slots(s),
-                                                     std::vector<std::byte>(s.size));
-            std::size_t posted = 0, received = 0, active = 0;
-            bw_server_co(ss, bufs, posted, received, active);
-            io.run();
-            io.restart();
-            if (ss.error)
-                std::rethrow_exception(ss.error);
-        }
+        std::vector<std::vector<std::byte>> bufs(buffer_slots(s), std::vector<std::byte>(s.size));
+        std::size_t posted = 0, received = 0;
+        run_receivers(ss, bufs.size(),
+                      [&](std::size_t j) { return bw_receiver_co(ss, posted, received, bufs[j]); });
     }
     finish_server(ctl, ss.alloc_end - ss.alloc_start, ops_per_measured_run(s, false));
 }

@@ -150,6 +150,13 @@ int main(int argc, char** argv) {
                      s.test.c_str(), test->api == perf::api::am ? "active message" : "stream");
         return 3;
     }
+    if (!s.server && s.transport == perf::transport::ucp && test->api != perf::api::tag) {
+        std::fprintf(stderr,
+                     "ucx-asio-perf: --transport ucp runs the tag tests only; compare %s with "
+                     "ucx_perftest (-t ucp_am_lat, ucp_am_bw, stream_lat, stream_bw)\n",
+                     s.test.c_str());
+        return 3;
+    }
     try {
         if (s.server) {
             run_server(s);

@@ -27,11 +27,7 @@ bool api_available(api a) {
     case api::tag:
         return true;
     case api::am:
-#ifdef UCX_ASIO_PERF_AM
         return true;
-#else
-        return false;
-#endif
     case api::stream:
 #ifdef UCX_ASIO_PERF_STREAM
         return true;

@@ -1,8 +1,5 @@
 # ctest entries for ucx-asio-perf --check (included from test/integration).
-set(_perf_tests tag_lat tag_bw)
-if(UCX_ASIO_PERF_AM)
-  list(APPEND _perf_tests am_lat am_bw)
-endif()
+set(_perf_tests tag_lat tag_bw am_lat am_bw)
 if(UCX_ASIO_PERF_STREAM)
   list(APPEND _perf_tests stream_lat stream_bw)
 endif()
@@ -13,6 +10,9 @@ foreach(transport library ucp tcp)
     endif()
     foreach(mode event poll hybrid)
       foreach(test ${_perf_tests})
+        if(transport STREQUAL "ucp" AND NOT test MATCHES "^tag_")
+          continue() # raw UCP runs the tag tests; ucx_perftest has the others
+        endif()
         set(_sizes 8)
         if(style STREQUAL "callback")
           list(APPEND _sizes 300000) # rendezvous and multi-fragment paths

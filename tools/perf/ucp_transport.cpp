@@ -216,6 +216,8 @@ struct counts {
 } // namespace
 
 result ucp_client(const settings& s, control& ctl) {
+    if (find_test(s.test)->api != api::tag)
+        throw failure("--transport ucp runs the tag tests only");
     ucp_side u(s);
     u.connect(ctl.expect("address"));
     ctl.send("address " + u.address());
@@ -314,6 +316,8 @@ result ucp_client(const settings& s, control& ctl) {
 }
 
 void ucp_server(const settings& s, control& ctl) {
+    if (find_test(s.test)->api != api::tag)
+        throw failure("--transport ucp runs the tag tests only");
     ucp_side u(s);
     ctl.send("address " + u.address());
     u.connect(ctl.expect("address"));
