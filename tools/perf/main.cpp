@@ -11,6 +11,8 @@
 #include "common.hpp"
 #include "report.hpp"
 
+#include <ucx/context.hpp>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -20,6 +22,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -137,6 +140,17 @@ int main(int argc, char** argv) {
             return 0;
         }
     }
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--print-config") == 0) {
+            // The UCX settings a library context applies by default, in the
+            // environment's form (so raw UCX runs can use the same ones).
+            ucx::context_options o;
+            for (const auto& [name, value] : ucx::make_config_settings(
+                     o, [](const char* n) { return static_cast<const char*>(std::getenv(n)); }))
+                std::printf("UCX_%s=%s\n", name.c_str(), value.c_str());
+            return 0;
+        }
+    }
     perf::settings s;
     if (std::string err = perf::parse(argc, argv, s); !err.empty()) {
         std::fprintf(stderr, "ucx-asio-perf: %s\n%s", err.c_str(), perf::usage());
@@ -175,6 +189,10 @@ int main(int argc, char** argv) {
         try {
             const perf::result r = run_client(s, host, port);
             perf::print(stdout, s, perf::summarise(s, r));
+            if (s.count_allocations)
+                std::printf("heap allocations (operator new) in the measured phase: %zu in %zu "
+                            "operations, client and server together\n",
+                            r.allocations, r.operations);
             std::fflush(stdout);
         } catch (...) {
             if (child > 0) {

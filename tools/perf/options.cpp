@@ -296,11 +296,13 @@ const char* usage() {
            "  --format F             table, csv or json (table)\n"
            "  --no-header            leave out the table or csv header\n"
            "  --label TEXT           a label printed with the results\n"
-           "  --count-allocations    report operator new calls per operation in steady state\n"
+           "  --count-allocations    also print the raw operator new count of the measured phase\n"
+           "                         (allocs/op is always reported)\n"
            "  --error-handling on|off  ucp transport: peer error mode (on, as the library)\n"
            "  --ucx-defaults         library and ucp: UCX's defaults, not the library's tuned "
            "ones\n"
            "  --spin-us N            hybrid mode: spin before sleeping (20)\n"
+           "  --print-config         print the UCX settings the library applies by default\n"
            "Every UCX setting comes from the environment (UCX_TLS, UCX_NET_DEVICES, ...).\n";
 }
 

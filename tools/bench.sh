@@ -1,0 +1,394 @@
+#!/usr/bin/env bash
+# Benchmarks ucx-asio beside ucx_perftest (raw UCX), a raw UCP program and
+# plain Asio TCP, on loopback, over shared memory and over UCX's TCP transport.
+# Builds Release, runs every test interleaved and repeated, prints the medians
+# and the target ratios, and writes docs/benchmarks.md (between its
+# "bench:begin/end" markers) and docs/benchmarks.png.
+#
+#   tools/bench.sh [--rounds N] [--quick] [--build-dir DIR] [--no-docs]
+#
+# --rounds N   rounds of the target tests (default 5; medians over them)
+# --quick      fewer iterations and sizes (a smoke run of the script, ~1 min)
+# --no-docs    print only; leave docs/ alone
+#
+# Every process runs with UCX_NET_DEVICES=lo. The whole run takes about
+# 5-7 minutes on a 2-core machine (each single test well under a minute).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+rounds=5
+quick=0
+docs=1
+build=build-perf
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) rounds=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --no-docs) docs=0; shift ;;
+    --build-dir) build=$2; shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--quick] [--build-dir DIR] [--no-docs]" >&2; exit 2 ;;
+  esac
+done
+
+export UCX_NET_DEVICES=lo
+for tool in ucx_perftest cmake; do
+  command -v $tool > /dev/null || { echo "bench: $tool is missing (run tools/setup.sh)" >&2; exit 1; }
+done
+
+echo "== building Release in $build"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TESTS=OFF > /dev/null
+cmake --build "$build" --target ucx-asio-perf pipe_pingpong -j2 > /dev/null
+perf="$root/$build/tools/ucx-asio-perf"
+pipe="$root/$build/tools/pipe_pingpong"
+
+out="$root/$build/bench"
+mkdir -p "$out"
+results="$out/results.txt" # key value-columns, one line per run
+: > "$results"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+t_start=$SECONDS
+
+# Iteration counts: scale down with --quick.
+n() { if [ $quick = 1 ]; then echo $(( ($1 + 9) / 10 )); else echo "$1"; fi; }
+
+# The UCX settings of a library context (shared-memory error handling, the
+# tuned defaults), so raw UCX runs can use the same configuration.
+lib_env=$("$perf" --print-config | tr '\n' ' ')
+sm_eh="UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y"
+
+port=$(( 20000 + RANDOM % 20000 ))
+next_port() { port=$(( port + 1 )); [ $port -lt 60000 ] || port=20000; }
+
+# record KEY LAT_MEDIAN LAT_AVG MIB_PER_S MSG_PER_S ALLOCS_PER_OP
+record() { echo "$*" >> "$results"; }
+
+# pt KEY "ENV" ucx_perftest-args... : runs ucx_perftest server and client.
+pt() {
+  local key=$1 envs=$2; shift 2
+  next_port
+  env $envs ucx_perftest -p $port > /dev/null 2>&1 &
+  local spid=$! line=""
+  for _ in $(seq 40); do
+    if ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN; then break; fi
+    sleep 0.05
+  done
+  line=$(env $envs timeout 120 ucx_perftest 127.0.0.1 -p $port -f "$@" 2>/dev/null |
+    awk 'NF >= 8 && $1 ~ /^[0-9]+$/ {l=$0} END {print l}') || true
+  wait $spid 2> /dev/null || true
+  if [ -z "$line" ]; then echo "bench: ucx_perftest $key failed" >&2; return 0; fi
+  # iterations, typical (median) latency, average latency, overall latency,
+  # average bandwidth, overall bandwidth (MiB/s), average rate, overall rate
+  set -- $line
+  record "$key" "$2" "$3" "$6" "$8" "-"
+}
+
+# ap KEY "ENV" ucx-asio-perf-args... : runs ucx-asio-perf (server and client).
+ap() {
+  local key=$1 envs=$2; shift 2
+  local line
+  line=$(env $envs timeout 120 "$perf" --local --format csv --no-header "$@" 2>/dev/null |
+    tail -1) || true
+  if [ -z "$line" ]; then echo "bench: ucx-asio-perf $key failed" >&2; return 0; fi
+  # transport,test,progress,style,size,iters,window,median,p99,avg,mib,msg,allocs,label
+  IFS=, read -r _ _ _ _ _ _ _ med _ avg mib msg allocs _ <<< "$line"
+  record "$key" "$med" "$avg" "$mib" "$msg" "$allocs"
+}
+
+pipe_floor() {
+  local line
+  line=$("$pipe" --iters "$(n 20000)" --format csv)
+  IFS=, read -r _ _ _ _ _ _ _ med _ avg _ <<< "$line"
+  record pipe_lat8 "$med" "$avg" - - -
+}
+
+has_stream=0
+if "$perf" --local --test stream_lat --iters 2 --warmup 1 > /dev/null 2>&1; then has_stream=1; fi
+
+# ---- the target tests, interleaved, repeated ----
+one_round() {
+  local tcp="UCX_TLS=tcp,self" L=$(n 200000) E=$(n 20000) M=$(n 2000000)
+  # 8 B tag latency over shared memory
+  pt pt_lat8 "$lib_env" -t tag_lat -s 8 -n "$L" -w "$(n 20000)" -e
+  pt pt_lat8_noeh "" -t tag_lat -s 8 -n "$L" -w "$(n 20000)"
+  ap lib_lat8_poll "" -t tag_lat -s 8 --progress poll -n "$L"
+  ap lib_lat8_hybrid "" -t tag_lat -s 8 --progress hybrid -n "$L"
+  ap lib_lat8_poll_co "" -t tag_lat -s 8 --progress poll --style coroutine -n "$L"
+  ap ucp_lat8_poll "" --transport ucp -t tag_lat -s 8 --progress poll -n "$L"
+  # event mode: the thread sleeps between messages
+  pipe_floor
+  ap lib_lat8_event "" -t tag_lat -s 8 --progress event -n "$E"
+  ap ucp_lat8_event "" --transport ucp -t tag_lat -s 8 --progress event -n "$E"
+  ap tcp_lat8_event "" --transport tcp -t tag_lat -s 8 --progress event -n "$E"
+  ap tcp_lat8_poll "" --transport tcp -t tag_lat -s 8 --progress poll -n "$E"
+  # 8 B message rate, window 64
+  pt pt_mr8 "$lib_env" -t tag_bw -s 8 -n "$M" -w "$(n 200000)" -e
+  pt pt_mr8_noeh "" -t tag_bw -s 8 -n "$M" -w "$(n 200000)"
+  ap lib_mr8_poll "" -t tag_bw -s 8 --progress poll --window 64 -n "$M"
+  ap lib_mr8_hybrid "" -t tag_bw -s 8 --progress hybrid --window 64 -n "$M"
+  ap ucp_mr8_poll "" --transport ucp -t tag_bw -s 8 --progress poll --window 64 -n "$M"
+  # 1 MiB and 16 MiB tag bandwidth
+  pt pt_bw1m "$lib_env" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
+  pt pt_bw1m_noeh "" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)"
+  pt pt_bw1m_ucxdef "" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
+  pt pt_bw1m_smeh "$sm_eh" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
+  ap lib_bw1m_poll "" -t tag_bw -s 1048576 --progress poll -n "$(n 4000)"
+  ap lib_bw1m_event "" -t tag_bw -s 1048576 --progress event -n "$(n 4000)"
+  pt pt_bw16m "$lib_env" -t tag_bw -s 16777216 -n "$(n 300)" -w "$(n 30)" -e
+  ap lib_bw16m_poll "" -t tag_bw -s 16777216 --progress poll -n "$(n 300)"
+  # active messages
+  pt pt_amlat8 "$lib_env" -t ucp_am_lat -s 8 -n "$L" -w "$(n 20000)" -e
+  ap lib_amlat8_poll "" -t am_lat -s 8 --progress poll -n "$L"
+  pt pt_ambw1m "$lib_env" -t ucp_am_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
+  ap lib_ambw1m_poll "" -t am_bw -s 1048576 --progress poll -n "$(n 4000)"
+  # stream, 64 KiB writes
+  pt pt_stbw64k "$lib_env" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)" -e
+  pt pt_stbw64k_noeh "" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)"
+  if [ $has_stream = 1 ]; then
+    ap lib_stbw64k_poll "" -t stream_bw -s 65536 --progress poll -n "$(n 40000)"
+  fi
+  ap tcp_stbw64k_event "" --transport tcp -t stream_bw -s 65536 --progress event -n "$(n 40000)"
+  # over UCX's TCP transport
+  pt pt_tcp_lat8 "$tcp" -t tag_lat -s 8 -n "$E" -w "$(n 2000)" -e
+  pt pt_tcp_lat8_noeh "$tcp" -t tag_lat -s 8 -n "$E" -w "$(n 2000)"
+  ap lib_tcp_lat8_poll "$tcp" -t tag_lat -s 8 --progress poll -n "$E"
+  ap lib_tcp_lat8_event "$tcp" -t tag_lat -s 8 --progress event -n "$E"
+  ap ucp_tcp_lat8_event "$tcp" --transport ucp -t tag_lat -s 8 --progress event -n "$E"
+  pt pt_tcp_bw1m "$tcp" -t tag_bw -s 1048576 -n "$(n 2000)" -w "$(n 200)" -e
+  ap lib_tcp_bw1m_poll "$tcp" -t tag_bw -s 1048576 --progress poll -n "$(n 2000)"
+}
+
+# ---- latency and bandwidth against message size (the chart) ----
+sweep_sizes="8 64 512 4096 32768 262144 1048576 4194304"
+[ $quick = 1 ] && sweep_sizes="8 4096 1048576"
+sweep_round() {
+  for s in $sweep_sizes; do
+    local L=$(( s >= 1048576 ? 2000 : (s >= 32768 ? 20000 : 100000) ))
+    local B=$(( s >= 1048576 ? 2000 : (s >= 32768 ? 20000 : 500000) ))
+    L=$(n $L); B=$(n $B)
+    local E=$(( L < 10000 ? L : 10000 ))
+    pt "sw_pt_lat_$s" "$lib_env" -t tag_lat -s "$s" -n "$L" -w "$(( L / 10 ))" -e
+    ap "sw_lib_lat_poll_$s" "" -t tag_lat -s "$s" --progress poll -n "$L"
+    ap "sw_lib_lat_event_$s" "" -t tag_lat -s "$s" --progress event -n "$E"
+    ap "sw_tcp_lat_event_$s" "" --transport tcp -t tag_lat -s "$s" --progress event -n "$E"
+    pt "sw_pt_bw_$s" "$lib_env" -t tag_bw -s "$s" -n "$B" -w "$(( B / 10 ))" -e
+    ap "sw_lib_bw_poll_$s" "" -t tag_bw -s "$s" --progress poll -n "$B"
+    ap "sw_tcp_bw_event_$s" "" --transport tcp -t tag_bw -s "$s" --progress event -n "$B"
+  done
+}
+
+# ---- UCX settings across sizes (the defaults study) ----
+study_sizes="65536 1048576 16777216"
+[ $quick = 1 ] && study_sizes="1048576"
+study_round() {
+  local v s n
+  for s in $study_sizes; do
+    n=$(( s >= 16777216 ? 200 : (s >= 1048576 ? 2000 : 20000) )); n=$(n $n)
+    for v in default RNDV_SCHEME=get_zcopy RNDV_SCHEME=put_zcopy RNDV_THRESH=inf; do
+      local e="$sm_eh"
+      [ $v = default ] || e="$e UCX_$v"
+      pt "st_shm_${v}_$s" "$e" -t tag_bw -s "$s" -n "$n" -w "$(( n / 10 + 1 ))" -e
+      local t="UCX_TLS=tcp,self"
+      [ $v = default ] || t="$t UCX_$v"
+      pt "st_tcp_${v}_$s" "$t" -t tag_bw -s "$s" -n "$(( n / 2 + 1 ))" -w "$(( n / 20 + 1 ))" -e
+    done
+  done
+}
+
+for r in $(seq "$rounds"); do
+  echo "== round $r/$rounds ($(( SECONDS - t_start )) s)"
+  one_round
+  if [ "$r" -le 3 ] || [ $quick = 1 ]; then study_round; fi
+  if [ "$r" -le 2 ] || [ $quick = 1 ]; then sweep_round; fi
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+elapsed=$(( SECONDS - t_start ))
+
+# ---- medians and ratios ----
+# median KEY COLUMN (2: latency median, 3: latency average, 4: MiB/s, 5: msg/s, 6: allocs/op)
+median() {
+  awk -v k="$1" -v c="$2" '$1 == k && $c != "-" {print $c}' "$results" | sort -g |
+    awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.4g\n", (v[NR/2]+v[NR/2+1])/2}'
+}
+ratio() { # a b -> a/b
+  if [ "$1" = - ] || [ "$2" = - ]; then echo "-"; else awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "-"; else printf "%.2f\n", a/b}'; fi
+}
+verdict() { # value op limit
+  if [ "$1" = - ]; then echo "not measured"; return; fi
+  awk -v v="$1" -v op="$2" -v l="$3" 'BEGIN {ok = (op == "<=") ? (v <= l) : (op == ">=") ? (v >= l) : (v < l); print ok ? "met" : "MISSED"}'
+}
+
+lat() { median "$1" 2; }
+bw() { median "$1" 4; }
+mr() { median "$1" 5; }
+
+table="$out/targets.md"
+{
+  echo "| metric | measured | ratio | target | |"
+  echo "|---|---|---|---|---|"
+  row() { # metric measured ratio op limit
+    echo "| $1 | $2 | $3 | $4 $5 | $(verdict "$3" "$4" "$5") |"
+  }
+  r=$(ratio "$(lat lib_lat8_poll)" "$(lat pt_lat8)")
+  row "8 B tag latency, poll: library / ucx_perftest tag_lat" "$(lat lib_lat8_poll) / $(lat pt_lat8) µs" "$r" "<=" 1.5
+  r=$(ratio "$(lat lib_lat8_hybrid)" "$(lat pt_lat8)")
+  row "8 B tag latency, hybrid: library / ucx_perftest tag_lat" "$(lat lib_lat8_hybrid) / $(lat pt_lat8) µs" "$r" "<=" 1.5
+  r=$(ratio "$(lat lib_lat8_event)" "$(lat ucp_lat8_event)")
+  row "8 B tag latency, event: library / raw UCP sleeping on the efd" "$(lat lib_lat8_event) / $(lat ucp_lat8_event) µs" "$r" "<=" 1.1
+  r=$(ratio "$(lat lib_lat8_event)" "$(lat tcp_lat8_event)")
+  row "8 B tag latency, event: library / Asio TCP" "$(lat lib_lat8_event) / $(lat tcp_lat8_event) µs" "$r" "<" 1.0
+  r=$(ratio "$(lat lib_lat8_event)" "$(lat pipe_lat8)")
+  echo "| 8 B latency, event: library / pipe ping-pong (the OS wake-up floor) | $(lat lib_lat8_event) / $(lat pipe_lat8) µs | $r | (reference) | |"
+  r=$(ratio "$(mr lib_mr8_poll)" "$(mr pt_mr8)")
+  row "8 B tag message rate, window 64: library / ucx_perftest tag_bw" "$(mr lib_mr8_poll) / $(mr pt_mr8) msg/s" "$r" ">=" 0.5
+  r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m)")
+  row "1 MiB tag bandwidth: library / ucx_perftest tag_bw" "$(bw lib_bw1m_poll) / $(bw pt_bw1m) MiB/s" "$r" ">=" 0.95
+  r=$(ratio "$(bw lib_bw16m_poll)" "$(bw pt_bw16m)")
+  row "16 MiB tag bandwidth: library / ucx_perftest tag_bw" "$(bw lib_bw16m_poll) / $(bw pt_bw16m) MiB/s" "$r" ">=" 0.95
+  r=$(ratio "$(lat lib_amlat8_poll)" "$(lat pt_amlat8)")
+  row "8 B AM latency: library / ucx_perftest ucp_am_lat" "$(lat lib_amlat8_poll) / $(lat pt_amlat8) µs" "$r" "<=" 1.5
+  r=$(ratio "$(bw lib_ambw1m_poll)" "$(bw pt_ambw1m)")
+  row "1 MiB AM bandwidth: library / ucx_perftest ucp_am_bw" "$(bw lib_ambw1m_poll) / $(bw pt_ambw1m) MiB/s" "$r" ">=" 0.9
+  r=$(ratio "$(bw lib_stbw64k_poll)" "$(bw pt_stbw64k)")
+  row "64 KiB stream bandwidth: library / ucx_perftest stream_bw" "$(bw lib_stbw64k_poll) / $(bw pt_stbw64k) MiB/s" "$r" ">=" 0.8
+  r=$(ratio "$(bw lib_stbw64k_poll)" "$(bw tcp_stbw64k_event)")
+  row "64 KiB stream bandwidth: library / Asio TCP" "$(bw lib_stbw64k_poll) / $(bw tcp_stbw64k_event) MiB/s" "$r" ">=" 3
+  r=$(ratio "$(lat pt_lat8)" "$(lat pt_lat8_noeh)")
+  row "error handling on / off: ucx_perftest 8 B tag_lat" "$(lat pt_lat8) / $(lat pt_lat8_noeh) µs" "$r" "<=" 1.2
+  r=$(ratio "$(mr pt_mr8_noeh)" "$(mr pt_mr8)")
+  row "error handling off / on: ucx_perftest 8 B tag_bw rate" "$(mr pt_mr8_noeh) / $(mr pt_mr8) msg/s" "$r" "<=" 1.2
+  r=$(ratio "$(bw pt_bw1m_noeh)" "$(bw pt_bw1m)")
+  row "error handling off / on: ucx_perftest 1 MiB tag_bw" "$(bw pt_bw1m_noeh) / $(bw pt_bw1m) MiB/s" "$r" "<=" 1.2
+  r=$(ratio "$(bw pt_stbw64k_noeh)" "$(bw pt_stbw64k)")
+  row "error handling off / on: ucx_perftest 64 KiB stream_bw" "$(bw pt_stbw64k_noeh) / $(bw pt_stbw64k) MiB/s" "$r" "<=" 1.2
+  r=$(ratio "$(lat pt_tcp_lat8)" "$(lat pt_tcp_lat8_noeh)")
+  row "error handling on / off: ucx_perftest 8 B tag_lat over TCP" "$(lat pt_tcp_lat8) / $(lat pt_tcp_lat8_noeh) µs" "$r" "<=" 1.2
+  r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m_ucxdef)")
+  row "1 MiB tag bandwidth: library (its defaults) / ucx_perftest -e (UCX's defaults)" "$(bw lib_bw1m_poll) / $(bw pt_bw1m_ucxdef) MiB/s" "$r" ">=" 1.5
+  r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m_noeh)")
+  echo "| 1 MiB tag bandwidth: library (its defaults) / ucx_perftest without error handling (UCX's defaults) | $(bw lib_bw1m_poll) / $(bw pt_bw1m_noeh) MiB/s | $r | (reference) | |"
+  a=$(median lib_lat8_poll 6); b=$(median lib_mr8_poll 6); c=$(median lib_bw1m_poll 6)
+  worst=$(printf '%s\n' "$a" "$b" "$c" | grep -v -- - | sort -g | tail -1)
+  row "heap allocations per operation, steady state (tag lat, rate, 1 MiB)" "$a, $b, $c" "${worst:--}" "<=" 0
+} > "$table"
+
+details="$out/details.md"
+{
+  echo "| run | median latency (µs) | average latency (µs) | MiB/s | msg/s | allocs/op | runs |"
+  echo "|---|---|---|---|---|---|---|"
+  for key in $(awk '{print $1}' "$results" | awk '!seen[$0]++' | grep -v '^sw_\|^st_'); do
+    echo "| $key | $(median "$key" 2) | $(median "$key" 3) | $(median "$key" 4) | $(median "$key" 5) | $(median "$key" 6) | $(awk -v k="$key" '$1 == k' "$results" | wc -l) |"
+  done
+} > "$details"
+
+study="$out/study.md"
+{
+  echo "| transport | setting | 64 KiB | 1 MiB | 16 MiB |"
+  echo "|---|---|---|---|---|"
+  for tr in shm tcp; do
+    for v in default RNDV_SCHEME=get_zcopy RNDV_SCHEME=put_zcopy RNDV_THRESH=inf; do
+      echo "| $tr | $v | $(bw "st_${tr}_${v}_65536") | $(bw "st_${tr}_${v}_1048576") | $(bw "st_${tr}_${v}_16777216") |"
+    done
+  done
+} > "$study"
+
+echo
+echo "== targets (medians over $rounds rounds; load $load_before -> $load_after; ${elapsed} s)"
+cat "$table"
+echo
+echo "== UCX settings study: ucx_perftest tag_bw MiB/s with peer error handling (medians)"
+cat "$study"
+echo
+echo "== every run (medians)"
+cat "$details"
+
+# ---- chart ----
+chart_data="$out/sweep.dat"
+{
+  echo "# size pt_lat lib_lat_poll lib_lat_event tcp_lat_event pt_bw lib_bw_poll tcp_bw_event"
+  for s in $sweep_sizes; do
+    echo "$s $(lat sw_pt_lat_$s) $(lat sw_lib_lat_poll_$s) $(lat sw_lib_lat_event_$s) $(lat sw_tcp_lat_event_$s) $(bw sw_pt_bw_$s) $(bw sw_lib_bw_poll_$s) $(bw sw_tcp_bw_event_$s)"
+  done
+} > "$chart_data"
+png="$out/benchmarks.png"
+if command -v gnuplot > /dev/null; then
+  gnuplot <<EOF
+set terminal pngcairo size 1200,500 font "sans,10"
+set output "$png"
+set datafile missing "-"
+set multiplot layout 1,2 title "ucx-asio on $(nproc) cores, loopback, shared memory (medians)"
+set logscale xy
+set grid
+set key top left
+set xlabel "message size (bytes)"
+set ylabel "one-way latency (µs)"
+set title "tag latency"
+plot "$chart_data" using 1:2 with linespoints title "ucx\\\\_perftest tag\\\\_lat", \
+     "" using 1:3 with linespoints title "library, poll", \
+     "" using 1:4 with linespoints title "library, event", \
+     "" using 1:5 with linespoints title "Asio TCP, event"
+set ylabel "bandwidth (MiB/s)"
+set title "tag bandwidth"
+set key bottom right
+plot "$chart_data" using 1:6 with linespoints title "ucx\\\\_perftest tag\\\\_bw", \
+     "" using 1:7 with linespoints title "library, poll", \
+     "" using 1:8 with linespoints title "Asio TCP, event"
+unset multiplot
+EOF
+else
+  echo "bench: gnuplot not found (tools/setup.sh installs gnuplot-nox); no chart" >&2
+fi
+
+[ $docs = 1 ] || exit 0
+
+# ---- docs/benchmarks.md ----
+machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
+ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/.*version=\([^ ]*\).*/\1/p' | head -1)
+generated="$out/generated.md"
+{
+  echo "<!-- bench:begin (written by tools/bench.sh; edit outside these markers) -->"
+  echo "## Results of the last run"
+  echo
+  echo "- Run: $started, $rounds rounds, ${elapsed} s; load average before $load_before, after $load_after."
+  echo "- Machine: $machine; UCX ${ucx_version:-?}; $(c++ --version | head -1)."
+  echo "- Command: \`tools/bench.sh --rounds $rounds$([ $quick = 1 ] && echo ' --quick')\`; every process with \`UCX_NET_DEVICES=lo\`."
+  echo "- The library's UCX settings (\`ucx-asio-perf --print-config\`), also given to ucx_perftest for the like-for-like rows: \`${lib_env:-none}\`."
+  echo
+  echo "### Targets (medians over the rounds)"
+  echo
+  cat "$table"
+  echo
+  echo "### UCX settings: ucx_perftest tag_bw with peer error handling (MiB/s, medians)"
+  echo
+  echo "Shared memory rows with \`$sm_eh\`; TCP rows with \`UCX_TLS=tcp,self\`."
+  echo
+  cat "$study"
+  echo
+  echo "### Every run (medians)"
+  echo
+  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` without error handling and UCX's defaults, \`_ucxdef\` with \`-e\` and UCX's defaults; \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`stbw64k\`: stream_bw with 64 KiB writes."
+  echo
+  cat "$details"
+  echo
+  echo "### Latency and bandwidth against message size"
+  echo
+  echo "![latency and bandwidth against message size](benchmarks.png)"
+  echo
+  echo '```'
+  cat "$chart_data"
+  echo '```'
+  echo "<!-- bench:end -->"
+} > "$generated"
+
+doc="$root/docs/benchmarks.md"
+if [ -f "$doc" ] && grep -q '<!-- bench:begin' "$doc"; then
+  awk -v gen="$generated" '
+    /<!-- bench:begin/ {while ((getline l < gen) > 0) print l; skip = 1; next}
+    /<!-- bench:end -->/ {skip = 0; next}
+    !skip {print}' "$doc" > "$doc.tmp" && mv "$doc.tmp" "$doc"
+else
+  { echo "# Benchmarks"; echo; cat "$generated"; } > "$doc"
+fi
+[ -f "$png" ] && cp "$png" "$root/docs/benchmarks.png"
+echo "bench: wrote docs/benchmarks.md and docs/benchmarks.png"
