@@ -133,10 +133,25 @@ void endpoint_impl::on_control(const control_message& m) noexcept {
         finish_connect({});
         return;
     case control_type::goodbye:
-        // The peer closes cleanly: what is pending here ends with eof.
+        // The peer closes cleanly: what is pending here ends with eof. The
+        // goodbye carries how many stream bytes the peer sent (ucx::stream).
+        peer_goodbye_ = true;
+        peer_stream_bytes_ = m.recv_tag;
+        // UCX drops unread stream data when the peer's close reaches this
+        // endpoint: keep it first, then let the peer close.
+        if (watcher_ && ep_)
+            watcher_->take_received(ep_);
+        if (ep_)
+            worker_->send_control(ep_, control_message{control_type::goodbye_ack, 0});
         if (!error_)
             error_ = boost::asio::error::eof;
         fail_pending(error_);
+        return;
+    case control_type::goodbye_ack:
+        if (awaiting_ack_) {
+            awaiting_ack_ = false;
+            finish_close();
+        }
         return;
     }
 }
@@ -243,6 +258,8 @@ void endpoint_impl::force_close(const error_code& ec) noexcept {
         return;
     }
     fail_pending(local_close ? ec : error_);
+    if (watcher_)
+        watcher_->take_received(ep_);
     unmap();
     ucp_ep_h ep = ep_;
     ep_ = nullptr;
@@ -402,10 +419,36 @@ void endpoint_impl::finish_close() noexcept {
     operation* op = close_op_;
     if (!op || !ep_)
         return;
-    close_op_ = nullptr;
     worker_impl& w = *worker_;
-    if (role_ != role::address && established_)
-        w.send_control(ep_, control_message{control_type::goodbye, 0});
+    if (role_ != role::address && established_ && !goodbye_sent_) {
+        goodbye_sent_ = true;
+        w.send_control(ep_, control_message{control_type::goodbye, stream_bytes_sent_});
+        if (!peer_goodbye_ && w.is_open()) {
+            // The peer's UCX drops the stream data it has not handed out yet
+            // when this endpoint closes: wait until the peer took it (its
+            // ack), or the linger time passed.
+            awaiting_ack_ = true;
+            try {
+                if (!linger_timer_)
+                    linger_timer_ = std::make_unique<boost::asio::steady_timer>(w.get_executor());
+                linger_timer_->expires_after(goodbye_linger);
+                linger_timer_->async_wait([weak = weak_from_this()](const error_code& ec) {
+                    auto self = weak.lock();
+                    if (ec || !self || !self->awaiting_ack_)
+                        return;
+                    self->awaiting_ack_ = false;
+                    self->finish_close();
+                });
+                return;
+            } catch (...) {
+                awaiting_ack_ = false; // close now
+            }
+        }
+    }
+    awaiting_ack_ = false;
+    if (linger_timer_)
+        linger_timer_->cancel();
+    close_op_ = nullptr;
     unmap();
     ucp_ep_h ep = ep_;
     ep_ = nullptr;

@@ -1,6 +1,7 @@
 // ucx-asio: UCX communication as Boost.Asio asynchronous operations.
 #pragma once
 
+#include <ucx/acceptor.hpp>
 #include <ucx/connect.hpp>
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>
@@ -12,6 +13,7 @@
 #include <ucx/progress_mode.hpp>
 #include <ucx/remote_key.hpp>
 #include <ucx/rma.hpp>
+#include <ucx/stream.hpp>
 #include <ucx/tag.hpp>
 #include <ucx/tag_type.hpp>
 #include <ucx/ucxio.hpp>

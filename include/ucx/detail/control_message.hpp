@@ -19,11 +19,15 @@ namespace ucx::detail {
 /// Active-message id reserved by the library for control messages.
 inline constexpr unsigned control_am_id = 4095;
 
-enum class control_type : std::uint8_t { hello = 1, welcome = 2, goodbye = 3 };
+/// goodbye_ack: the receiver of a goodbye has taken the stream data UCX held
+/// for it (UCX drops unread stream data when the endpoint fails), so the
+/// sender of the goodbye may close its UCP endpoint.
+enum class control_type : std::uint8_t { hello = 1, welcome = 2, goodbye = 3, goodbye_ack = 4 };
 
 struct control_message {
     control_type type{};
-    /// hello/welcome: the tag on which the sender receives per-endpoint messages.
+    /// hello/welcome: the tag on which the sender receives per-endpoint messages;
+    /// goodbye: how many stream bytes (ucx::stream) the sender sent in all.
     std::uint64_t recv_tag = 0;
 
     static constexpr std::size_t wire_size = 16;

@@ -5,6 +5,8 @@
 #include <ucx/detail/operation.hpp>
 #include <ucx/worker_address.hpp>
 
+#include <boost/asio/steady_timer.hpp>
+
 #include <sys/socket.h>
 
 #include <memory>
@@ -14,6 +16,18 @@ namespace ucx::detail {
 
 class worker_impl;
 class listener_impl;
+
+/// Told about an endpoint's end (a ucx::stream over it keeps UCX's received
+/// stream data, which goes away with the UCP endpoint).
+class endpoint_watcher {
+public:
+    /// UCX may soon drop the stream data it received on `ep` (the peer said
+    /// goodbye, or `ep` is about to be force-closed): take it (owner thread).
+    virtual void take_received(ucp_ep_h ep) noexcept = 0;
+
+protected:
+    ~endpoint_watcher() = default;
+};
 
 class endpoint_impl : public std::enable_shared_from_this<endpoint_impl> {
 public:
@@ -73,13 +87,27 @@ public:
     void on_control(const control_message& m) noexcept;
     /// A counted send finished (inside a UCX callback: records only).
     void send_finished() noexcept;
-    /// Sends have drained: say goodbye and close (owner thread, after progress).
+    /// Sends have drained: say goodbye, wait for the peer's ack (at most
+    /// `goodbye_linger`), then close (owner thread, after progress).
     void finish_close() noexcept;
+    /// How long a graceful close waits for the peer to acknowledge its goodbye.
+    static constexpr std::chrono::seconds goodbye_linger{5};
     /// The listener that accepted this endpoint goes away.
     void forget_listener() noexcept { listener_ = nullptr; }
 
     /// Local and remote socket addresses (client/server endpoints).
     bool query_sockaddr(bool remote, sockaddr_storage& out) const noexcept;
+
+    // Stream end-of-data bookkeeping (ucx::stream).
+    /// Installs (or, with null, removes) the watcher told before a force close.
+    void set_watcher(endpoint_watcher* w) noexcept { watcher_ = w; }
+    /// Counts stream bytes handed to UCX; the goodbye carries the total.
+    void add_stream_bytes_sent(std::uint64_t n) noexcept { stream_bytes_sent_ += n; }
+    /// Whether the peer's goodbye arrived, and the stream bytes it says it sent.
+    bool peer_said_goodbye() const noexcept { return peer_goodbye_; }
+    std::uint64_t peer_stream_bytes() const noexcept { return peer_stream_bytes_; }
+    /// Counted sends (stream writes, sends) UCX has not completed yet.
+    std::size_t sends_in_flight() const noexcept { return sends_in_flight_; }
 
     // Links in the worker's endpoint list.
     endpoint_impl* next = nullptr;
@@ -117,6 +145,14 @@ private:
     std::vector<operation*> waiters_;
     std::size_t sends_in_flight_ = 0;
     operation* close_op_ = nullptr;
+    endpoint_watcher* watcher_ = nullptr;
+    // Graceful close: after the goodbye, wait (bounded) for the peer's ack.
+    bool goodbye_sent_ = false;
+    bool awaiting_ack_ = false;
+    std::unique_ptr<boost::asio::steady_timer> linger_timer_;
+    std::uint64_t stream_bytes_sent_ = 0;
+    std::uint64_t peer_stream_bytes_ = 0;
+    bool peer_goodbye_ = false;
 };
 
 } // namespace ucx::detail

@@ -1,0 +1,142 @@
+// Internal: the state behind ucx::basic_stream.
+//
+// Writes are UCP stream sends (contiguous, or an IOV for a buffer sequence),
+// counted by the endpoint so a graceful close waits for them. Reads are
+// library-owned operations served from UCX's received stream data
+// (`ucp_stream_recv_data_nb`, zero-copy until the copy into the reader's
+// buffers) by a progress observer while reads are pending: that makes
+// per-operation cancellation exact (UCX cannot cancel a stream receive), and a
+// read completes with whatever is available (read_some semantics).
+//
+// End of stream: the peer's goodbye carries how many stream bytes it sent;
+// `asio::error::eof` is reported once exactly that many were read here. UCX
+// reports every disconnect as a reset, so without the goodbye (a crash) the
+// reader gets `asio::error::connection_reset`.
+#pragma once
+
+#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/operation.hpp>
+#include <ucx/detail/worker_impl.hpp>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+namespace ucx::detail {
+
+/// Maps an error to the code a socket would give (ECONNRESET as
+/// `asio::error::connection_reset`), so code written for TCP sockets matches it.
+error_code socket_error(const error_code& ec) noexcept;
+
+/// Completion of a stream read or write: `void(error_code, std::size_t)`.
+struct stream_result {
+    static auto extract(const error_code& ec, const operation& op) {
+        return std::tuple<error_code, std::size_t>(socket_error(ec), ec ? 0 : op.bytes);
+    }
+};
+
+class stream_impl final : public progress_observer,
+                          public endpoint_watcher,
+                          public std::enable_shared_from_this<stream_impl> {
+public:
+    using clock_type = std::chrono::steady_clock;
+    /// Most buffers of a sequence one read or write takes (like writev/readv).
+    static constexpr std::size_t max_buffers = 64;
+    /// Most buffers of a sequence one pending read keeps.
+    static constexpr std::size_t max_read_buffers = 16;
+
+    explicit stream_impl(std::shared_ptr<worker_impl> w);
+    ~stream_impl();
+    stream_impl(const stream_impl&) = delete;
+    stream_impl& operator=(const stream_impl&) = delete;
+
+    const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
+    const std::shared_ptr<endpoint_impl>& endpoint() const noexcept { return ep_; }
+
+    /// Takes over a connected (client/server) endpoint.
+    void assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noexcept;
+    /// Connected and not closed here (the peer may have closed).
+    bool is_open() const noexcept;
+    /// Graceful close in the background: pending reads end with
+    /// operation_aborted; pending writes complete; the peer reads what was
+    /// written, then eof.
+    void close() noexcept;
+    /// As close(); `op` completes when UCX closed the endpoint (owner thread).
+    void close(operation* op) noexcept;
+    /// Abortive close: pending operations end with operation_aborted; the
+    /// peer sees connection_reset.
+    void abort() noexcept;
+    /// Pending reads complete with operation_aborted.
+    void cancel() noexcept;
+    /// The deadline of pending and later operations.
+    void expires_at(clock_type::time_point t);
+    void expires_never() noexcept;
+
+    /// Socket addresses of the connection.
+    boost::asio::ip::tcp::endpoint address(bool remote, error_code& ec) const;
+
+    /// Bytes written (handed to UCX) and read so far.
+    std::uint64_t bytes_written() const noexcept { return written_; }
+    std::uint64_t bytes_read() const noexcept { return consumed_; }
+
+    // Owner thread.
+    void write(operation* op, const boost::asio::const_buffer* bufs, std::size_t n) noexcept;
+    void read(operation* op, const boost::asio::mutable_buffer* bufs, std::size_t n) noexcept;
+
+    std::size_t after_progress() noexcept override;
+    void take_received(ucp_ep_h ep) noexcept override;
+
+private:
+    struct pending_read {
+        operation* op;
+        std::array<boost::asio::mutable_buffer, max_read_buffers> bufs;
+        std::size_t count;
+    };
+
+    static void cancel_read(operation* op) noexcept;
+    bool deadline_passed() const noexcept;
+    void on_timeout() noexcept;
+    /// Completes what reads it can; returns how many completed.
+    std::size_t serve() noexcept;
+    /// Copies available bytes into `r`'s buffers.
+    std::size_t copy_out(pending_read& r) noexcept;
+    /// Makes some received bytes available (UCX's next chunk); false if none.
+    bool fetch() noexcept;
+    bool has_buffered() const noexcept;
+    /// Whether reads must end now, and with what.
+    bool end_state(error_code& ec) const noexcept;
+    void fail_reads(const error_code& ec) noexcept;
+    void release_chunk() noexcept;
+    void detach_endpoint() noexcept;
+
+    std::shared_ptr<worker_impl> worker_;
+    std::shared_ptr<endpoint_impl> ep_;
+    bool closed_ = false;
+    bool observing_ = false;
+    std::deque<pending_read> reads_;
+    // UCX's current chunk of received data, partly consumed.
+    void* chunk_ = nullptr;
+    std::size_t chunk_len_ = 0;
+    std::size_t chunk_off_ = 0;
+    // Data taken from UCX before the UCP endpoint closed.
+    std::vector<std::byte> drained_;
+    std::size_t drained_off_ = 0;
+    error_code recv_error_{};
+    std::uint64_t consumed_ = 0;
+    std::uint64_t written_ = 0;
+    // Timeouts.
+    boost::asio::steady_timer timer_;
+    clock_type::time_point deadline_ = clock_type::time_point::max();
+    unsigned timer_generation_ = 0;
+};
+
+} // namespace ucx::detail

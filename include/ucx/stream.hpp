@@ -1,0 +1,434 @@
+// ucx::stream: a byte stream over UCX in place of a TCP socket.
+#pragma once
+
+#include <ucx/connect.hpp>
+#include <ucx/detail/stream_impl.hpp>
+#include <ucx/detail/worker_impl.hpp>
+#include <ucx/endpoint.hpp>
+#include <ucx/error.hpp>
+#include <ucx/worker.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/compose.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/socket_base.hpp>
+#include <boost/beast/core/role.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace ucx {
+
+/// A connected byte stream over UCX's stream API that satisfies Asio's
+/// AsyncReadStream and AsyncWriteStream requirements, so
+/// `asio::async_read`, `asio::async_write`, `asio::async_read_until`,
+/// `asio::ssl::stream<ucx::stream>` and Boost.Beast (HTTP, and WebSocket with
+/// `<ucx/beast.hpp>`) work over it as over `asio::ip::tcp::socket`.
+///
+/// Reads complete with the bytes available (at least one), like a socket's
+/// `async_read_some`; byte order and content are kept across any mix of
+/// write and read sizes. Concurrent reads are queued and served in the order
+/// they were started (as are writes); Asio's algorithms need at most one of
+/// each at a time.
+///
+/// End of stream: after the peer closed (`close()`, destruction), a read
+/// yields `asio::error::eof` once every byte the peer wrote was read here
+/// (an in-band marker, since UCX reports every disconnect as a reset). When
+/// the peer crashed or aborted, reads yield `asio::error::connection_reset`
+/// (after the bytes already received) and writes fail; writes after the peer
+/// closed cleanly fail with `asio::error::broken_pipe`.
+///
+/// Closing: `close()` (and the destructor) close gracefully in the
+/// background, like closing a TCP socket: pending reads complete with
+/// `operation_aborted`, pending and written data is still delivered, then the
+/// peer reads eof. `abort()` closes at once: pending writes complete with
+/// `operation_aborted` and the peer sees `connection_reset`.
+///
+/// Cancellation: reads honour per-operation cancellation (all types) and
+/// `cancel()`. UCX cannot take back a send, so writes ignore cancellation;
+/// they complete when UCX has sent the data.
+///
+/// Timeouts, as `beast::tcp_stream`: after `expires_after(d)` (or
+/// `expires_at`), operations pending when the deadline passes, and
+/// operations started after it, complete with `asio::error::timed_out`. A
+/// pending read just ends (the stream stays usable); pending writes cannot be
+/// withdrawn, so the stream is closed abortively under them. Call
+/// `expires_never()` (or a new deadline) before the next operation.
+///
+/// Not available: connecting from a worker address (such endpoints have no
+/// close handshake, so no honest end of stream; see docs/stream.md), and
+/// synchronous reads and writes (progress belongs to the worker's executor).
+///
+/// Thread safety: like a socket, use a stream from one thread at a time
+/// (the worker's executor). Movable, not copyable.
+template <class Executor = boost::asio::any_io_executor>
+class basic_stream {
+public:
+    using executor_type = Executor;
+    /// The same stream type with another executor type.
+    template <class Executor1>
+    struct rebind_executor {
+        using other = basic_stream<Executor1>;
+    };
+    using lowest_layer_type = basic_stream;
+    /// The duration type of `expires_after`.
+    using clock_type = std::chrono::steady_clock;
+
+    /// A stream on `w`, not connected yet (see `async_connect`).
+    explicit basic_stream(worker& w)
+        : impl_(std::make_shared<detail::stream_impl>(detail::checked(w))) {}
+
+    /// A stream over the connected endpoint `ep` (from `ucx::async_connect`
+    /// or `ucx::listener`). Throws `boost::system::system_error` when `ep`
+    /// is not a client/server endpoint.
+    explicit basic_stream(endpoint&& ep)
+        : impl_(std::make_shared<detail::stream_impl>(detail::checked(ep)->worker())) {
+        error_code ec;
+        impl_->assign(ep.impl(), ec);
+        if (ec)
+            throw boost::system::system_error(ec, "ucx::stream");
+        ep = endpoint();
+    }
+
+    /// Wraps an implementation (used by the acceptor).
+    explicit basic_stream(std::shared_ptr<detail::stream_impl> impl) noexcept
+        : impl_(std::move(impl)) {}
+
+    /// Converts from a stream with another executor type.
+    template <class Executor1>
+    requires(!std::is_same_v<Executor1, Executor> &&
+             std::is_constructible_v<Executor, boost::asio::any_io_executor>)
+        basic_stream(basic_stream<Executor1>&& other)
+    noexcept : impl_(std::move(other.impl_)) {}
+
+    basic_stream(basic_stream&&) noexcept = default;
+    basic_stream& operator=(basic_stream&& other) noexcept {
+        if (this != &other) {
+            if (impl_)
+                impl_->close();
+            impl_ = std::move(other.impl_);
+        }
+        return *this;
+    }
+    /// Closes gracefully (see the class description).
+    ~basic_stream() {
+        if (impl_)
+            impl_->close();
+    }
+
+    /// The executor of the stream's worker.
+    executor_type get_executor() const noexcept {
+        return executor_type(impl_ ? impl_->worker()->get_executor()
+                                   : boost::asio::any_io_executor());
+    }
+
+    /// The stream itself (for Asio's layered streams).
+    lowest_layer_type& lowest_layer() noexcept { return *this; }
+    const lowest_layer_type& lowest_layer() const noexcept { return *this; }
+
+    /// Takes over the connected endpoint `ep`; `asio::error::already_open`
+    /// when connected, `errc::unsupported` for an endpoint from a worker address.
+    void assign(endpoint&& ep, error_code& ec) {
+        if (!impl_ || !ep.impl()) {
+            ec = boost::asio::error::bad_descriptor;
+            return;
+        }
+        impl_->assign(ep.impl(), ec);
+        if (!ec)
+            ep = endpoint();
+    }
+    /// As above; throws `boost::system::system_error`.
+    void assign(endpoint&& ep) {
+        error_code ec;
+        assign(std::move(ep), ec);
+        if (ec)
+            throw boost::system::system_error(ec, "ucx::stream::assign");
+    }
+
+    /// Whether the stream is connected and not closed here.
+    bool is_open() const noexcept { return impl_ && impl_->is_open(); }
+
+    /// Closes gracefully in the background (see the class description). Idempotent.
+    void close() noexcept {
+        if (impl_)
+            impl_->close();
+    }
+    /// Closes gracefully and completes when the connection is closed: the
+    /// peer was sent everything written and the goodbye that makes it read
+    /// eof. Succeeds when the stream was closed already or the peer is gone.
+    /// Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_close(
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return detail::initiate<void(error_code), detail::error_result>(
+            impl_ptr(), *checked_impl().worker(), std::forward<CompletionToken>(token),
+            [](detail::stream_impl& s, detail::operation* op) { s.close(op); });
+    }
+    /// As above (for code written against sockets).
+    void close(error_code& ec) noexcept {
+        close();
+        ec = {};
+    }
+    /// Closes abortively: pending operations end with `operation_aborted`,
+    /// the peer sees `asio::error::connection_reset`.
+    void abort() noexcept {
+        if (impl_)
+            impl_->abort();
+    }
+    /// For code written against sockets: shutting down the sending side (or
+    /// both) closes gracefully, so the peer reads eof after the data; UCX
+    /// has no half-close, so reading stops too. Shutting down only the
+    /// receiving side cancels pending reads.
+    void shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec) noexcept {
+        if (!is_open()) {
+            ec = boost::asio::error::not_connected;
+            return;
+        }
+        ec = {};
+        if (what == boost::asio::socket_base::shutdown_receive)
+            impl_->cancel();
+        else
+            impl_->close();
+    }
+    void shutdown(boost::asio::socket_base::shutdown_type what) {
+        error_code ec;
+        shutdown(what, ec);
+        if (ec)
+            throw boost::system::system_error(ec, "ucx::stream::shutdown");
+    }
+    /// Pending reads complete with `operation_aborted` (writes cannot be cancelled).
+    void cancel() noexcept {
+        if (impl_)
+            impl_->cancel();
+    }
+    void cancel(error_code& ec) noexcept {
+        cancel();
+        ec = {};
+    }
+
+    /// The peer's address and port.
+    boost::asio::ip::tcp::endpoint remote_endpoint(error_code& ec) const {
+        if (!impl_) {
+            ec = boost::asio::error::bad_descriptor;
+            return {};
+        }
+        return impl_->address(true, ec);
+    }
+    boost::asio::ip::tcp::endpoint remote_endpoint() const {
+        error_code ec;
+        auto e = remote_endpoint(ec);
+        if (ec)
+            throw boost::system::system_error(ec, "ucx::stream::remote_endpoint");
+        return e;
+    }
+    /// This side's address and port.
+    boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const {
+        if (!impl_) {
+            ec = boost::asio::error::bad_descriptor;
+            return {};
+        }
+        return impl_->address(false, ec);
+    }
+    boost::asio::ip::tcp::endpoint local_endpoint() const {
+        error_code ec;
+        auto e = local_endpoint(ec);
+        if (ec)
+            throw boost::system::system_error(ec, "ucx::stream::local_endpoint");
+        return e;
+    }
+
+    /// Operations pending after `d` from now, or started later, time out
+    /// (see the class description).
+    void expires_after(clock_type::duration d) { checked_impl().expires_at(clock_type::now() + d); }
+    /// As above, at the time point `t`.
+    void expires_at(clock_type::time_point t) { checked_impl().expires_at(t); }
+    /// No deadline (the default).
+    void expires_never() noexcept {
+        if (impl_)
+            impl_->expires_never();
+    }
+
+    /// Bytes written (handed to UCX) and bytes read so far on this connection.
+    std::uint64_t bytes_written() const noexcept { return impl_ ? impl_->bytes_written() : 0; }
+    std::uint64_t bytes_read() const noexcept { return impl_ ? impl_->bytes_read() : 0; }
+
+    /// Connects to a `ucx::acceptor` (or `ucx::listener`) at `host`:`service`
+    /// (see `ucx::async_connect`). `asio::error::already_open` when connected.
+    /// Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_connect(
+        std::string host, std::string service,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        auto& w = *checked_impl().worker();
+        return boost::asio::async_compose<CompletionToken, void(error_code)>(
+            connect_op{impl_, std::move(host), std::move(service), {}, false}, token,
+            w.get_executor());
+    }
+    /// Connects to a `ucx::acceptor` at `to`, as above.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_connect(
+        const boost::asio::ip::tcp::endpoint& to,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        auto& w = *checked_impl().worker();
+        return boost::asio::async_compose<CompletionToken, void(error_code)>(
+            connect_op{impl_, {}, {}, to, true}, token, w.get_executor());
+    }
+
+    /// Reads some bytes into `buffers` (at most 16 buffers of the sequence
+    /// are filled): completes when at least one byte arrived, with as many as
+    /// were available. Errors: `asio::error::eof` after the peer closed and
+    /// everything was read, `connection_reset`, `operation_aborted`,
+    /// `timed_out`, `bad_descriptor` after `close()`, `not_connected`.
+    /// Cancellable through the handler's cancellation slot.
+    /// Completion signature: `void(error_code, std::size_t bytes_read)`.
+    template <class MutableBufferSequence,
+              class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_read_some(
+        const MutableBufferSequence& buffers,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return detail::initiate<void(error_code, std::size_t), detail::stream_result>(
+            impl_ptr(), *checked_impl().worker(), std::forward<CompletionToken>(token),
+            [buffers](detail::stream_impl& s, detail::operation* op) {
+                std::array<boost::asio::mutable_buffer, detail::stream_impl::max_read_buffers> b;
+                std::size_t n = 0;
+                for (auto it = boost::asio::buffer_sequence_begin(buffers),
+                          end = boost::asio::buffer_sequence_end(buffers);
+                     it != end && n < b.size(); ++it)
+                    b[n++] = boost::asio::mutable_buffer(*it);
+                s.read(op, b.data(), n);
+            });
+    }
+
+    /// Writes all of `buffers` (the first 64 non-empty buffers of a longer
+    /// sequence), without copying them: a buffer sequence goes to UCX as an
+    /// IOV. The buffers must stay valid until completion. Errors:
+    /// `connection_reset` (the peer failed), `broken_pipe` (the peer closed),
+    /// `bad_descriptor` after `close()`, `timed_out`, `operation_aborted`
+    /// after `abort()`. Not cancellable (UCX cannot take a send back).
+    /// Completion signature: `void(error_code, std::size_t bytes_written)`.
+    template <class ConstBufferSequence,
+              class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_write_some(
+        const ConstBufferSequence& buffers,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return detail::initiate<void(error_code, std::size_t), detail::stream_result>(
+            impl_ptr(), *checked_impl().worker(), std::forward<CompletionToken>(token),
+            [buffers](detail::stream_impl& s, detail::operation* op) {
+                std::array<boost::asio::const_buffer, detail::stream_impl::max_buffers> b;
+                std::size_t n = 0;
+                for (auto it = boost::asio::buffer_sequence_begin(buffers),
+                          end = boost::asio::buffer_sequence_end(buffers);
+                     it != end && n < b.size(); ++it) {
+                    boost::asio::const_buffer cb(*it);
+                    if (cb.size() > 0)
+                        b[n++] = cb;
+                }
+                s.write(op, b.data(), n);
+            });
+    }
+
+    /// The implementation (for library internals).
+    const std::shared_ptr<detail::stream_impl>& impl() const noexcept { return impl_; }
+
+private:
+    template <class>
+    friend class basic_stream;
+
+    detail::stream_impl& checked_impl() const {
+        if (!impl_)
+            throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                              "ucx::stream: moved-from stream");
+        return *impl_;
+    }
+    const std::shared_ptr<detail::stream_impl>& impl_ptr() const {
+        checked_impl();
+        return impl_;
+    }
+
+    struct connect_op {
+        std::shared_ptr<detail::stream_impl> impl;
+        std::string host;
+        std::string service;
+        boost::asio::ip::tcp::endpoint to;
+        bool by_endpoint;
+        bool started = false;
+
+        template <class Self>
+        void operator()(Self& self) {
+            started = true;
+            auto w = impl->worker();
+            if (impl->endpoint()) {
+                const auto ex = w->get_executor();
+                return boost::asio::post(ex, [self = std::move(self)]() mutable {
+                    self.complete(boost::asio::error::already_open);
+                });
+            }
+            if (by_endpoint) {
+                detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
+                    w, *w, std::move(self),
+                    [to = to](detail::worker_impl& wi, detail::operation* op) {
+                        detail::connect_to_endpoint(wi.shared_from_this(), op, to);
+                    });
+                return;
+            }
+            detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
+                w, *w, std::move(self),
+                [host = host, service = service](detail::worker_impl& wi, detail::operation* op) {
+                    auto self_w = wi.shared_from_this();
+                    auto resolver =
+                        std::make_shared<boost::asio::ip::tcp::resolver>(wi.get_executor());
+                    resolver->async_resolve(
+                        host, service,
+                        [self_w, op,
+                         resolver](const error_code& ec,
+                                   boost::asio::ip::tcp::resolver::results_type results) {
+                            detail::connect_resolved(self_w, op, ec, results);
+                        });
+                });
+        }
+
+        template <class Self>
+        void operator()(Self& self, error_code ec, endpoint ep) {
+            if (!ec)
+                impl->assign(ep.impl(), ec);
+            self.complete(ec);
+        }
+    };
+
+    std::shared_ptr<detail::stream_impl> impl_;
+};
+
+/// A stream with the type-erased I/O executor (the usual choice).
+using stream = basic_stream<>;
+
+// Boost.Beast customisation points, found by argument-dependent lookup.
+
+/// Beast closes a stream this way on timeouts and errors: a graceful close.
+template <class Executor>
+void beast_close_socket(basic_stream<Executor>& s) {
+    s.close();
+}
+
+/// WebSocket teardown (synchronous WebSocket close): closes gracefully in
+/// the background; the peer reads eof after the close frame.
+template <class Executor>
+void teardown(boost::beast::role_type, basic_stream<Executor>& s, error_code& ec) {
+    s.close(ec);
+}
+
+/// WebSocket teardown (asynchronous WebSocket close): closes gracefully and
+/// completes when the connection is closed.
+template <class Executor, class TeardownHandler>
+void async_teardown(boost::beast::role_type, basic_stream<Executor>& s, TeardownHandler&& handler) {
+    s.async_close(std::forward<TeardownHandler>(handler));
+}
+
+} // namespace ucx

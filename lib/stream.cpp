@@ -1,0 +1,488 @@
+#include <ucx/detail/stream_impl.hpp>
+#include <ucx/endpoint.hpp>
+#include <ucx/error.hpp>
+
+#include <boost/asio/error.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ucx::detail {
+
+error_code socket_error(const error_code& ec) noexcept {
+    if (ec && ec.category() == error_category() &&
+        ec.value() == static_cast<int>(errc::connection_reset))
+        return boost::asio::error::connection_reset;
+    return ec;
+}
+
+stream_impl::stream_impl(std::shared_ptr<worker_impl> w)
+    : worker_(std::move(w)), timer_(worker_->get_executor()) {}
+
+stream_impl::~stream_impl() {
+    close();
+    if (observing_)
+        worker_->remove_observer(this);
+}
+
+void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noexcept {
+    if (!ep) {
+        ec = boost::asio::error::bad_descriptor;
+        return;
+    }
+    if (ep_) {
+        ec = boost::asio::error::already_open;
+        return;
+    }
+    if (ep->kind() != endpoint_impl::role::client && ep->kind() != endpoint_impl::role::server) {
+        // No goodbye on such endpoints, so no honest end of stream.
+        ec = make_error_code(errc::unsupported);
+        return;
+    }
+    if (ep->worker() != worker_) {
+        ec = make_error_code(errc::invalid_param);
+        return;
+    }
+    ep_ = std::move(ep);
+    ep_->set_watcher(this);
+    closed_ = false;
+    recv_error_ = {};
+    consumed_ = 0;
+    written_ = 0;
+    ec = {};
+}
+
+bool stream_impl::is_open() const noexcept {
+    return ep_ && !closed_;
+}
+
+void stream_impl::release_chunk() noexcept {
+    if (chunk_ && ep_ && ep_->native())
+        ucp_stream_data_release(ep_->native(), chunk_);
+    chunk_ = nullptr;
+    chunk_len_ = chunk_off_ = 0;
+}
+
+void stream_impl::detach_endpoint() noexcept {
+    release_chunk();
+    drained_.clear();
+    drained_off_ = 0;
+    if (ep_)
+        ep_->set_watcher(nullptr);
+}
+
+void stream_impl::close() noexcept {
+    if (!ep_)
+        return;
+    closed_ = true;
+    expires_never();
+    fail_reads(boost::asio::error::operation_aborted);
+    detach_endpoint();
+    auto ep = std::move(ep_);
+    ep_.reset();
+    worker_impl& w = *worker_;
+    if (!w.is_open() || !ep->native() || ep->error() == boost::asio::error::bad_descriptor)
+        return;
+    // The close runs in the background; the operation keeps the endpoint alive.
+    try {
+        start_operation<error_result>([ep](const error_code&) {}, w,
+                                      [ep](operation* op) { ep->close_gracefully(op); });
+    } catch (...) {
+        ep->force_close(boost::asio::error::operation_aborted);
+    }
+}
+
+void stream_impl::close(operation* op) noexcept {
+    worker_impl& w = *worker_;
+    if (!ep_) {
+        w.start(op);
+        op->status = UCS_OK;
+        return w.fail(op, error_code());
+    }
+    closed_ = true;
+    expires_never();
+    fail_reads(boost::asio::error::operation_aborted);
+    detach_endpoint();
+    auto ep = std::move(ep_);
+    ep_.reset();
+    ep->close_gracefully(op);
+}
+
+void stream_impl::abort() noexcept {
+    if (!ep_)
+        return;
+    closed_ = true;
+    expires_never();
+    fail_reads(boost::asio::error::operation_aborted);
+    detach_endpoint();
+    auto ep = std::move(ep_);
+    ep_.reset();
+    ep->force_close(boost::asio::error::operation_aborted);
+}
+
+void stream_impl::cancel() noexcept {
+    fail_reads(boost::asio::error::operation_aborted);
+}
+
+boost::asio::ip::tcp::endpoint stream_impl::address(bool remote, error_code& ec) const {
+    sockaddr_storage ss{};
+    if (!ep_ || closed_ || !ep_->query_sockaddr(remote, ss)) {
+        ec = boost::asio::error::bad_descriptor;
+        return {};
+    }
+    ec = {};
+    return to_tcp_endpoint(ss);
+}
+
+// ---- timeouts ----
+
+bool stream_impl::deadline_passed() const noexcept {
+    return deadline_ != clock_type::time_point::max() && deadline_ <= clock_type::now();
+}
+
+void stream_impl::expires_at(clock_type::time_point t) {
+    deadline_ = t;
+    const unsigned generation = ++timer_generation_;
+    timer_.expires_at(t);
+    timer_.async_wait([weak = weak_from_this(), generation](const error_code& ec) {
+        auto self = weak.lock();
+        if (ec || !self || generation != self->timer_generation_)
+            return;
+        self->on_timeout();
+    });
+}
+
+void stream_impl::expires_never() noexcept {
+    deadline_ = clock_type::time_point::max();
+    ++timer_generation_;
+    try {
+        timer_.cancel();
+    } catch (...) {
+        // The generation check ignores a wait that could not be cancelled.
+    }
+}
+
+void stream_impl::on_timeout() noexcept {
+    // Reads end with timed_out and the stream stays usable; writes cannot be
+    // taken back from UCX, so, as Beast does, the stream is closed under them.
+    fail_reads(boost::asio::error::timed_out);
+    if (ep_ && ep_->native() && ep_->sends_in_flight() > 0) {
+        closed_ = true;
+        detach_endpoint();
+        auto ep = std::move(ep_);
+        ep_.reset();
+        ep->force_close(boost::asio::error::timed_out);
+    }
+}
+
+// ---- writes ----
+
+void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
+                        std::size_t n) noexcept {
+    worker_impl& w = *worker_;
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i)
+        total += bufs[i].size();
+    if (!ep_ || deadline_passed() || ep_->error() == boost::asio::error::eof) {
+        w.start(op);
+        if (!ep_)
+            return w.fail(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
+                                      : error_code(boost::asio::error::not_connected));
+        if (deadline_passed())
+            return w.fail(op, boost::asio::error::timed_out);
+        // The peer closed: nobody reads any more.
+        return w.fail(op, boost::asio::error::broken_pipe);
+    }
+    if (!ep_->begin(op, total > 0))
+        return;
+    if (total == 0) {
+        op->status = UCS_OK;
+        return w.fail(op, error_code());
+    }
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &worker_impl::send_callback;
+    param.user_data = op;
+    op->bytes = total;
+    ucs_status_ptr_t r;
+    if (n == 1) {
+        r = ucp_stream_send_nbx(ep_->native(), bufs[0].data(), total, &param);
+    } else {
+        // UCX reads the IOV array until the send completes: the operation owns it.
+        std::shared_ptr<std::vector<ucp_dt_iov_t>> iov;
+        try {
+            iov = std::make_shared<std::vector<ucp_dt_iov_t>>(n);
+        } catch (...) {
+            // Undo the count begin() took: finished() does it for counted ops.
+            return w.fail(op, make_error_code(errc::no_memory));
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            (*iov)[i].buffer = const_cast<void*>(bufs[i].data());
+            (*iov)[i].length = bufs[i].size();
+        }
+        op->payload = iov;
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        param.datatype = ucp_dt_make_iov();
+        r = ucp_stream_send_nbx(ep_->native(), iov->data(), n, &param);
+    }
+    if (!UCS_PTR_IS_ERR(r)) {
+        ep_->add_stream_bytes_sent(total);
+        written_ += total;
+    }
+    ep_->submitted(op, r);
+}
+
+// ---- reads ----
+
+void stream_impl::read(operation* op, const boost::asio::mutable_buffer* bufs,
+                       std::size_t n) noexcept {
+    worker_impl& w = *worker_;
+    w.start(op);
+    op->library_owned = true;
+    op->cancel_hook = &stream_impl::cancel_read;
+    op->hook_context = this;
+    if (!w.is_open())
+        return w.fail(op, boost::asio::error::operation_aborted);
+    if (op->cancel_requested)
+        return w.fail(op, boost::asio::error::operation_aborted);
+    if (!ep_)
+        return w.fail(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
+                                  : error_code(boost::asio::error::not_connected));
+    if (deadline_passed())
+        return w.fail(op, boost::asio::error::timed_out);
+    pending_read r{op, {}, 0};
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n && r.count < max_read_buffers; ++i) {
+        if (bufs[i].size() == 0)
+            continue;
+        r.bufs[r.count++] = bufs[i];
+        total += bufs[i].size();
+    }
+    if (total == 0) {
+        // Asio: a read into no space completes at once with 0 bytes.
+        op->status = UCS_OK;
+        return w.fail(op, error_code());
+    }
+    try {
+        reads_.push_back(r);
+    } catch (...) {
+        return w.fail(op, make_error_code(errc::no_memory));
+    }
+    // Data may be there already; the completion still goes through the queue.
+    serve();
+    if (!reads_.empty() && !observing_) {
+        try {
+            w.add_observer(this);
+            observing_ = true;
+        } catch (...) {
+            fail_reads(make_error_code(errc::no_memory));
+        }
+    }
+    w.request_progress();
+}
+
+void stream_impl::cancel_read(operation* op) noexcept {
+    auto* self = static_cast<stream_impl*>(op->hook_context);
+    if (!self)
+        return;
+    auto it = std::find_if(self->reads_.begin(), self->reads_.end(),
+                           [op](const pending_read& r) { return r.op == op; });
+    if (it == self->reads_.end())
+        return;
+    self->reads_.erase(it);
+    self->worker_->fail(op, boost::asio::error::operation_aborted);
+    if (self->reads_.empty() && self->observing_) {
+        self->worker_->remove_observer(self);
+        self->observing_ = false;
+    }
+}
+
+void stream_impl::fail_reads(const error_code& ec) noexcept {
+    auto reads = std::move(reads_);
+    reads_.clear();
+    for (const pending_read& r : reads)
+        worker_->fail(r.op, ec);
+    if (observing_) {
+        worker_->remove_observer(this);
+        observing_ = false;
+    }
+}
+
+std::size_t stream_impl::after_progress() noexcept {
+    return serve();
+}
+
+bool stream_impl::has_buffered() const noexcept {
+    return (chunk_ && chunk_off_ < chunk_len_) || drained_off_ < drained_.size();
+}
+
+bool stream_impl::fetch() noexcept {
+    if (chunk_) {
+        if (chunk_off_ < chunk_len_)
+            return true;
+        release_chunk();
+    }
+    if (drained_off_ < drained_.size())
+        return true;
+    if (!ep_ || !ep_->native() || recv_error_)
+        return false;
+    std::size_t len = 0;
+    ucs_status_ptr_t p = ucp_stream_recv_data_nb(ep_->native(), &len);
+    if (UCS_PTR_IS_ERR(p)) {
+        recv_error_ = make_error_code(UCS_PTR_STATUS(p));
+        return false;
+    }
+    if (p == nullptr)
+        return false;
+    chunk_ = p;
+    chunk_len_ = len;
+    chunk_off_ = 0;
+    if (len == 0) {
+        release_chunk();
+        return false;
+    }
+    return true;
+}
+
+std::size_t stream_impl::copy_out(pending_read& r) noexcept {
+    std::size_t copied = 0;
+    for (std::size_t i = 0; i < r.count; ++i) {
+        auto* dst = static_cast<std::byte*>(r.bufs[i].data());
+        std::size_t room = r.bufs[i].size();
+        while (room > 0 && fetch()) {
+            const std::byte* src;
+            std::size_t avail;
+            if (chunk_) {
+                src = static_cast<const std::byte*>(chunk_) + chunk_off_;
+                avail = chunk_len_ - chunk_off_;
+            } else {
+                src = drained_.data() + drained_off_;
+                avail = drained_.size() - drained_off_;
+            }
+            const std::size_t k = std::min(room, avail);
+            std::memcpy(dst, src, k);
+            dst += k;
+            room -= k;
+            copied += k;
+            if (chunk_)
+                chunk_off_ += k;
+            else
+                drained_off_ += k;
+        }
+        if (room > 0)
+            break;
+    }
+    if (chunk_ && chunk_off_ == chunk_len_)
+        release_chunk();
+    if (!chunk_ && drained_off_ == drained_.size() && !drained_.empty()) {
+        drained_.clear();
+        drained_.shrink_to_fit();
+        drained_off_ = 0;
+    }
+    return copied;
+}
+
+bool stream_impl::end_state(error_code& ec) const noexcept {
+    if (!ep_) {
+        ec = closed_ ? error_code(boost::asio::error::bad_descriptor)
+                     : error_code(boost::asio::error::not_connected);
+        return true;
+    }
+    if (recv_error_) {
+        ec = recv_error_;
+        return true;
+    }
+    const bool open = ep_->native() != nullptr;
+    if (ep_->peer_said_goodbye()) {
+        // Clean close: eof once every byte the peer sent was read here.
+        if (consumed_ >= ep_->peer_stream_bytes()) {
+            ec = boost::asio::error::eof;
+            return true;
+        }
+        if (!open) {
+            // Closed with bytes missing: not a clean end.
+            ec = boost::asio::error::connection_reset;
+            return true;
+        }
+        return false;
+    }
+    if (!open) {
+        ec = ep_->error() ? ep_->error() : error_code(boost::asio::error::bad_descriptor);
+        if (ec == boost::asio::error::eof)
+            ec = boost::asio::error::connection_reset;
+        return true;
+    }
+    return false;
+}
+
+std::size_t stream_impl::serve() noexcept {
+    std::size_t done = 0;
+    worker_impl& w = *worker_;
+    while (!reads_.empty()) {
+        if (fetch()) {
+            pending_read& r = reads_.front();
+            const std::size_t n = copy_out(r);
+            consumed_ += n;
+            operation* op = r.op;
+            reads_.pop_front();
+            op->bytes = n;
+            op->status = UCS_OK;
+            w.finished(op);
+            ++done;
+            continue;
+        }
+        error_code ec;
+        if (!end_state(ec))
+            break;
+        for (const pending_read& r : reads_)
+            w.fail(r.op, ec);
+        done += reads_.size();
+        reads_.clear();
+    }
+    if (reads_.empty() && observing_) {
+        w.remove_observer(this);
+        observing_ = false;
+    }
+    return done;
+}
+
+void stream_impl::take_received(ucp_ep_h ep) noexcept {
+    // UCX drops received stream data with its endpoint: keep what was not read.
+    try {
+        if (chunk_) {
+            const auto* p = static_cast<const std::byte*>(chunk_);
+            drained_.insert(drained_.end(), p + chunk_off_, p + chunk_len_);
+        }
+    } catch (...) {
+        recv_error_ = make_error_code(errc::no_memory);
+    }
+    if (chunk_)
+        ucp_stream_data_release(ep, chunk_);
+    chunk_ = nullptr;
+    chunk_len_ = chunk_off_ = 0;
+    worker_impl& w = *worker_;
+    if (w.native()) {
+        for (;;) {
+            std::size_t len = 0;
+            ucs_status_ptr_t p = ucp_stream_recv_data_nb(ep, &len);
+            if (p == nullptr || UCS_PTR_IS_ERR(p))
+                break;
+            try {
+                const auto* b = static_cast<const std::byte*>(p);
+                drained_.insert(drained_.end(), b, b + len);
+            } catch (...) {
+                recv_error_ = make_error_code(errc::no_memory);
+            }
+            ucp_stream_data_release(ep, p);
+        }
+    }
+    if (!w.is_open()) {
+        // The worker shuts down: nothing will serve the reads any more.
+        fail_reads(boost::asio::error::operation_aborted);
+        return;
+    }
+    // The reads learn about the close (and get the data kept) in a pass.
+    w.request_progress();
+}
+
+} // namespace ucx::detail

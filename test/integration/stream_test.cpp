@@ -1,0 +1,378 @@
+// ucx::stream in one process (two workers): Asio algorithms with random chunk
+// and read sizes, buffer sequences, end of stream versus reset, cancellation,
+// timeouts, queued reads, the acceptor.
+#include "test_support.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <exception>
+
+using namespace ucx_test;
+
+namespace {
+
+using asio::awaitable;
+using asio::use_awaitable;
+constexpr auto tuple_awaitable = asio::as_tuple(use_awaitable);
+
+class stream_test : public testing::TestWithParam<transport> {
+protected:
+    asio::io_context io;
+    ucx::context ctx{options_for(GetParam(), true)};
+    ucx::worker server_worker{ctx, io, strict_worker_options(ucx::progress_mode::event)};
+    ucx::worker client_worker{ctx, io, strict_worker_options(ucx::progress_mode::event)};
+    ucx::acceptor acceptor{server_worker,
+                           asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+
+    /// A connected pair: (client, server).
+    std::pair<ucx::stream, ucx::stream> connect_pair() {
+        ucx::stream client(client_worker);
+        ucx::stream server(server_worker);
+        std::optional<ucx::error_code> a, c;
+        acceptor.async_accept(server, [&](ucx::error_code ec) { a = ec; });
+        client.async_connect("127.0.0.1", std::to_string(acceptor.local_endpoint().port()),
+                             [&](ucx::error_code ec) { c = ec; });
+        EXPECT_TRUE(run_until(io, [&] { return a && c; }));
+        EXPECT_FALSE(a.value_or(asio::error::timed_out));
+        EXPECT_FALSE(c.value_or(asio::error::timed_out));
+        return {std::move(client), std::move(server)};
+    }
+
+    /// Runs a coroutine to its end; rethrows its exception.
+    void run(awaitable<void> body, std::chrono::seconds limit = std::chrono::seconds(60)) {
+        bool done = false;
+        std::exception_ptr error;
+        asio::co_spawn(io, std::move(body), [&](std::exception_ptr e) {
+            error = e;
+            done = true;
+        });
+        ASSERT_TRUE(run_until(
+            io, [&] { return done; }, limit));
+        if (error)
+            std::rethrow_exception(error);
+    }
+};
+
+/// Writes `data` in random chunks (1 B to `max_chunk`), mixing single
+/// buffers and three-buffer sequences.
+awaitable<void> write_random(ucx::stream& s, const std::vector<char>& data, std::size_t max_chunk,
+                             std::uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::size_t off = 0;
+    while (off < data.size()) {
+        const std::size_t n = std::min(
+            data.size() - off, std::uniform_int_distribution<std::size_t>(1, max_chunk)(gen));
+        if (n >= 3 && gen() % 2) {
+            const std::size_t a = n / 3, b = n / 3;
+            std::array<asio::const_buffer, 3> seq{
+                asio::buffer(data.data() + off, a), asio::buffer(data.data() + off + a, b),
+                asio::buffer(data.data() + off + a + b, n - a - b)};
+            co_await asio::async_write(s, seq, use_awaitable);
+        } else {
+            co_await asio::async_write(s, asio::buffer(data.data() + off, n), use_awaitable);
+        }
+        off += n;
+    }
+}
+
+/// Reads exactly `size` bytes with random read sizes; then expects eof if asked.
+awaitable<std::vector<char>> read_random(ucx::stream& s, std::size_t size, std::size_t max_read,
+                                         std::uint32_t seed, bool expect_eof) {
+    std::mt19937 gen(seed);
+    std::vector<char> in(size);
+    std::size_t off = 0;
+    while (off < size) {
+        const std::size_t n =
+            std::min(size - off, std::uniform_int_distribution<std::size_t>(1, max_read)(gen));
+        if (gen() % 2) {
+            off += co_await s.async_read_some(asio::buffer(in.data() + off, n), use_awaitable);
+        } else {
+            co_await asio::async_read(s, asio::buffer(in.data() + off, n), use_awaitable);
+            off += n;
+        }
+    }
+    if (expect_eof) {
+        char c;
+        auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::eof) << ec.message();
+        EXPECT_EQ(n, 0u);
+    }
+    co_return in;
+}
+
+TEST_P(stream_test, random_chunks_both_ways_at_once_then_eof) {
+    auto [client, server] = connect_pair();
+    ASSERT_TRUE(client.is_open());
+    EXPECT_EQ(client.remote_endpoint().port(), acceptor.local_endpoint().port());
+    EXPECT_EQ(server.remote_endpoint().port(), client.local_endpoint().port());
+    constexpr std::size_t size = 8u << 20;
+    const auto up = pattern(size, 1);
+    const auto down = pattern(size, 2);
+    std::vector<char> got_up, got_down;
+    int finished = 0;
+    // Each side writes while it reads; it finishes when both are done.
+    auto both = [&](ucx::stream& s, const std::vector<char>& out, std::vector<char>& in,
+                    std::uint32_t seed) -> awaitable<void> {
+        bool read_done = false;
+        asio::steady_timer gate(io, std::chrono::steady_clock::time_point::max());
+        asio::co_spawn(
+            io,
+            [&]() -> awaitable<void> {
+                in = co_await read_random(s, size, 1u << 20, seed + 10, false);
+                read_done = true;
+                gate.cancel();
+            },
+            [&](std::exception_ptr e) { EXPECT_FALSE(e); });
+        co_await write_random(s, out, 1u << 20, seed);
+        if (!read_done)
+            co_await gate.async_wait(tuple_awaitable);
+        ++finished;
+    };
+    asio::co_spawn(io, both(client, up, got_down, 3),
+                   [&](std::exception_ptr e) { EXPECT_FALSE(e); });
+    asio::co_spawn(io, both(server, down, got_up, 4),
+                   [&](std::exception_ptr e) { EXPECT_FALSE(e); });
+    ASSERT_TRUE(run_until(io, [&] { return finished == 2; }));
+    EXPECT_TRUE(got_up == up);
+    EXPECT_TRUE(got_down == down);
+    EXPECT_EQ(client.bytes_written(), size);
+    EXPECT_EQ(client.bytes_read(), size);
+    // A clean close on one side: the other reads eof, and its writes fail.
+    run([&]() -> awaitable<void> {
+        co_await client.async_close(use_awaitable);
+        char c;
+        auto [ec, n] = co_await server.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::eof) << ec.message();
+        auto [wec, wn] = co_await server.async_write_some(asio::buffer("x", 1), tuple_awaitable);
+        EXPECT_EQ(wec, asio::error::broken_pipe) << wec.message();
+        (void)n;
+        (void)wn;
+    }());
+}
+
+TEST_P(stream_test, read_until_and_exact_reads) {
+    auto [client, server] = connect_pair();
+    run([&]() -> awaitable<void> {
+        const std::string msg = "hello\r\nworld\r\n" + std::string(100000, 'z');
+        co_await asio::async_write(client, asio::buffer(msg), use_awaitable);
+        asio::streambuf sb;
+        std::size_t n = co_await asio::async_read_until(server, sb, "\r\n", use_awaitable);
+        std::string line(asio::buffers_begin(sb.data()), asio::buffers_begin(sb.data()) + n);
+        EXPECT_EQ(line, "hello\r\n");
+        sb.consume(n);
+        n = co_await asio::async_read_until(server, sb, "\r\n", use_awaitable);
+        EXPECT_EQ(std::string(asio::buffers_begin(sb.data()), asio::buffers_begin(sb.data()) + n),
+                  "world\r\n");
+        sb.consume(n);
+        const std::size_t rest = 100000 - sb.size();
+        co_await asio::async_read(server, sb, asio::transfer_exactly(rest), use_awaitable);
+        EXPECT_EQ(sb.size(), 100000u);
+        std::string tail(asio::buffers_begin(sb.data()), asio::buffers_end(sb.data()));
+        EXPECT_EQ(tail, std::string(100000, 'z'));
+    }());
+}
+
+TEST_P(stream_test, data_written_before_close_is_read_after_the_close) {
+    auto [client, server] = connect_pair();
+    const auto data = pattern(4u << 20, 7);
+    bool written = false;
+    asio::async_write(client, asio::buffer(data), [&](ucx::error_code ec, std::size_t) {
+        EXPECT_FALSE(ec);
+        written = true;
+        client.close(); // graceful, in the background
+    });
+    ASSERT_TRUE(run_until(io, [&] { return written; }));
+    // Let the goodbye and the disconnect arrive before anything is read.
+    asio::steady_timer t(io, std::chrono::milliseconds(200));
+    bool waited = false;
+    t.async_wait([&](ucx::error_code) { waited = true; });
+    ASSERT_TRUE(run_until(io, [&] { return waited; }));
+    run([&]() -> awaitable<void> {
+        auto in = co_await read_random(server, data.size(), 65536, 9, true);
+        EXPECT_TRUE(in == data);
+    }());
+}
+
+TEST_P(stream_test, abort_gives_the_peer_connection_reset) {
+    if (GetParam() == transport::shared_memory)
+        GTEST_SKIP() << "without keepalive UCX's shared memory transport does not notice a peer "
+                        "that closed abortively (covered over TCP and by the two-process kill "
+                        "test)";
+    auto [client, server] = connect_pair();
+    run([&]() -> awaitable<void> {
+        co_await asio::async_write(client, asio::buffer("abc", 3), use_awaitable);
+        client.abort();
+        std::array<char, 8> buf{};
+        auto [ec, n] = co_await server.async_read_some(asio::buffer(buf), tuple_awaitable);
+        // The bytes received before the reset are still read, then the reset.
+        if (!ec) {
+            EXPECT_EQ(std::string(buf.data(), n), "abc");
+            std::tie(ec, n) = co_await server.async_read_some(asio::buffer(buf), tuple_awaitable);
+        }
+        EXPECT_EQ(ec, asio::error::connection_reset) << ec.message();
+    }());
+}
+
+TEST_P(stream_test, cancel_a_pending_read_then_keep_using_the_stream) {
+    auto [client, server] = connect_pair();
+    run([&]() -> awaitable<void> {
+        std::array<char, 16> buf{};
+        // Per-operation cancellation.
+        asio::cancellation_signal sig;
+        std::optional<ucx::error_code> r;
+        server.async_read_some(asio::buffer(buf),
+                               asio::bind_cancellation_slot(
+                                   sig.slot(), [&](ucx::error_code ec, std::size_t) { r = ec; }));
+        asio::steady_timer t(io, std::chrono::milliseconds(20));
+        co_await t.async_wait(use_awaitable);
+        EXPECT_FALSE(r);
+        sig.emit(asio::cancellation_type::terminal);
+        t.expires_after(std::chrono::milliseconds(20));
+        co_await t.async_wait(use_awaitable);
+        EXPECT_EQ(r.value_or(ucx::error_code()), asio::error::operation_aborted);
+        // cancel() on the stream.
+        r.reset();
+        server.async_read_some(asio::buffer(buf), [&](ucx::error_code ec, std::size_t) { r = ec; });
+        t.expires_after(std::chrono::milliseconds(20));
+        co_await t.async_wait(use_awaitable);
+        server.cancel();
+        t.expires_after(std::chrono::milliseconds(20));
+        co_await t.async_wait(use_awaitable);
+        EXPECT_EQ(r.value_or(ucx::error_code()), asio::error::operation_aborted);
+        // Nothing was lost.
+        co_await asio::async_write(client, asio::buffer("0123456789", 10), use_awaitable);
+        co_await asio::async_read(server, asio::buffer(buf.data(), 10), use_awaitable);
+        EXPECT_EQ(std::string(buf.data(), 10), "0123456789");
+    }());
+}
+
+TEST_P(stream_test, timeout_ends_a_read_and_the_stream_stays_usable) {
+    auto [client, server] = connect_pair();
+    run([&]() -> awaitable<void> {
+        std::array<char, 16> buf{};
+        server.expires_after(std::chrono::milliseconds(50));
+        auto [ec, n] = co_await server.async_read_some(asio::buffer(buf), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::timed_out) << ec.message();
+        EXPECT_EQ(n, 0u);
+        // Past the deadline, new operations time out at once.
+        std::tie(ec, n) = co_await server.async_read_some(asio::buffer(buf), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::timed_out);
+        server.expires_never();
+        co_await asio::async_write(client, asio::buffer("abcd", 4), use_awaitable);
+        co_await asio::async_read(server, asio::buffer(buf.data(), 4), use_awaitable);
+        EXPECT_EQ(std::string(buf.data(), 4), "abcd");
+        // A deadline far enough away does not disturb.
+        server.expires_after(std::chrono::seconds(30));
+        co_await asio::async_write(server, asio::buffer("efgh", 4), use_awaitable);
+        co_await asio::async_read(client, asio::buffer(buf.data(), 4), use_awaitable);
+        EXPECT_EQ(std::string(buf.data(), 4), "efgh");
+    }());
+}
+
+TEST_P(stream_test, concurrent_reads_are_queued_in_order) {
+    auto [client, server] = connect_pair();
+    std::array<char, 4> a{}, b{};
+    std::optional<std::size_t> na, nb;
+    int order = 0, a_pos = 0, b_pos = 0;
+    server.async_read_some(asio::buffer(a), [&](ucx::error_code ec, std::size_t n) {
+        EXPECT_FALSE(ec);
+        na = n;
+        a_pos = ++order;
+    });
+    server.async_read_some(asio::buffer(b), [&](ucx::error_code ec, std::size_t n) {
+        EXPECT_FALSE(ec);
+        nb = n;
+        b_pos = ++order;
+    });
+    asio::async_write(client, asio::buffer("abcdefgh", 8), [](ucx::error_code, std::size_t) {});
+    ASSERT_TRUE(run_until(io, [&] { return na && nb; }));
+    EXPECT_EQ(a_pos, 1);
+    EXPECT_EQ(b_pos, 2);
+    EXPECT_EQ(*na, 4u);
+    EXPECT_EQ(std::string(a.data(), 4), "abcd");
+    EXPECT_EQ(std::string(b.data(), *nb), std::string("efgh").substr(0, *nb));
+}
+
+TEST_P(stream_test, operations_after_close_and_on_unconnected_streams_fail_cleanly) {
+    ucx::stream lone(client_worker);
+    EXPECT_FALSE(lone.is_open());
+    run([&]() -> awaitable<void> {
+        char c = 0;
+        auto [ec, n] = co_await lone.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::not_connected);
+        std::tie(ec, n) = co_await lone.async_write_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::not_connected);
+        ucx::error_code rec;
+        lone.remote_endpoint(rec);
+        EXPECT_TRUE(rec);
+    }());
+    auto [client, server] = connect_pair();
+    // Connecting a connected stream.
+    run([&]() -> awaitable<void> {
+        auto [ec] = co_await client.async_connect(acceptor.local_endpoint(), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::already_open);
+    }());
+    client.close();
+    EXPECT_FALSE(client.is_open());
+    run([&]() -> awaitable<void> {
+        char c = 0;
+        auto [ec, n] = co_await client.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::bad_descriptor);
+        std::tie(ec, n) = co_await client.async_write_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::bad_descriptor);
+        // Zero-byte operations complete at once.
+        std::tie(ec, n) = co_await server.async_write_some(asio::const_buffer(), tuple_awaitable);
+        EXPECT_FALSE(ec);
+        EXPECT_EQ(n, 0u);
+        auto [cec] = co_await client.async_close(tuple_awaitable);
+        EXPECT_FALSE(cec);
+    }());
+    // A nobody-listens connect fails with a clear error.
+    ucx::stream orphan(client_worker);
+    run([&]() -> awaitable<void> {
+        auto [ec] = co_await orphan.async_connect("127.0.0.1", "1", tuple_awaitable);
+        EXPECT_TRUE(ec);
+    }());
+    // The background close finishes while the workers progress.
+    EXPECT_TRUE(run_until(io, [&] { return client_worker.pending_operations() == 0; }));
+}
+
+TEST_P(stream_test, acceptor_yields_new_streams) {
+    std::optional<std::pair<ucx::error_code, ucx::stream>> accepted;
+    acceptor.async_accept(
+        [&](ucx::error_code ec, ucx::stream s) { accepted.emplace(ec, std::move(s)); });
+    ucx::stream client(client_worker);
+    std::optional<ucx::error_code> c;
+    client.async_connect(acceptor.local_endpoint(), [&](ucx::error_code ec) { c = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return accepted && c; }));
+    ASSERT_FALSE(accepted->first);
+    ASSERT_FALSE(*c);
+    ucx::stream& server = accepted->second;
+    run([&]() -> awaitable<void> {
+        co_await asio::async_write(server, asio::buffer("ping", 4), use_awaitable);
+        std::array<char, 4> b{};
+        co_await asio::async_read(client, asio::buffer(b), use_awaitable);
+        EXPECT_EQ(std::string(b.data(), 4), "ping");
+    }());
+    // Closing the acceptor aborts a pending accept.
+    std::optional<ucx::error_code> aborted;
+    ucx::stream spare(server_worker);
+    acceptor.async_accept(spare, [&](ucx::error_code ec) { aborted = ec; });
+    io.poll();
+    acceptor.close();
+    ASSERT_TRUE(run_until(io, [&] { return aborted.has_value(); }));
+    EXPECT_EQ(*aborted, asio::error::operation_aborted);
+}
+
+INSTANTIATE_TEST_SUITE_P(transports, stream_test,
+                         testing::Values(transport::tcp, transport::shared_memory),
+                         [](const auto& info) { return to_string(info.param); });
+
+} // namespace
