@@ -38,6 +38,12 @@ ucs_memory_type_t to_ucs(ucx::memory_type t) noexcept {
     return UCS_MEMORY_TYPE_HOST;
 }
 
+// UCX cancels the fetches from a sender whose endpoint failed; outside
+// shutdown that means the sender went away.
+error_code fetch_error(ucs_status_t status) noexcept {
+    return make_error_code(status == UCS_ERR_CANCELED ? UCS_ERR_CONNECTION_RESET : status);
+}
+
 } // namespace
 
 am_registry::am_registry(worker_impl& w)
@@ -183,7 +189,7 @@ void am_registry::on_fetched(void* request, ucs_status_t status, std::size_t,
     m->fetch_request = request;
     m->fetch_called = true;
     if (status != UCS_OK && !m->error)
-        m->error = make_error_code(status);
+        m->error = fetch_error(status);
     --m->registry->fetches_in_flight_;
     m->registry->fetched_.push_back(m);
 }
@@ -225,7 +231,7 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     if (m->fetch_called)
         return;
     if (UCS_PTR_STATUS(r) != UCS_OK)
-        m->error = make_error_code(UCS_PTR_STATUS(r));
+        m->error = fetch_error(UCS_PTR_STATUS(r));
     m->fetch_called = true;
     --fetches_in_flight_;
     fetched_.push_back(m);

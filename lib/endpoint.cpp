@@ -1,3 +1,4 @@
+#include <ucx/detail/am_registry.hpp>
 #include <ucx/detail/endpoint_impl.hpp>
 #include <ucx/detail/listener_impl.hpp>
 #include <ucx/detail/worker_impl.hpp>
@@ -94,6 +95,14 @@ void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, operation* o
     connect_op_ = op;
     control_message hello{control_type::hello, local_recv_tag_};
     w.send_control(ep_, hello);
+}
+
+void endpoint_impl::adopt(ucp_ep_h ep) noexcept {
+    role_ = role::borrowed;
+    ep_ = ep;
+    established_ = true;
+    worker_->add_endpoint(this);
+    registered_ = true;
 }
 
 void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* listener,
@@ -230,6 +239,8 @@ void endpoint_impl::fail_pending(const error_code& ec) noexcept {
     waiters_.clear();
     for (operation* op : waiters)
         w.fail(op, ec);
+    if (am_registry* am = w.am())
+        am->endpoint_failed(this, ec);
 }
 
 void endpoint_impl::unmap() noexcept {
@@ -263,8 +274,8 @@ void endpoint_impl::force_close(const error_code& ec) noexcept {
     unmap();
     ucp_ep_h ep = ep_;
     ep_ = nullptr;
-    if (!worker_->native())
-        return; // the worker is gone, and the endpoint with it
+    if (!worker_->native() || role_ == role::borrowed)
+        return; // gone with the worker, or UCX's own
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -336,7 +347,7 @@ constexpr ucp_tag_t id_mask = ~ucp_tag_t{0} << 32;
 
 void endpoint_impl::send(operation* op, const void* data, std::size_t size,
                          std::uint32_t tag) noexcept {
-    if (role_ == role::address || !established_) {
+    if (!has_handshake() || !established_) {
         worker_->start(op);
         op->endpoint = this;
         return worker_->fail(op, error_ ? error_ : make_error_code(errc::not_connected));
@@ -353,7 +364,7 @@ void endpoint_impl::recv(operation* op, void* data, std::size_t size, std::uint3
     // eof only once none is left.
     const bool drain =
         error_ == boost::asio::error::eof && w.native() && has_message_waiting(ucx_tag, ucx_mask);
-    if (role_ == role::address || !established_ || (error_ && !drain)) {
+    if (!has_handshake() || !established_ || (error_ && !drain)) {
         w.start(op);
         op->endpoint = this;
         return w.fail(op, error_ ? error_ : make_error_code(errc::not_connected));
@@ -420,7 +431,13 @@ void endpoint_impl::finish_close() noexcept {
     if (!op || !ep_)
         return;
     worker_impl& w = *worker_;
-    if (role_ != role::address && established_ && !goodbye_sent_) {
+    if (role_ == role::borrowed) {
+        close_op_ = nullptr;
+        ep_ = nullptr; // UCX's own endpoint: nothing to close
+        op->status = UCS_OK;
+        return w.fail(op, error_code());
+    }
+    if ((role_ == role::client || role_ == role::server) && established_ && !goodbye_sent_) {
         goodbye_sent_ = true;
         w.send_control(ep_, control_message{control_type::goodbye, stream_bytes_sent_});
         if (!peer_goodbye_ && w.is_open()) {
@@ -467,7 +484,7 @@ void endpoint_impl::finish_close() noexcept {
 }
 
 bool endpoint_impl::query_sockaddr(bool remote, sockaddr_storage& out) const noexcept {
-    if (!ep_ || role_ == role::address)
+    if (!ep_ || !has_handshake())
         return false;
     ucp_ep_attr_t attr{};
     attr.field_mask = remote ? UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR : UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;

@@ -33,7 +33,7 @@ class endpoint_impl : public std::enable_shared_from_this<endpoint_impl> {
 public:
     /// How the endpoint came to be: from a worker address, or as one side of
     /// a client/server connection (which has the control protocol).
-    enum class role { address, client, server };
+    enum class role { address, client, server, borrowed };
 
     explicit endpoint_impl(std::shared_ptr<worker_impl> worker);
     ~endpoint_impl();
@@ -45,6 +45,9 @@ public:
     /// Client side: connects to a listener; `op` completes when the
     /// handshake is done (payload: this endpoint) or the connection fails.
     void connect_to(const sockaddr* addr, socklen_t len, operation* op) noexcept;
+    /// Wraps a UCP endpoint that UCX owns (the reply endpoint of an active
+    /// message): usable for sends; closing it only forgets it.
+    void adopt(ucp_ep_h ep) noexcept;
     /// Server side: accepts a connection request; the listener is told when
     /// the handshake is done.
     void accept_request(ucp_conn_request_h request, listener_impl* listener, error_code& ec);
@@ -52,6 +55,8 @@ public:
     ucp_ep_h native() const noexcept { return ep_; }
     const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
     role kind() const noexcept { return role_; }
+    /// A client/server endpoint (with the hello/welcome handshake).
+    bool has_handshake() const noexcept { return role_ == role::client || role_ == role::server; }
     /// Usable for operations (created, handshake done where there is one).
     bool is_open() const noexcept { return ep_ != nullptr && !error_ && established_; }
     /// Why the endpoint is not usable; empty while it is (or still connecting).
