@@ -75,6 +75,12 @@ public:
             output_.append(buf, static_cast<std::size_t>(n));
         return output_.find(text) != std::string::npos;
     }
+    /// Closes the child's stdin (it reads end of input).
+    void close_stdin() {
+        if (to_child_)
+            fclose(to_child_);
+        to_child_ = nullptr;
+    }
     void kill_now() { kill(pid_, SIGKILL); }
     pid_t pid() const noexcept { return pid_; }
     /// Waits for the child; returns its exit status (128 + signal if killed).
