@@ -10,8 +10,11 @@
 namespace ucx::detail {
 
 error_code socket_error(const error_code& ec) noexcept {
+    // A peer that vanished: UCX says reset, or endpoint timeout when a
+    // killed process's connection is torn down.
     if (ec && ec.category() == error_category() &&
-        ec.value() == static_cast<int>(errc::connection_reset))
+        (ec.value() == static_cast<int>(errc::connection_reset) ||
+         ec.value() == static_cast<int>(errc::endpoint_timeout)))
         return boost::asio::error::connection_reset;
     return ec;
 }

@@ -1,6 +1,8 @@
 // ucx::stream in one process (two workers): Asio algorithms with random chunk
 // and read sizes, buffer sequences, end of stream versus reset, cancellation,
 // timeouts, queued reads, the acceptor.
+#include "child_process.hpp"
+#include "stream_pattern.hpp"
 #include "test_support.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -369,6 +371,102 @@ TEST_P(stream_test, acceptor_yields_new_streams) {
     acceptor.close();
     ASSERT_TRUE(run_until(io, [&] { return aborted.has_value(); }));
     EXPECT_EQ(*aborted, asio::error::operation_aborted);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr std::size_t two_process_size = 8u << 20;
+#else
+constexpr std::size_t two_process_size = 64u << 20;
+#endif
+
+/// Waits for the peer's result line (UCX may print its own lines too) while
+/// this side keeps progressing (the peer's close needs it).
+bool peer_ok(asio::io_context& io, child_process& child) {
+    run_until(io, [&] { return child.output_contains("RESULT "); });
+    return child.output_contains("RESULT ok");
+}
+
+TEST_P(stream_test, two_processes_random_chunks_both_ways_at_once) {
+    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
+                         std::to_string(acceptor.local_endpoint().port()), "exchange",
+                         std::to_string(two_process_size)});
+    ucx::stream s(server_worker);
+    std::optional<ucx::error_code> a;
+    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
+    ASSERT_FALSE(*a) << a->message();
+    const std::size_t size = two_process_size;
+    const auto out = stream_pattern(size, 2);
+    const auto expected = stream_pattern(size, 1);
+    std::vector<char> in(size);
+    run([&]() -> awaitable<void> {
+        bool read_done = false;
+        asio::steady_timer gate(io, std::chrono::steady_clock::time_point::max());
+        asio::co_spawn(
+            io,
+            [&]() -> awaitable<void> {
+                std::mt19937 gen(3);
+                std::size_t off = 0;
+                while (off < size) {
+                    const std::size_t n = std::min(size - off, random_size(gen, 4u << 20));
+                    if (gen() % 2) {
+                        off += co_await s.async_read_some(asio::buffer(in.data() + off, n),
+                                                          use_awaitable);
+                    } else {
+                        co_await asio::async_read(s, asio::buffer(in.data() + off, n),
+                                                  use_awaitable);
+                        off += n;
+                    }
+                }
+                read_done = true;
+                gate.cancel();
+            },
+            [](std::exception_ptr e) { EXPECT_FALSE(e); });
+        std::mt19937 gen(4);
+        std::size_t off = 0;
+        while (off < size) {
+            const std::size_t n = std::min(size - off, random_size(gen, 4u << 20));
+            co_await asio::async_write(s, asio::buffer(out.data() + off, n), use_awaitable);
+            off += n;
+        }
+        if (!read_done)
+            co_await gate.async_wait(tuple_awaitable);
+        // The peer closes once it has everything: eof, after exactly its bytes.
+        char c;
+        auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::eof) << ec.message();
+        (void)n;
+    }());
+    EXPECT_TRUE(in == expected);
+    EXPECT_EQ(s.bytes_read(), size);
+    EXPECT_TRUE(peer_ok(io, child));
+    EXPECT_EQ(child.wait(), 0);
+}
+
+TEST_P(stream_test, two_processes_a_killed_peer_is_a_reset_not_eof) {
+    if (GetParam() == transport::shared_memory)
+        GTEST_SKIP() << "without keepalive UCX's shared memory transport does not notice an idle "
+                        "killed peer (covered over TCP)";
+    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
+                         std::to_string(acceptor.local_endpoint().port()), "hang", "100000"});
+    ucx::stream s(server_worker);
+    std::optional<ucx::error_code> a;
+    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
+    ASSERT_FALSE(*a) << a->message();
+    std::vector<char> in(100000);
+    run([&]() -> awaitable<void> {
+        co_await asio::async_read(s, asio::buffer(in), use_awaitable);
+    }());
+    EXPECT_TRUE(in == stream_pattern(100000, 1));
+    child.kill_now();
+    child.wait();
+    run([&]() -> awaitable<void> {
+        char c;
+        auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::connection_reset) << ec.message();
+        (void)n;
+    }());
 }
 
 INSTANTIATE_TEST_SUITE_P(transports, stream_test,

@@ -33,7 +33,8 @@
 
 namespace ucx::detail {
 
-/// Maps an error to the code a socket would give (ECONNRESET as
+/// Maps an error to the code a socket would give (UCX's connection reset and
+/// endpoint timeout, the ways a vanished peer shows, as
 /// `asio::error::connection_reset`), so code written for TCP sockets matches it.
 error_code socket_error(const error_code& ec) noexcept;
 
