@@ -1,0 +1,151 @@
+// The rma_file sample, as separate processes: a file (512 MiB over shared
+// memory) pulled from the server and pushed back to it, over TCP and shared
+// memory, with matching sha256 on both sides and identical bytes.
+#include "child_process.hpp"
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+using namespace ucx_test;
+
+namespace {
+
+// The 512 MiB transfer runs once, over shared memory; TCP moves a smaller
+// file, to keep the suite quick. Sanitizer builds move less.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr std::size_t shm_file_size = std::size_t{64} << 20;
+constexpr std::size_t tcp_file_size = std::size_t{16} << 20;
+#else
+constexpr std::size_t shm_file_size = std::size_t{512} << 20;
+constexpr std::size_t tcp_file_size = std::size_t{128} << 20;
+#endif
+
+// A file in /dev/shm (or the build directory), removed at the end.
+struct temp_file {
+    explicit temp_file(const std::string& name) {
+        const std::filesystem::path dir =
+            std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::current_path();
+        path = (dir / ("rma_file_test_" + std::to_string(::getpid()) + "_" + name)).string();
+    }
+    ~temp_file() { std::filesystem::remove(path); }
+    std::string path;
+};
+
+void write_random(const std::string& path, std::size_t size) {
+    std::vector<std::uint64_t> v(size / 8);
+    std::mt19937_64 gen(42);
+    for (auto& w : v)
+        w = gen();
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(size));
+}
+
+bool same_content(const std::string& a, const std::string& b) {
+    auto map = [](const std::string& p, std::size_t& n) -> const char* {
+        const int fd = ::open(p.c_str(), O_RDONLY);
+        if (fd < 0)
+            return nullptr;
+        struct stat st {};
+        ::fstat(fd, &st);
+        n = static_cast<std::size_t>(st.st_size);
+        void* m = n ? ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+        ::close(fd);
+        return m == MAP_FAILED ? nullptr : static_cast<const char*>(m);
+    };
+    std::size_t na = 0, nb = 0;
+    const char* pa = map(a, na);
+    const char* pb = map(b, nb);
+    const bool same = pa && pb && na == nb && std::memcmp(pa, pb, na) == 0;
+    if (pa)
+        ::munmap(const_cast<char*>(pa), na);
+    if (pb)
+        ::munmap(const_cast<char*>(pb), nb);
+    return same;
+}
+
+struct client_result {
+    int status = -1;
+    std::string local, remote;
+    bool match = false;
+};
+
+client_result run_client(const std::vector<std::string>& argv) {
+    child_process c(argv);
+    client_result r;
+    for (std::string line; !(line = c.read_line()).empty() || !r.match;) {
+        if (line.empty())
+            break;
+        if (line.rfind("sha256 local ", 0) == 0)
+            r.local = line.substr(13);
+        else if (line.rfind("sha256 remote ", 0) == 0)
+            r.remote = line.substr(14);
+        else if (line == "match")
+            r.match = true;
+    }
+    r.status = c.wait();
+    return r;
+}
+
+class rma_file_process : public testing::TestWithParam<transport> {};
+
+TEST_P(rma_file_process, pull_and_push_a_file_with_matching_sha256) {
+    const std::string transport_arg = GetParam() == transport::tcp ? "tcp" : "shm";
+    const std::size_t file_size = GetParam() == transport::tcp ? tcp_file_size : shm_file_size;
+    temp_file source("source"), pulled("pulled"), pushed("pushed");
+    write_random(source.path, file_size);
+
+    child_process server({UCX_ASIO_RMA_FILE, "serve", "--port", "0", "--file", source.path, "--out",
+                          pushed.path, "--clients", "2", "--transport", transport_arg});
+    std::string line, port;
+    do
+        line = server.read_line();
+    while (!line.empty() && line.rfind("listening on ", 0) != 0);
+    ASSERT_FALSE(line.empty()) << "the server did not start";
+    port = line.substr(line.rfind(':') + 1);
+
+    const auto t0 = std::chrono::steady_clock::now();
+    auto pull = run_client({UCX_ASIO_RMA_FILE, "pull", "--port", port, "--out", pulled.path,
+                            "--parallel", "4", "--chunk", "8388608", "--quiet"});
+    EXPECT_EQ(pull.status, 0);
+    EXPECT_TRUE(pull.match);
+    EXPECT_EQ(pull.local.size(), 64u);
+    EXPECT_EQ(pull.local, pull.remote);
+    EXPECT_TRUE(same_content(source.path, pulled.path)) << "pulled file differs";
+
+    // The push shows its progress bar on stderr.
+    auto push = run_client(
+        {UCX_ASIO_RMA_FILE, "push", "--port", port, "--file", source.path, "--parallel", "4"});
+    EXPECT_EQ(push.status, 0);
+    EXPECT_TRUE(push.match);
+    EXPECT_EQ(push.local, pull.local);
+    EXPECT_EQ(push.local, push.remote);
+    EXPECT_TRUE(same_content(source.path, pushed.path)) << "pushed file differs";
+    std::printf("[ info ] %zu MiB pulled and pushed over %s in %.2f s\n", file_size >> 20,
+                transport_arg.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_EQ(server.wait(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(all, rma_file_process,
+                         testing::Values(transport::tcp, transport::shared_memory),
+                         [](const testing::TestParamInfo<transport>& info) {
+                             return to_string(info.param);
+                         });
+
+TEST(rma_file_errors, no_server_is_a_clean_failure) {
+    temp_file out("never");
+    auto r = run_client({UCX_ASIO_RMA_FILE, "pull", "--port", "1", "--out", out.path, "--quiet"});
+    EXPECT_NE(r.status, 0);
+    EXPECT_LT(r.status, 128) << "crashed instead of failing";
+    auto u = run_client({UCX_ASIO_RMA_FILE, "pull"});
+    EXPECT_EQ(u.status, 2);
+}
+
+} // namespace
