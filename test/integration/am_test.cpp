@@ -9,6 +9,7 @@
 #include <array>
 #include <cstring>
 #include <functional>
+#include <new>
 
 using namespace ucx_test;
 
@@ -420,6 +421,80 @@ TEST_P(am_transport, cancel_and_close) {
     auto d = held.message.data();
     ASSERT_EQ(d.size(), data.size());
     EXPECT_EQ(std::memcmp(d.data(), data.data(), data.size()), 0);
+}
+
+// A registered allocator receives the rendezvous data; eager data stays in
+// UCX's buffers.
+class counting_allocator final : public ucx::am_allocator {
+public:
+    ucx::memory_type memory_type() const noexcept override { return ucx::memory_type::host; }
+    void* allocate(std::size_t size) noexcept override {
+        ++allocations;
+        live += size;
+        return ::operator new(size == 0 ? 1 : size, std::nothrow);
+    }
+    void deallocate(void* p, std::size_t size) noexcept override {
+        ++deallocations;
+        live -= size;
+        ::operator delete(p);
+    }
+    std::size_t allocations = 0, deallocations = 0, live = 0;
+};
+
+TEST_P(am_transport, registered_allocator) {
+    am_pair f(GetParam(), ucx::progress_mode::event);
+    auto alloc = std::make_shared<counting_allocator>();
+    ucx::register_am_allocator(f.b, alloc);
+    ucx::am_send_options rndv;
+    rndv.protocol = ucx::am_protocol::rendezvous;
+    const auto big = pattern(std::size_t(2) << 20, 8);
+    ASSERT_FALSE(f.send(f.a_to_b, 12, {}, big, rndv));
+    {
+        auto r = f.recv(f.b, 12);
+        ASSERT_FALSE(r.ec);
+        EXPECT_TRUE(r.rendezvous);
+        EXPECT_TRUE(r.data == big);
+        EXPECT_EQ(alloc->allocations, 1u);
+        EXPECT_EQ(alloc->live, big.size());
+    }
+    // The data goes back when the message is destroyed (on the worker's executor).
+    EXPECT_TRUE(run_until(f.io, [&] { return alloc->deallocations == 1; }));
+    EXPECT_EQ(alloc->live, 0u);
+    ucx::am_send_options eager;
+    eager.protocol = ucx::am_protocol::eager;
+    ASSERT_FALSE(f.send(f.a_to_b, 12, {}, {'e'}, eager));
+    EXPECT_FALSE(f.recv(f.b, 12).rendezvous);
+    EXPECT_EQ(alloc->allocations, 1u);
+    EXPECT_THROW(ucx::register_am_allocator(f.b, nullptr), boost::system::system_error);
+}
+
+// Rendezvous messages into GPU memory need a GPU.
+TEST_P(am_transport, cuda_receive_memory) {
+    if (!ucx::built_with_cuda() || ucx::cuda_device_count() == 0)
+        GTEST_SKIP() << "no CUDA device on this machine (built with CUDA: "
+                     << (ucx::built_with_cuda() ? "yes" : "no") << ")";
+    am_pair f(GetParam(), ucx::progress_mode::event);
+    ucp_context_attr_t attr{};
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(f.ctx.native_handle(), &attr) != UCS_OK ||
+        !(attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)))
+        GTEST_SKIP() << "this UCX build has no CUDA memory support";
+    ucx::set_am_memory_type(f.b, 13, ucx::memory_type::cuda);
+    ucx::am_send_options rndv;
+    rndv.protocol = ucx::am_protocol::rendezvous;
+    const auto big = pattern(std::size_t(4) << 20, 9);
+    ASSERT_FALSE(f.send(f.a_to_b, 13, {}, big, rndv));
+    std::optional<ucx::error_code> ec;
+    ucx::am_message m;
+    ucx::async_am_recv(f.b, 13, [&](ucx::error_code e, ucx::am_message msg) {
+        ec = e;
+        m = std::move(msg);
+    });
+    ASSERT_TRUE(run_until(f.io, [&] { return ec.has_value(); }));
+    ASSERT_FALSE(*ec) << ec->message();
+    EXPECT_EQ(m.memory_type(), ucx::memory_type::cuda);
+    EXPECT_EQ(ucx::detect_memory_type(m.data().data()), ucx::memory_type::cuda);
+    EXPECT_EQ(m.size(), big.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(all, am_transport,

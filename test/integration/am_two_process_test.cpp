@@ -66,9 +66,13 @@ TEST_P(am_two_process, echo_sizes) {
         ASSERT_FALSE(*s) << s->message();
         ASSERT_FALSE(*r) << r->message();
         ASSERT_EQ(m.size(), data.size());
-        EXPECT_EQ(std::memcmp(m.data().data(), data.data(), data.size()), 0);
+        if (size > 0) {
+            EXPECT_EQ(std::memcmp(m.data().data(), data.data(), data.size()), 0);
+        }
         ASSERT_EQ(m.header().size(), header.size());
-        EXPECT_EQ(std::memcmp(m.header().data(), header.data(), header.size()), 0);
+        if (!header.empty()) {
+            EXPECT_EQ(std::memcmp(m.header().data(), header.data(), header.size()), 0);
+        }
     }
     std::optional<ucx::error_code> s;
     ucx::async_am_send(p.ep, 99, asio::const_buffer(), asio::const_buffer(),
