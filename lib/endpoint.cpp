@@ -156,6 +156,13 @@ void endpoint_impl::on_control(const control_message& m) noexcept {
             error_ = boost::asio::error::eof;
         fail_pending(error_);
         return;
+    case control_type::stream_end:
+        // A half close: reads there end after these bytes; writes go on.
+        if (!peer_goodbye_) {
+            peer_stream_end_ = true;
+            peer_stream_bytes_ = m.recv_tag;
+        }
+        return;
     case control_type::goodbye_ack:
         if (awaiting_ack_) {
             awaiting_ack_ = false;
@@ -481,6 +488,11 @@ void endpoint_impl::finish_close() noexcept {
     if (UCS_PTR_IS_ERR(r))
         r = nullptr;
     w.submitted(op, r);
+}
+
+void endpoint_impl::send_stream_end() noexcept {
+    if (ep_ && !error_ && established_ && (role_ == role::client || role_ == role::server))
+        worker_->send_control(ep_, control_message{control_type::stream_end, stream_bytes_sent_});
 }
 
 bool endpoint_impl::query_sockaddr(bool remote, sockaddr_storage& out) const noexcept {

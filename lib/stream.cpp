@@ -49,6 +49,7 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
     ep_ = std::move(ep);
     ep_->set_watcher(this);
     closed_ = false;
+    send_shut_ = false;
     recv_error_ = {};
     consumed_ = 0;
     written_ = 0;
@@ -127,6 +128,21 @@ void stream_impl::cancel() noexcept {
     fail_reads(boost::asio::error::operation_aborted);
 }
 
+void stream_impl::shutdown_send(error_code& ec) noexcept {
+    if (!ep_) {
+        ec = closed_ ? error_code(boost::asio::error::bad_descriptor)
+                     : error_code(boost::asio::error::not_connected);
+        return;
+    }
+    ec = {};
+    if (send_shut_)
+        return;
+    send_shut_ = true;
+    // The count makes ordering irrelevant: the peer reads eof once it has
+    // read that many bytes, however the marker and the data travel.
+    ep_->send_stream_end();
+}
+
 boost::asio::ip::tcp::endpoint stream_impl::address(bool remote, error_code& ec) const {
     sockaddr_storage ss{};
     if (!ep_ || closed_ || !ep_->query_sockaddr(remote, ss)) {
@@ -186,14 +202,14 @@ void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
     std::size_t total = 0;
     for (std::size_t i = 0; i < n; ++i)
         total += bufs[i].size();
-    if (!ep_ || deadline_passed() || ep_->error() == boost::asio::error::eof) {
+    if (!ep_ || deadline_passed() || ep_->error() == boost::asio::error::eof || send_shut_) {
         w.start(op);
         if (!ep_)
             return w.fail(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
                                       : error_code(boost::asio::error::not_connected));
         if (deadline_passed())
             return w.fail(op, boost::asio::error::timed_out);
-        // The peer closed: nobody reads any more.
+        // Shut down here, or the peer closed: nobody reads any more.
         return w.fail(op, boost::asio::error::broken_pipe);
     }
     if (!ep_->begin(op, total > 0))
@@ -396,8 +412,8 @@ bool stream_impl::end_state(error_code& ec) const noexcept {
         return true;
     }
     const bool open = ep_->native() != nullptr;
-    if (ep_->peer_said_goodbye()) {
-        // Clean close: eof once every byte the peer sent was read here.
+    if (ep_->peer_stream_ended()) {
+        // Clean close or half close: eof once every byte the peer sent was read here.
         if (consumed_ >= ep_->peer_stream_bytes()) {
             ec = boost::asio::error::eof;
             return true;

@@ -46,6 +46,9 @@ namespace ucx {
 /// (after the bytes already received) and writes fail; writes after the peer
 /// closed cleanly fail with `asio::error::broken_pipe`.
 ///
+/// Half close: `shutdown(shutdown_send)` ends this direction only (the peer
+/// reads eof after the data, and may go on writing), as on a TCP socket.
+///
 /// Closing: `close()` (and the destructor) close gracefully in the
 /// background, like closing a TCP socket: pending reads complete with
 /// `operation_aborted`, pending and written data is still delivered, then the
@@ -183,20 +186,21 @@ public:
         if (impl_)
             impl_->abort();
     }
-    /// For code written against sockets: shutting down the sending side (or
-    /// both) closes gracefully, so the peer reads eof after the data; UCX
-    /// has no half-close, so reading stops too. Shutting down only the
-    /// receiving side cancels pending reads.
+    /// Shuts down one direction, as on a socket. `shutdown_send` is a half
+    /// close: the peer reads `asio::error::eof` after everything written so
+    /// far, while this side can still read (and the peer still write); later
+    /// writes here fail with `broken_pipe`. `shutdown_receive` cancels pending
+    /// reads. `shutdown_both` does both. Call `close()` when done.
     void shutdown(boost::asio::socket_base::shutdown_type what, error_code& ec) noexcept {
-        if (!is_open()) {
-            ec = boost::asio::error::not_connected;
+        if (!impl_) {
+            ec = boost::asio::error::bad_descriptor;
             return;
         }
         ec = {};
-        if (what == boost::asio::socket_base::shutdown_receive)
+        if (what != boost::asio::socket_base::shutdown_receive)
+            impl_->shutdown_send(ec);
+        if (!ec && what != boost::asio::socket_base::shutdown_send)
             impl_->cancel();
-        else
-            impl_->close();
     }
     void shutdown(boost::asio::socket_base::shutdown_type what) {
         error_code ec;

@@ -202,6 +202,31 @@ TEST_P(stream_test, data_written_before_close_is_read_after_the_close) {
     }());
 }
 
+TEST_P(stream_test, half_close_ends_one_direction_only) {
+    auto [client, server] = connect_pair();
+    run([&]() -> awaitable<void> {
+        const auto data = pattern(1u << 20, 5);
+        co_await asio::async_write(client, asio::buffer(data), use_awaitable);
+        client.shutdown(asio::socket_base::shutdown_send);
+        auto [wec, wn] = co_await client.async_write_some(asio::buffer("x", 1), tuple_awaitable);
+        EXPECT_EQ(wec, asio::error::broken_pipe);
+        // The server reads everything, then eof, and can still answer.
+        std::vector<char> in;
+        auto dyn = asio::dynamic_buffer(in);
+        auto [ec, n] = co_await asio::async_read(server, dyn, tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::eof) << ec.message();
+        EXPECT_TRUE(in == data);
+        co_await asio::async_write(server, asio::buffer("answer", 6), use_awaitable);
+        server.close();
+        std::string reply;
+        auto rdyn = asio::dynamic_buffer(reply);
+        std::tie(ec, n) = co_await asio::async_read(client, rdyn, tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::eof) << ec.message();
+        EXPECT_EQ(reply, "answer");
+        (void)wn;
+    }());
+}
+
 TEST_P(stream_test, abort_gives_the_peer_connection_reset) {
     if (GetParam() == transport::shared_memory)
         GTEST_SKIP() << "without keepalive UCX's shared memory transport does not notice a peer "

@@ -21,13 +21,20 @@ inline constexpr unsigned control_am_id = 4095;
 
 /// goodbye_ack: the receiver of a goodbye has taken the stream data UCX held
 /// for it (UCX drops unread stream data when the endpoint fails), so the
-/// sender of the goodbye may close its UCP endpoint.
-enum class control_type : std::uint8_t { hello = 1, welcome = 2, goodbye = 3, goodbye_ack = 4 };
+/// sender of the goodbye may close its UCP endpoint. stream_end: the sender
+/// will write no more stream bytes (a half close); the endpoint stays open.
+enum class control_type : std::uint8_t {
+    hello = 1,
+    welcome = 2,
+    goodbye = 3,
+    goodbye_ack = 4,
+    stream_end = 5
+};
 
 struct control_message {
     control_type type{};
     /// hello/welcome: the tag on which the sender receives per-endpoint messages;
-    /// goodbye: how many stream bytes (ucx::stream) the sender sent in all.
+    /// goodbye, stream_end: how many stream bytes (ucx::stream) the sender sent in all.
     std::uint64_t recv_tag = 0;
 
     static constexpr std::size_t wire_size = 16;

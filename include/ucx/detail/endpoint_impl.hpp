@@ -108,9 +108,14 @@ public:
     void set_watcher(endpoint_watcher* w) noexcept { watcher_ = w; }
     /// Counts stream bytes handed to UCX; the goodbye carries the total.
     void add_stream_bytes_sent(std::uint64_t n) noexcept { stream_bytes_sent_ += n; }
-    /// Whether the peer's goodbye arrived, and the stream bytes it says it sent.
+    /// Whether the peer's goodbye arrived.
     bool peer_said_goodbye() const noexcept { return peer_goodbye_; }
+    /// Whether the peer ended its stream (stream_end or goodbye), and the
+    /// stream bytes it says it sent in all.
+    bool peer_stream_ended() const noexcept { return peer_goodbye_ || peer_stream_end_; }
     std::uint64_t peer_stream_bytes() const noexcept { return peer_stream_bytes_; }
+    /// Tells the peer this side writes no more stream bytes (half close).
+    void send_stream_end() noexcept;
     /// Counted sends (stream writes, sends) UCX has not completed yet.
     std::size_t sends_in_flight() const noexcept { return sends_in_flight_; }
 
@@ -158,6 +163,7 @@ private:
     std::uint64_t stream_bytes_sent_ = 0;
     std::uint64_t peer_stream_bytes_ = 0;
     bool peer_goodbye_ = false;
+    bool peer_stream_end_ = false;
 };
 
 } // namespace ucx::detail

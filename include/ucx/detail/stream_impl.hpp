@@ -78,6 +78,8 @@ public:
     void abort() noexcept;
     /// Pending reads complete with operation_aborted.
     void cancel() noexcept;
+    /// Half close: the peer reads eof after what was written; writes here fail.
+    void shutdown_send(error_code& ec) noexcept;
     /// The deadline of pending and later operations.
     void expires_at(clock_type::time_point t);
     void expires_never() noexcept;
@@ -122,6 +124,7 @@ private:
     std::shared_ptr<worker_impl> worker_;
     std::shared_ptr<endpoint_impl> ep_;
     bool closed_ = false;
+    bool send_shut_ = false;
     bool observing_ = false;
     std::deque<pending_read> reads_;
     // UCX's current chunk of received data, partly consumed.
