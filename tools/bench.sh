@@ -10,6 +10,7 @@
 # --rounds N   rounds of the target tests (default 5; medians over them)
 # --quick      fewer iterations and sizes (a smoke run of the script, ~1 min)
 # --no-docs    print only; leave docs/ alone
+# --study      only the UCX settings study (rendezvous scheme and threshold)
 #
 # Every process runs with UCX_NET_DEVICES=lo. The whole run takes about
 # 5-7 minutes on a 2-core machine (each single test well under a minute).
@@ -20,14 +21,16 @@ root=$PWD
 rounds=5
 quick=0
 docs=1
+study_only=0
 build=build-perf
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --no-docs) docs=0; shift ;;
+    --study) study_only=1; shift ;;
     --build-dir) build=$2; shift 2 ;;
-    *) echo "usage: $0 [--rounds N] [--quick] [--build-dir DIR] [--no-docs]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rounds N] [--quick] [--study] [--build-dir DIR] [--no-docs]" >&2; exit 2 ;;
   esac
 done
 
@@ -56,6 +59,8 @@ n() { if [ $quick = 1 ]; then echo $(( ($1 + 9) / 10 )); else echo "$1"; fi; }
 # The UCX settings of a library context (shared-memory error handling, the
 # tuned defaults), so raw UCX runs can use the same configuration.
 lib_env=$("$perf" --print-config | tr '\n' ' ')
+# The same without error handling (for the error handling on/off comparisons).
+lib_env_noeh=$(echo "$lib_env" | tr ' ' '\n' | grep -v ERROR_HANDLING | tr '\n' ' ' || true)
 sm_eh="UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y"
 
 port=$(( 20000 + RANDOM % 20000 ))
@@ -111,7 +116,7 @@ one_round() {
   local tcp="UCX_TLS=tcp,self" L=$(n 200000) E=$(n 20000) M=$(n 2000000)
   # 8 B tag latency over shared memory
   pt pt_lat8 "$lib_env" -t tag_lat -s 8 -n "$L" -w "$(n 20000)" -e
-  pt pt_lat8_noeh "" -t tag_lat -s 8 -n "$L" -w "$(n 20000)"
+  pt pt_lat8_noeh "$lib_env_noeh" -t tag_lat -s 8 -n "$L" -w "$(n 20000)"
   ap lib_lat8_poll "" -t tag_lat -s 8 --progress poll -n "$L"
   ap lib_lat8_hybrid "" -t tag_lat -s 8 --progress hybrid -n "$L"
   ap lib_lat8_poll_co "" -t tag_lat -s 8 --progress poll --style coroutine -n "$L"
@@ -124,15 +129,15 @@ one_round() {
   ap tcp_lat8_poll "" --transport tcp -t tag_lat -s 8 --progress poll -n "$E"
   # 8 B message rate, window 64
   pt pt_mr8 "$lib_env" -t tag_bw -s 8 -n "$M" -w "$(n 200000)" -e
-  pt pt_mr8_noeh "" -t tag_bw -s 8 -n "$M" -w "$(n 200000)"
+  pt pt_mr8_noeh "$lib_env_noeh" -t tag_bw -s 8 -n "$M" -w "$(n 200000)"
   ap lib_mr8_poll "" -t tag_bw -s 8 --progress poll --window 64 -n "$M"
   ap lib_mr8_hybrid "" -t tag_bw -s 8 --progress hybrid --window 64 -n "$M"
   ap ucp_mr8_poll "" --transport ucp -t tag_bw -s 8 --progress poll --window 64 -n "$M"
   # 1 MiB and 16 MiB tag bandwidth
   pt pt_bw1m "$lib_env" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
-  pt pt_bw1m_noeh "" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)"
+  pt pt_bw1m_noeh "$lib_env_noeh" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)"
   pt pt_bw1m_ucxdef "" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
-  pt pt_bw1m_smeh "$sm_eh" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
+  pt pt_bw1m_ucxdef_noeh "" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)"
   ap lib_bw1m_poll "" -t tag_bw -s 1048576 --progress poll -n "$(n 4000)"
   ap lib_bw1m_event "" -t tag_bw -s 1048576 --progress event -n "$(n 4000)"
   pt pt_bw16m "$lib_env" -t tag_bw -s 16777216 -n "$(n 300)" -w "$(n 30)" -e
@@ -144,7 +149,7 @@ one_round() {
   ap lib_ambw1m_poll "" -t am_bw -s 1048576 --progress poll -n "$(n 4000)"
   # stream, 64 KiB writes
   pt pt_stbw64k "$lib_env" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)" -e
-  pt pt_stbw64k_noeh "" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)"
+  pt pt_stbw64k_noeh "$lib_env_noeh" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)"
   if [ $has_stream = 1 ]; then
     ap lib_stbw64k_poll "" -t stream_bw -s 65536 --progress poll -n "$(n 40000)"
   fi
@@ -179,22 +184,45 @@ sweep_round() {
 }
 
 # ---- UCX settings across sizes (the defaults study) ----
-study_sizes="65536 1048576 16777216"
-[ $quick = 1 ] && study_sizes="1048576"
+# ucx_perftest tag_bw with peer error handling over shared memory (and over
+# UCX's TCP transport), and ucx-asio-perf with the same settings in the
+# environment (which wins over the library's own defaults).
+study_sizes="16384 65536 1048576 16777216"
+[ $quick = 1 ] && study_sizes="65536 1048576"
+study_variants="default RNDV_SCHEME=get_zcopy RNDV_SCHEME=put_zcopy RNDV_THRESH=inf"
 study_round() {
   local v s n
   for s in $study_sizes; do
     n=$(( s >= 16777216 ? 200 : (s >= 1048576 ? 2000 : 20000) )); n=$(n $n)
-    for v in default RNDV_SCHEME=get_zcopy RNDV_SCHEME=put_zcopy RNDV_THRESH=inf; do
-      local e="$sm_eh"
-      [ $v = default ] || e="$e UCX_$v"
+    for v in $study_variants; do
+      local e="$sm_eh" t="UCX_TLS=tcp,self" l="UCX_MM_ERROR_HANDLING=y"
+      [ $v = default ] || { e="$e UCX_$v"; t="$t UCX_$v"; l="$l UCX_$v"; }
       pt "st_shm_${v}_$s" "$e" -t tag_bw -s "$s" -n "$n" -w "$(( n / 10 + 1 ))" -e
-      local t="UCX_TLS=tcp,self"
-      [ $v = default ] || t="$t UCX_$v"
-      pt "st_tcp_${v}_$s" "$t" -t tag_bw -s "$s" -n "$(( n / 2 + 1 ))" -w "$(( n / 20 + 1 ))" -e
+      ap "st_lib_${v}_$s" "$l" --ucx-defaults -t tag_bw -s "$s" --progress poll -n "$n"
+      pt "st_tcp_${v}_$s" "$t" -t tag_bw -s "$s" -n "$(( n / 4 + 1 ))" -w "$(( n / 40 + 1 ))" -e
     done
   done
 }
+
+if [ $study_only = 1 ]; then
+  for r in $(seq "$rounds"); do
+    echo "== study round $r/$rounds ($(( SECONDS - t_start )) s, load $(cut -d' ' -f1 /proc/loadavg))"
+    study_round
+  done
+  { printf '| run |'; for s in $study_sizes; do printf ' %s |' "$s"; done; echo
+    printf '|---|'; for s in $study_sizes; do printf -- '---|'; done; echo
+    for tr in shm lib tcp; do
+      for v in $study_variants; do
+        printf '| %s %s |' "$tr" "$v"
+        for s in $study_sizes; do
+          printf ' %s |' "$(awk -v k="st_${tr}_${v}_$s" '$1 == k {print $4}' "$results" | sort -g |
+            awk '{v[NR]=$1} END {if (NR == 0) print "-"; else print v[int((NR+1)/2)]}')"
+        done
+        echo
+      done
+    done; } | tee "$out/study_only.md"
+  exit 0
+fi
 
 for r in $(seq "$rounds"); do
   echo "== round $r/$rounds ($(( SECONDS - t_start )) s)"
@@ -266,8 +294,8 @@ table="$out/targets.md"
   row "error handling on / off: ucx_perftest 8 B tag_lat over TCP" "$(lat pt_tcp_lat8) / $(lat pt_tcp_lat8_noeh) µs" "$r" "<=" 1.2
   r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m_ucxdef)")
   row "1 MiB tag bandwidth: library (its defaults) / ucx_perftest -e (UCX's defaults)" "$(bw lib_bw1m_poll) / $(bw pt_bw1m_ucxdef) MiB/s" "$r" ">=" 1.5
-  r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m_noeh)")
-  echo "| 1 MiB tag bandwidth: library (its defaults) / ucx_perftest without error handling (UCX's defaults) | $(bw lib_bw1m_poll) / $(bw pt_bw1m_noeh) MiB/s | $r | (reference) | |"
+  r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m_ucxdef_noeh)")
+  echo "| 1 MiB tag bandwidth: library (its defaults) / ucx_perftest without error handling (UCX's defaults) | $(bw lib_bw1m_poll) / $(bw pt_bw1m_ucxdef_noeh) MiB/s | $r | (reference) | |"
   a=$(median lib_lat8_poll 6); b=$(median lib_mr8_poll 6); c=$(median lib_bw1m_poll 6)
   worst=$(printf '%s\n' "$a" "$b" "$c" | grep -v -- - | sort -g | tail -1)
   row "heap allocations per operation, steady state (tag lat, rate, 1 MiB)" "$a, $b, $c" "${worst:--}" "<=" 0
@@ -284,11 +312,13 @@ details="$out/details.md"
 
 study="$out/study.md"
 {
-  echo "| transport | setting | 64 KiB | 1 MiB | 16 MiB |"
-  echo "|---|---|---|---|---|"
-  for tr in shm tcp; do
-    for v in default RNDV_SCHEME=get_zcopy RNDV_SCHEME=put_zcopy RNDV_THRESH=inf; do
-      echo "| $tr | $v | $(bw "st_${tr}_${v}_65536") | $(bw "st_${tr}_${v}_1048576") | $(bw "st_${tr}_${v}_16777216") |"
+  printf '| run |'; for s in $study_sizes; do printf ' %s B |' "$s"; done; echo
+  printf '|---|'; for s in $study_sizes; do printf -- '---|'; done; echo
+  for tr in shm lib tcp; do
+    for v in $study_variants; do
+      printf '| %s %s |' "$tr" "$v"
+      for s in $study_sizes; do printf ' %s |' "$(bw "st_${tr}_${v}_$s")"; done
+      echo
     done
   done
 } > "$study"
@@ -359,15 +389,15 @@ generated="$out/generated.md"
   echo
   cat "$table"
   echo
-  echo "### UCX settings: ucx_perftest tag_bw with peer error handling (MiB/s, medians)"
+  echo "### UCX settings: tag_bw with peer error handling (MiB/s, medians)"
   echo
-  echo "Shared memory rows with \`$sm_eh\`; TCP rows with \`UCX_TLS=tcp,self\`."
+  echo "\`shm\`: ucx_perftest \`-e\` with \`$sm_eh\` and the setting; \`lib\`: ucx-asio-perf (poll, \`--ucx-defaults\`) with \`UCX_MM_ERROR_HANDLING=y\` and the setting; \`tcp\`: ucx_perftest \`-e\` with \`UCX_TLS=tcp,self\` and the setting. \`default\` is UCX's own choice."
   echo
   cat "$study"
   echo
   echo "### Every run (medians)"
   echo
-  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` without error handling and UCX's defaults, \`_ucxdef\` with \`-e\` and UCX's defaults; \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`stbw64k\`: stream_bw with 64 KiB writes."
+  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` the same settings without error handling, \`_ucxdef\` UCX's defaults (with \`-e\`; \`_ucxdef_noeh\` without); \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`stbw64k\`: stream_bw with 64 KiB writes."
   echo
   cat "$details"
   echo

@@ -1,10 +1,13 @@
 // ucx-asio-perf over the library: ucx::worker, ucx::endpoint (from a worker
 // address) and ucx::async_tag_send / async_tag_recv, with callback or
 // coroutine completions.
+#include "byte_stream.hpp"
 #include "common.hpp"
 
+#include <ucx/acceptor.hpp>
 #include <ucx/am.hpp>
 #include <ucx/asio.hpp>
+#include <ucx/stream.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -724,9 +727,48 @@ void run_receivers(session& ss, std::size_t count, Spawn spawn) {
         std::rethrow_exception(ss.error);
 }
 
+// ---- ucx::stream (connected through ucx::acceptor; the byte-stream tests
+// shared with Asio TCP) ----
+
+result stream_client(const settings& s, control& ctl) {
+    asio::io_context io(1);
+    ucx::context ctx = make_context(s);
+    ucx::worker w(ctx, io, worker_options_for(s));
+    const auto port = static_cast<unsigned short>(std::stoul(ctl.expect("port")));
+    ucx::stream st(w);
+    ucx::error_code connect_ec = asio::error::would_block;
+    st.async_connect(asio::ip::tcp::endpoint(ctl.remote_address(), port),
+                     [&](ucx::error_code ec) { connect_ec = ec; });
+    while (connect_ec == asio::error::would_block && io.run_one() != 0) {
+    }
+    throw_if(connect_ec, "stream connect");
+    ctl.expect("ready");
+    result r = bytes::run_client(io, s, st);
+    finish_client(ctl, r);
+    return r;
+}
+
+void stream_server(const settings& s, control& ctl) {
+    asio::io_context io(1);
+    ucx::context ctx = make_context(s);
+    ucx::worker w(ctx, io, worker_options_for(s));
+    ucx::acceptor acceptor(w, asio::ip::tcp::endpoint(ctl.local_address(), 0));
+    ctl.send("port " + std::to_string(acceptor.local_endpoint().port()));
+    ucx::stream st(w);
+    ucx::error_code accept_ec = asio::error::would_block;
+    acceptor.async_accept(st, [&](ucx::error_code ec) { accept_ec = ec; });
+    while (accept_ec == asio::error::would_block && io.run_one() != 0) {
+    }
+    throw_if(accept_ec, "stream accept");
+    auto [allocs, ops] = bytes::run_server(io, s, st, [&] { ctl.send("ready go"); });
+    finish_server(ctl, allocs, ops);
+}
+
 } // namespace
 
 result library_client(const settings& s, control& ctl) {
+    if (find_test(s.test)->api == api::stream)
+        return stream_client(s, ctl);
     asio::io_context io(1);
     ucx::context ctx = make_context(s);
     ucx::worker w(ctx, io, worker_options_for(s));
@@ -759,6 +801,8 @@ result library_client(const settings& s, control& ctl) {
 }
 
 void library_server(const settings& s, control& ctl) {
+    if (find_test(s.test)->api == api::stream)
+        return stream_server(s, ctl);
     asio::io_context io(1);
     ucx::context ctx = make_context(s);
     ucx::worker w(ctx, io, worker_options_for(s));

@@ -29,11 +29,7 @@ bool api_available(api a) {
     case api::am:
         return true;
     case api::stream:
-#ifdef UCX_ASIO_PERF_STREAM
         return true;
-#else
-        return false;
-#endif
     }
     return false;
 }

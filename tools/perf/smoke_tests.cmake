@@ -1,8 +1,5 @@
 # ctest entries for ucx-asio-perf --check (included from test/integration).
-set(_perf_tests tag_lat tag_bw am_lat am_bw)
-if(UCX_ASIO_PERF_STREAM)
-  list(APPEND _perf_tests stream_lat stream_bw)
-endif()
+set(_perf_tests tag_lat tag_bw am_lat am_bw stream_lat stream_bw)
 foreach(transport library ucp tcp)
   foreach(style callback coroutine)
     if(transport STREQUAL "ucp" AND style STREQUAL "coroutine")
