@@ -59,16 +59,20 @@ progress_step progress_fsm::on_progressed(std::size_t events, bool work_pending,
 }
 
 progress_step progress_fsm::quiet(bool work_pending, clock::time_point now) noexcept {
+    // Spinning: keep progressing in this handler while the step budget
+    // lasts, then yield. Yielding after every quiet step would make each
+    // spin round cost a trip through the io_context, whose reactor then
+    // polls epoll (a system call) between two progress calls.
     switch (config_.mode) {
     case progress_mode::event:
         break;
     case progress_mode::poll:
         if (work_pending)
-            return end(progress_step::yield);
+            return spin();
         break;
     case progress_mode::hybrid:
         if (now - last_activity_ < config_.spin)
-            return end(progress_step::yield);
+            return spin();
         break;
     }
     // Arming is a step too: within budget, or in a fresh handler.
@@ -79,6 +83,12 @@ progress_step progress_fsm::quiet(bool work_pending, clock::time_point now) noex
     if (!wait_queued_)
         return progress_step::queue_wait;
     return progress_step::arm;
+}
+
+progress_step progress_fsm::spin() noexcept {
+    if (steps_ >= config_.max_steps_per_pass)
+        return end(progress_step::yield);
+    return progress_step::progress;
 }
 
 progress_step progress_fsm::on_wait_queued() noexcept {

@@ -412,21 +412,23 @@ TEST(ProgressFsm, NoWorkPendingStillArmsInEventMode) {
 
 // ---------------------------------------------------------------- poll mode
 
-TEST(ProgressFsm, PollModeYieldsWhileWorkPendingAndNeverArms) {
-    progress_fsm fsm(cfg(progress_mode::poll));
+TEST(ProgressFsm, PollModeSpinsThenYieldsWhileWorkPendingAndNeverArms) {
+    // Quiet progress calls spin within the pass until the step budget is
+    // spent, then the pass yields (one trip through the io_context per budget).
+    progress_fsm fsm(cfg(progress_mode::poll, 4));
     fake_backend b{fsm};
     for (int i = 0; i < 20; ++i) {
         const auto calls = b.pass();
-        EXPECT_EQ(calls, (std::vector<call>{P(0), POST})) << str(calls);
+        EXPECT_EQ(calls, (std::vector<call>{P(0), P(0), P(0), P(0), POST})) << str(calls);
         EXPECT_TRUE(fsm.pass_scheduled());
     }
     b.progress_script = {5, 2, 0};
-    EXPECT_EQ(b.pass(), (std::vector<call>{P(5), P(2), P(0), POST}));
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(5), P(2), P(0), P(0), POST}));
     EXPECT_FALSE(fsm.wait_queued());
 }
 
 TEST(ProgressFsm, PollModeSleepsArmedWithoutWork) {
-    progress_fsm fsm(cfg(progress_mode::poll));
+    progress_fsm fsm(cfg(progress_mode::poll, 4));
     fake_backend b{fsm};
     b.pending_default = false;
     b.progress_script = {1, 0};
@@ -437,22 +439,22 @@ TEST(ProgressFsm, PollModeSleepsArmedWithoutWork) {
     // Work submitted later: poll mode spins again, without arming.
     b.pending_default = true;
     EXPECT_TRUE(fsm.request(clock_type::now()));
-    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), POST}));
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), P(0), P(0), P(0), POST}));
     EXPECT_FALSE(fsm.armed());
 }
 
 // ---------------------------------------------------------------- hybrid mode
 
 TEST(ProgressFsm, HybridSpinsWithinSpinTime) {
-    progress_fsm fsm(cfg(progress_mode::hybrid, 64, std::chrono::hours(1)));
+    progress_fsm fsm(cfg(progress_mode::hybrid, 3, std::chrono::hours(1)));
     fake_backend b{fsm};
     for (int i = 0; i < 10; ++i) {
         const auto calls = b.pass();
-        EXPECT_EQ(calls, (std::vector<call>{P(0), POST})) << str(calls);
+        EXPECT_EQ(calls, (std::vector<call>{P(0), P(0), P(0), POST})) << str(calls);
     }
     // The spin window does not depend on operations in flight (peers may send).
     b.pending_default = false;
-    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), POST}));
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), P(0), P(0), POST}));
     EXPECT_FALSE(fsm.wait_queued());
 }
 
@@ -465,15 +467,18 @@ TEST(ProgressFsm, HybridWithZeroSpinArms) {
 }
 
 TEST(ProgressFsm, HybridSpinWindowWithExplicitTimes) {
-    progress_fsm fsm(cfg(progress_mode::hybrid, 64, 100us));
+    progress_fsm fsm(cfg(progress_mode::hybrid, 2, 100us));
     const clock_type::time_point t0{};
     const auto at = [&](auto d) { return t0 + 1s + d; };
 
     EXPECT_EQ(fsm.begin(at(0us)), progress_step::progress);
-    EXPECT_EQ(fsm.on_progressed(0, true, at(50us)), progress_step::yield);
+    EXPECT_EQ(fsm.on_progressed(0, true, at(50us)), progress_step::progress)
+        << "spinning within the pass while the budget lasts";
+    EXPECT_EQ(fsm.on_progressed(0, true, at(55us)), progress_step::yield);
     // A continued (yielded) pass keeps the spin window: it is measured from the
     // last activity, not from the start of each pass.
     EXPECT_EQ(fsm.begin(at(60us)), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, true, at(98us)), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(0, true, at(99us)), progress_step::yield);
     EXPECT_EQ(fsm.begin(at(100us)), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(0, true, at(100us)), progress_step::queue_wait);

@@ -73,6 +73,7 @@ public:
 
 private:
     progress_step quiet(bool work_pending, clock::time_point now) noexcept;
+    progress_step spin() noexcept;
     progress_step end(progress_step s) noexcept;
 
     progress_config config_;
