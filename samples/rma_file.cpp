@@ -28,6 +28,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write_at.hpp>
 
+#ifdef RMA_FILE_OPENSSL
+#include <openssl/evp.h>
+#endif
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -50,7 +54,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-// ---- SHA-256 (FIPS 180-4) ----
+// ---- SHA-256 (FIPS 180-4); OpenSSL's is used instead when the build has it ----
 
 class sha256 {
 public:
@@ -144,11 +148,28 @@ private:
     std::uint64_t total_ = 0;
 };
 
+#ifdef RMA_FILE_OPENSSL
+// OpenSSL's, when available: several times faster (SHA extensions).
+std::string sha256_hex(const void* data, std::size_t n) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_Digest(data, n, md, &len, EVP_sha256(), nullptr) != 1)
+        throw std::runtime_error("sha256 failed");
+    std::string out;
+    char buf[3];
+    for (unsigned int i = 0; i < len; ++i) {
+        std::snprintf(buf, sizeof buf, "%02x", md[i]);
+        out += buf;
+    }
+    return out;
+}
+#else
 std::string sha256_hex(const void* data, std::size_t n) {
     sha256 s;
     s.update(static_cast<const unsigned char*>(data), n);
     return s.hex();
 }
+#endif
 
 // ---- files ----
 

@@ -20,8 +20,8 @@ namespace {
 // The 512 MiB transfer runs once, over shared memory; TCP moves a smaller
 // file, to keep the suite quick. Sanitizer builds move less.
 #if defined(__SANITIZE_ADDRESS__)
-constexpr std::size_t shm_file_size = std::size_t{64} << 20;
-constexpr std::size_t tcp_file_size = std::size_t{16} << 20;
+constexpr std::size_t shm_file_size = std::size_t{16} << 20;
+constexpr std::size_t tcp_file_size = std::size_t{4} << 20;
 #else
 constexpr std::size_t shm_file_size = std::size_t{512} << 20;
 constexpr std::size_t tcp_file_size = std::size_t{128} << 20;
