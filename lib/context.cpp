@@ -49,10 +49,6 @@ bool shared_memory_selected(const context_options& options,
 
 } // namespace
 
-std::vector<std::pair<std::string, std::string>> tuned_config_settings() {
-    return {};
-}
-
 std::vector<std::pair<std::string, std::string>>
 make_config_settings(const context_options& options,
                      const std::function<const char*(const char*)>& getenv) {
@@ -67,17 +63,6 @@ make_config_settings(const context_options& options,
         !env_has("UCX_MM_ERROR_HANDLING") && !env_has("UCX_POSIX_ERROR_HANDLING") &&
         !env_has("UCX_SYSV_ERROR_HANDLING")) {
         out.emplace_back("MM_ERROR_HANDLING", "y");
-    }
-
-    // The library's tuned defaults (docs/benchmarks.md has the measurements).
-    // Below the environment: a `UCX_*` variable of the same name wins.
-    if (options.tuned_defaults) {
-        for (const auto& [name, value] : tuned_config_settings()) {
-            std::string env_name("UCX_");
-            env_name.append(name);
-            if (!env_has(env_name.c_str()))
-                out.emplace_back(name, value);
-        }
     }
 
     const auto& t = options.transports;

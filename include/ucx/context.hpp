@@ -68,10 +68,6 @@ struct context_options {
     /// `UCX_SYSV_ERROR_HANDLING`. Without it, UCX 1.13 silently routes
     /// intra-node traffic over TCP (8 B latency 4.9 us instead of 0.15 us).
     bool shared_memory_error_handling = true;
-    /// Apply the library's tuned UCX defaults (`tuned_config_settings()`,
-    /// measured in docs/benchmarks.md). Each one is skipped when the
-    /// environment sets the same `UCX_*` variable, and `config` overrides it.
-    bool tuned_defaults = true;
     /// Arbitrary UCX settings, by name without the `UCX_` prefix
     /// (e.g. {"RNDV_THRESH", "64k"}); they override the environment.
     std::map<std::string, std::string> config{};
@@ -83,10 +79,6 @@ struct context_options {
     /// always run on different threads.
     bool multi_threaded = false;
 };
-
-/// The library's tuned UCX defaults, as (name without `UCX_`, value) pairs:
-/// the settings `context_options::tuned_defaults` applies.
-std::vector<std::pair<std::string, std::string>> tuned_config_settings();
 
 /// The settings a `context_options` turns into, in the order they are applied
 /// to the UCX configuration, as (name without `UCX_`, value) pairs.

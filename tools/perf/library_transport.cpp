@@ -30,7 +30,6 @@ ucx::context make_context(const settings& s) {
     o.features = ucx::feature::tag | ucx::feature::am | ucx::feature::stream;
     if (s.ucx_defaults) {
         o.shared_memory_error_handling = false;
-        o.tuned_defaults = false;
     }
     return ucx::context(o);
 }

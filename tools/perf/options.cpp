@@ -295,8 +295,8 @@ const char* usage() {
            "  --count-allocations    also print the raw operator new count of the measured phase\n"
            "                         (allocs/op is always reported)\n"
            "  --error-handling on|off  ucp transport: peer error mode (on, as the library)\n"
-           "  --ucx-defaults         library and ucp: UCX's defaults, not the library's tuned "
-           "ones\n"
+           "  --ucx-defaults         library and ucp: UCX's defaults, without the library's\n"
+           "                         MM_ERROR_HANDLING=y\n"
            "  --spin-us N            hybrid mode: spin before sleeping (20)\n"
            "  --print-config         print the UCX settings the library applies by default\n"
            "Every UCX setting comes from the environment (UCX_TLS, UCX_NET_DEVICES, ...).\n";

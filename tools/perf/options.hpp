@@ -54,7 +54,7 @@ struct settings {
     std::size_t window = 64;
     bool check = false;
     bool error_handling = true; ///< peer error mode (ucp transport only; the library always has it)
-    bool ucx_defaults = false;  ///< library: only UCX's defaults, not the library's tuned ones
+    bool ucx_defaults = false;  ///< library, ucp: UCX's defaults (no MM_ERROR_HANDLING=y)
     unsigned spin_us = 20;      ///< hybrid mode: spin before sleeping
 
     // Process roles (not sent).

@@ -70,7 +70,6 @@ struct ucp_side {
         throw_status(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
         ucx::context_options o;
         o.shared_memory_error_handling = s.error_handling && !s.ucx_defaults;
-        o.tuned_defaults = !s.ucx_defaults;
         for (const auto& [name, value] : ucx::make_config_settings(
                  o, [](const char* n) { return static_cast<const char*>(std::getenv(n)); })) {
             ucs_status_t st2 = ucp_config_modify(config, name.c_str(), value.c_str());
