@@ -374,9 +374,12 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
         ep->handle_failure();
         ++n;
     }
-    // Observers may remove themselves (or others) while running.
-    for (std::size_t i = 0; i < observers_.size(); ++i)
-        n += observers_[i]->after_progress();
+    // Observers may remove themselves (or others) while running: backwards,
+    // so one that removes itself does not make the next one miss this pass
+    // (a stream whose data already arrived would wait for another event).
+    for (std::size_t i = observers_.size(); i > 0; --i)
+        if (i - 1 < observers_.size())
+            n += observers_[i - 1]->after_progress();
     // Deliver what is queued now (not what these handlers queue), one at a
     // time from the shared queue, so a handler that shuts the worker down
     // leaves the rest to shutdown(), which frees their UCX requests in time.

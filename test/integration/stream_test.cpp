@@ -159,6 +159,41 @@ TEST_P(stream_test, random_chunks_both_ways_at_once_then_eof) {
     }());
 }
 
+TEST_P(stream_test, several_streams_on_one_worker_at_once) {
+    // Reads of several streams wait on the same worker at the same time.
+    constexpr int count = 4;
+    std::vector<ucx::stream> clients, servers;
+    for (int i = 0; i < count; ++i) {
+        auto [c, sv] = connect_pair();
+        clients.push_back(std::move(c));
+        servers.push_back(std::move(sv));
+    }
+    int finished = 0;
+    std::vector<std::vector<char>> got(2 * count);
+    auto pump = [&](ucx::stream& s, int idx, std::uint32_t out_seed) -> awaitable<void> {
+        const auto out = pattern(1u << 20, out_seed);
+        asio::co_spawn(
+            io,
+            [&s, &got, idx]() -> awaitable<void> {
+                got[idx] = co_await read_random(s, 1u << 20, 100000, idx, false);
+            },
+            [&](std::exception_ptr e) {
+                EXPECT_FALSE(e);
+                ++finished;
+            });
+        co_await write_random(s, out, 65536, out_seed);
+    };
+    for (int i = 0; i < count; ++i) {
+        asio::co_spawn(io, pump(clients[i], i, 100 + i), asio::detached);
+        asio::co_spawn(io, pump(servers[i], count + i, 200 + i), asio::detached);
+    }
+    ASSERT_TRUE(run_until(io, [&] { return finished == 2 * count; }));
+    for (int i = 0; i < count; ++i) {
+        EXPECT_TRUE(got[i] == pattern(1u << 20, 200 + i)) << i;
+        EXPECT_TRUE(got[count + i] == pattern(1u << 20, 100 + i)) << i;
+    }
+}
+
 TEST_P(stream_test, read_until_and_exact_reads) {
     auto [client, server] = connect_pair();
     run([&]() -> awaitable<void> {
