@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 namespace {
@@ -108,6 +109,81 @@ TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
     std::printf("heap allocations during %zu operations: %zu\n", ops, allocations.load());
     // A rare cache miss of the recycling allocator is tolerated; one per
     // operation would be 40,000.
+    EXPECT_LE(allocations.load(), 8u) << "per-operation heap allocation";
+}
+
+// The same for active messages: a pull receive on one side, a push handler on
+// the other, eager 8-byte messages with a 4-byte header.
+TEST_P(allocations_per_op, steady_state_active_messages_allocate_nothing) {
+    asio::io_context io;
+    ucx::context ctx(options_for(transport::shared_memory));
+    ucx::worker a(ctx, io, strict_worker_options(GetParam()));
+    ucx::worker b(ctx, io, strict_worker_options(GetParam()));
+    ucx::endpoint a_to_b(a, b.address()), b_to_a(b, a.address());
+
+    std::uint64_t out = 0, echo = 0;
+    const std::uint32_t header = 0xc0ffee;
+    std::size_t done = 0, target = 0;
+    bool failed = false;
+    ucx::set_am_handler(b, 1, [&](ucx::error_code ec, ucx::am_message m) {
+        if (ec || m.size() != sizeof echo) {
+            failed = true;
+            return;
+        }
+        std::memcpy(&echo, m.data().data(), sizeof echo);
+        ucx::async_am_send(b_to_a, 2, asio::buffer(&header, sizeof header),
+                           asio::buffer(&echo, sizeof echo), [&](ucx::error_code ec, std::size_t) {
+                               if (ec)
+                                   failed = true;
+                           });
+    });
+    struct ping_loop {
+        ucx::worker& a;
+        ucx::endpoint& ep;
+        const std::uint32_t& header;
+        std::uint64_t& out;
+        std::size_t& done;
+        std::size_t& target;
+        bool& failed;
+        void operator()() {
+            ucx::async_am_recv(a, 2, [this](ucx::error_code ec, ucx::am_message m) {
+                std::uint64_t in = ~out;
+                if (!ec && m.size() == sizeof in)
+                    std::memcpy(&in, m.data().data(), sizeof in);
+                if (ec || in != out || m.header().size() != sizeof header)
+                    failed = true;
+                ++done;
+                if (!failed && done < target) {
+                    ++out;
+                    (*this)();
+                }
+            });
+            ucx::async_am_send(ep, 1, asio::buffer(&header, sizeof header),
+                               asio::buffer(&out, sizeof out),
+                               [this](ucx::error_code ec, std::size_t) {
+                                   if (ec)
+                                       failed = true;
+                               });
+        }
+    } ping_side{a, a_to_b, header, out, done, target, failed};
+
+    target = 2000; // warm-up: fills the recycling caches and the message pools
+    ping_side();
+    ASSERT_TRUE(run_until(io, [&] { return done == target || failed; }));
+    ASSERT_FALSE(failed);
+
+    target = 12000;
+    allocations = 0;
+    counting = true;
+    ++out;
+    ping_side();
+    while (done < target && !failed)
+        io.run_one();
+    counting = false;
+    ASSERT_FALSE(failed);
+    const std::size_t ops = 4 * 10000;
+    std::printf("heap allocations during %zu active-message operations: %zu\n", ops,
+                allocations.load());
     EXPECT_LE(allocations.load(), 8u) << "per-operation heap allocation";
 }
 
