@@ -2,6 +2,9 @@
 #pragma once
 
 #include <ucx/acceptor.hpp>
+#include <ucx/am.hpp>
+#include <ucx/am_allocator.hpp>
+#include <ucx/am_message.hpp>
 #include <ucx/connect.hpp>
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>
