@@ -69,6 +69,24 @@ next_port() { port=$(( port + 1 )); [ $port -lt 60000 ] || port=20000; }
 # record KEY LAT_MEDIAN LAT_AVG MIB_PER_S MSG_PER_S ALLOCS_PER_OP
 record() { echo "$*" >> "$results"; }
 
+# ---- medians and ratios ----
+# median KEY COLUMN (2: latency median, 3: latency average, 4: MiB/s, 5: msg/s, 6: allocs/op)
+median() {
+  awk -v k="$1" -v c="$2" '$1 == k && $c != "-" {print $c}' "$results" | sort -g |
+    awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.4g\n", (v[NR/2]+v[NR/2+1])/2}'
+}
+ratio() { # a b -> a/b
+  if [ "$1" = - ] || [ "$2" = - ]; then echo "-"; else awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "-"; else printf "%.2f\n", a/b}'; fi
+}
+verdict() { # value op limit
+  if [ "$1" = - ]; then echo "not measured"; return; fi
+  awk -v v="$1" -v op="$2" -v l="$3" 'BEGIN {ok = (op == "<=") ? (v <= l) : (op == ">=") ? (v >= l) : (v < l); print ok ? "met" : "MISSED"}'
+}
+
+lat() { median "$1" 2; }
+bw() { median "$1" 4; }
+mr() { median "$1" 5; }
+
 # pt KEY "ENV" ucx_perftest-args... : runs ucx_perftest server and client.
 pt() {
   local key=$1 envs=$2; shift 2
@@ -79,7 +97,7 @@ pt() {
     if ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN; then break; fi
     sleep 0.05
   done
-  line=$(env $envs timeout 120 ucx_perftest 127.0.0.1 -p $port -f "$@" 2>/dev/null |
+  line=$(env $envs timeout 60 ucx_perftest 127.0.0.1 -p $port -f "$@" 2>/dev/null |
     awk 'NF >= 8 && $1 ~ /^[0-9]+$/ {l=$0} END {print l}') || true
   wait $spid 2> /dev/null || true
   if [ -z "$line" ]; then echo "bench: ucx_perftest $key failed" >&2; return 0; fi
@@ -93,7 +111,7 @@ pt() {
 ap() {
   local key=$1 envs=$2; shift 2
   local line
-  line=$(env $envs timeout 120 "$perf" --local --format csv --no-header "$@" 2>/dev/null |
+  line=$(env $envs timeout 60 "$perf" --local --format csv --no-header "$@" 2>/dev/null |
     tail -1) || true
   if [ -z "$line" ]; then echo "bench: ucx-asio-perf $key failed" >&2; return 0; fi
   # transport,test,progress,style,size,iters,window,median,p99,avg,mib,msg,allocs,label
@@ -187,9 +205,32 @@ sweep_round() {
 # ucx_perftest tag_bw with peer error handling over shared memory (and over
 # UCX's TCP transport), and ucx-asio-perf with the same settings in the
 # environment (which wins over the library's own defaults).
-study_sizes="16384 65536 1048576 16777216"
+study_sizes="65536 1048576 16777216"
 [ $quick = 1 ] && study_sizes="65536 1048576"
-study_variants="default RNDV_SCHEME=get_zcopy RNDV_SCHEME=put_zcopy RNDV_THRESH=inf"
+study_variants="default RNDV_SCHEME=get_zcopy RNDV_THRESH=inf"
+
+# Which path the bulk data takes does not depend on timing: bytes that cross
+# the loopback interface per 1 MiB message (TCP carries it) for ucx_perftest
+# with peer error handling, with and without the library's settings.
+lo_bytes() { awk '/^ *lo:/ {print $2}' /proc/net/dev; }
+path_study() {
+  local label envs b0 b1 n=200
+  for label in ucx_defaults library_settings library_settings+get_zcopy library_settings+thresh_inf no_error_handling; do
+    case $label in
+      ucx_defaults) envs="" ;;
+      library_settings) envs="$lib_env" ;;
+      library_settings+get_zcopy) envs="$lib_env UCX_RNDV_SCHEME=get_zcopy" ;;
+      library_settings+thresh_inf) envs="$lib_env UCX_RNDV_THRESH=inf" ;;
+      no_error_handling) envs="" ;;
+    esac
+    local eh=-e
+    [ $label = no_error_handling ] && eh=""
+    b0=$(lo_bytes)
+    pt "path_$label" "$envs" -t tag_bw -s 1048576 -n $n -w 1 $eh
+    b1=$(lo_bytes)
+    echo "| $label | \`${envs:-UCX defaults}\` ${eh:-(no -e)} | $(( (b1 - b0) / (n + 1) )) | $(bw "path_$label") |" >> "$out/path.md"
+  done
+}
 study_round() {
   local v s n
   for s in $study_sizes; do
@@ -224,32 +265,28 @@ if [ $study_only = 1 ]; then
   exit 0
 fi
 
+echo "| run | UCX settings | loopback bytes per 1 MiB message | MiB/s |" > "$out/path.md"
+echo "|---|---|---|---|" >> "$out/path.md"
+path_study
+# Time guard: a loaded machine makes every run slower; stay within 10 minutes
+# (the chart and the settings study first give way, then later rounds).
+done_rounds=0
 for r in $(seq "$rounds"); do
-  echo "== round $r/$rounds ($(( SECONDS - t_start )) s)"
+  if [ $done_rounds -ge 1 ] && [ $(( SECONDS - t_start )) -gt 450 ]; then
+    echo "bench: stopping after $done_rounds rounds to stay within 10 minutes" >&2
+    break
+  fi
+  echo "== round $r/$rounds ($(( SECONDS - t_start )) s, load $(cut -d' ' -f1 /proc/loadavg))"
   one_round
-  if [ "$r" -le 3 ] || [ $quick = 1 ]; then study_round; fi
-  if [ "$r" -le 2 ] || [ $quick = 1 ]; then sweep_round; fi
+  if [ "$r" -le 2 ] && [ $(( SECONDS - t_start )) -lt 240 ]; then study_round; fi
+  if [ "$r" -le 2 ] && [ $(( SECONDS - t_start )) -lt 300 ]; then sweep_round; fi
+  done_rounds=$r
 done
+rounds=$done_rounds
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 elapsed=$(( SECONDS - t_start ))
 
-# ---- medians and ratios ----
-# median KEY COLUMN (2: latency median, 3: latency average, 4: MiB/s, 5: msg/s, 6: allocs/op)
-median() {
-  awk -v k="$1" -v c="$2" '$1 == k && $c != "-" {print $c}' "$results" | sort -g |
-    awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.4g\n", (v[NR/2]+v[NR/2+1])/2}'
-}
-ratio() { # a b -> a/b
-  if [ "$1" = - ] || [ "$2" = - ]; then echo "-"; else awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "-"; else printf "%.2f\n", a/b}'; fi
-}
-verdict() { # value op limit
-  if [ "$1" = - ]; then echo "not measured"; return; fi
-  awk -v v="$1" -v op="$2" -v l="$3" 'BEGIN {ok = (op == "<=") ? (v <= l) : (op == ">=") ? (v >= l) : (v < l); print ok ? "met" : "MISSED"}'
-}
 
-lat() { median "$1" 2; }
-bw() { median "$1" 4; }
-mr() { median "$1" 5; }
 
 table="$out/targets.md"
 {
@@ -305,7 +342,7 @@ details="$out/details.md"
 {
   echo "| run | median latency (µs) | average latency (µs) | MiB/s | msg/s | allocs/op | runs |"
   echo "|---|---|---|---|---|---|---|"
-  for key in $(awk '{print $1}' "$results" | awk '!seen[$0]++' | grep -v '^sw_\|^st_'); do
+  for key in $(awk '{print $1}' "$results" | awk '!seen[$0]++' | grep -v '^sw_\|^st_\|^path_'); do
     echo "| $key | $(median "$key" 2) | $(median "$key" 3) | $(median "$key" 4) | $(median "$key" 5) | $(median "$key" 6) | $(awk -v k="$key" '$1 == k' "$results" | wc -l) |"
   done
 } > "$details"
@@ -329,6 +366,9 @@ cat "$table"
 echo
 echo "== UCX settings study: ucx_perftest tag_bw MiB/s with peer error handling (medians)"
 cat "$study"
+echo
+echo "== bulk data path (1 MiB tag_bw)"
+cat "$out/path.md"
 echo
 echo "== every run (medians)"
 cat "$details"
@@ -394,6 +434,10 @@ generated="$out/generated.md"
   echo "\`shm\`: ucx_perftest \`-e\` with \`$sm_eh\` and the setting; \`lib\`: ucx-asio-perf (poll, \`--ucx-defaults\`) with \`UCX_MM_ERROR_HANDLING=y\` and the setting; \`tcp\`: ucx_perftest \`-e\` with \`UCX_TLS=tcp,self\` and the setting. \`default\` is UCX's own choice."
   echo
   cat "$study"
+  echo
+  echo "### Which path the bulk data takes (1 MiB ucx_perftest tag_bw, one run)"
+  echo
+  cat "$out/path.md"
   echo
   echo "### Every run (medians)"
   echo
