@@ -443,7 +443,7 @@ std::size_t stream_impl::serve() noexcept {
             const std::size_t n = copy_out(r);
             consumed_ += n;
             operation* op = r.op;
-            reads_.pop_front();
+            reads_.erase(reads_.begin());
             op->bytes = n;
             op->status = UCS_OK;
             w.finished(op);

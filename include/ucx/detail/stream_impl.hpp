@@ -26,7 +26,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -126,7 +125,9 @@ private:
     bool closed_ = false;
     bool send_shut_ = false;
     bool observing_ = false;
-    std::deque<pending_read> reads_;
+    // Usually one read at a time: a vector keeps its capacity, so the steady
+    // state allocates nothing (a deque frees and reallocates its block).
+    std::vector<pending_read> reads_;
     // UCX's current chunk of received data, partly consumed.
     void* chunk_ = nullptr;
     std::size_t chunk_len_ = 0;
