@@ -19,6 +19,16 @@ void* operator new(std::size_t n) {
         return p;
     throw std::bad_alloc();
 }
+// The nothrow form too (the library uses it), so every new here pairs with
+// this file's delete (AddressSanitizer checks the pairing).
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+    if (counting.load(std::memory_order_relaxed))
+        allocations.fetch_add(1, std::memory_order_relaxed);
+    return std::malloc(n ? n : 1);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+    std::free(p);
+}
 void operator delete(void* p) noexcept {
     std::free(p);
 }
