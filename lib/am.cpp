@@ -260,7 +260,7 @@ bool sent_by(const am_message_state* m, const endpoint_impl* ep) noexcept {
 }
 } // namespace
 
-bool am_registry::deliver_one(unsigned id, id_state& s) {
+bool am_registry::deliver_one(id_state& s) {
     // Waiting receives first, in the order they were started.
     for (std::size_t i = 0; i < s.waiting.size(); ++i) {
         operation* op = s.waiting[i];
@@ -300,11 +300,10 @@ bool am_registry::deliver_one(unsigned id, id_state& s) {
                           });
         return true;
     }
-    (void)id;
     return false;
 }
 
-void am_registry::pump(unsigned id, id_state& s) {
+void am_registry::pump(id_state& s) {
     for (;;) {
         // Fetch rendezvous data in arrival order while the id stays within
         // its bound (at least one message when nothing is held, so a message
@@ -317,7 +316,7 @@ void am_registry::pump(unsigned id, id_state& s) {
             fetch(s, m);
         }
         bool delivered = false;
-        while (deliver_one(id, s))
+        while (deliver_one(s))
             delivered = true;
         if (!delivered)
             return;
@@ -363,7 +362,7 @@ std::size_t am_registry::drain() noexcept {
         dirty_.pop_back();
         id_state& s = state_of(id);
         s.dirty = false;
-        pump(id, s);
+        pump(s);
         ++n;
     }
     return n;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace ucx::detail {
 
@@ -75,15 +76,18 @@ void stream_impl::detach_endpoint() noexcept {
         ep_->set_watcher(nullptr);
 }
 
-void stream_impl::close() noexcept {
-    if (!ep_)
-        return;
+std::shared_ptr<endpoint_impl> stream_impl::shut_local() noexcept {
     closed_ = true;
     expires_never();
     fail_reads(boost::asio::error::operation_aborted);
     detach_endpoint();
-    auto ep = std::move(ep_);
-    ep_.reset();
+    return std::exchange(ep_, nullptr);
+}
+
+void stream_impl::close() noexcept {
+    if (!ep_)
+        return;
+    auto ep = shut_local();
     worker_impl& w = *worker_;
     if (!w.is_open() || !ep->native() || ep->error() == boost::asio::error::bad_descriptor)
         return;
@@ -103,24 +107,14 @@ void stream_impl::close(operation* op) noexcept {
         op->status = UCS_OK;
         return w.fail(op, error_code());
     }
-    closed_ = true;
-    expires_never();
-    fail_reads(boost::asio::error::operation_aborted);
-    detach_endpoint();
-    auto ep = std::move(ep_);
-    ep_.reset();
+    auto ep = shut_local();
     ep->close_gracefully(op);
 }
 
 void stream_impl::abort() noexcept {
     if (!ep_)
         return;
-    closed_ = true;
-    expires_never();
-    fail_reads(boost::asio::error::operation_aborted);
-    detach_endpoint();
-    auto ep = std::move(ep_);
-    ep_.reset();
+    auto ep = shut_local();
     ep->force_close(boost::asio::error::operation_aborted);
 }
 

@@ -138,10 +138,10 @@ private:
     id_state& state_of(unsigned id);
     void mark(id_state& s, unsigned id);
     am_message_state* make_state();
-    void pump(unsigned id, id_state& s);
+    void pump(id_state& s);
     std::size_t drain() noexcept;
     void fetch(id_state& s, am_message_state* m) noexcept;
-    bool deliver_one(unsigned id, id_state& s);
+    bool deliver_one(id_state& s);
     void unlink(id_state& s, am_message_state* m, am_message_state* prev) noexcept;
     void uncount(id_state& s, am_message_state* m) noexcept;
     static void cancel_recv(operation* op) noexcept;

@@ -119,6 +119,9 @@ private:
     void fail_reads(const error_code& ec) noexcept;
     void release_chunk() noexcept;
     void detach_endpoint() noexcept;
+    /// The local side stops: reads fail, the timer stops, the endpoint is
+    /// given up (returned for the caller to close).
+    std::shared_ptr<endpoint_impl> shut_local() noexcept;
 
     std::shared_ptr<worker_impl> worker_;
     std::shared_ptr<endpoint_impl> ep_;
