@@ -17,7 +17,6 @@ namespace ucx {
 namespace detail {
 
 namespace {
-using clock = std::chrono::steady_clock;
 
 progress_config make_progress_config(const worker_options& o) {
     progress_config c;
@@ -69,7 +68,9 @@ struct engine_backend {
 worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
                          const worker_options& options)
     : context_(std::move(ctx)), executor_(ex), options_(options), efd_(ex), safety_timer_(ex),
-      fsm_(make_progress_config(options)) {}
+      fsm_(make_progress_config(options)) {
+    native_executor_ = executor_.target<boost::asio::io_context::executor_type>();
+}
 
 worker_impl::~worker_impl() {
     shutdown();
@@ -407,7 +408,7 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
 void worker_impl::request_progress() {
     if (!worker_ || stopping_)
         return;
-    if (fsm_.request(clock::now())) {
+    if (fsm_.request(fsm_.now())) {
         boost::asio::post(executor_, [weak = weak_from_this()] {
             if (auto self = weak.lock())
                 self->run_pass();
@@ -587,8 +588,8 @@ void worker_impl::shutdown() {
         finished(op);
 
     // 3. Progress until UCX has called back every request.
-    const auto deadline = clock::now() + options_.shutdown_timeout;
-    while (work_pending() && clock::now() < deadline)
+    const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
+    while (work_pending() && std::chrono::steady_clock::now() < deadline)
         ucp_worker_progress(worker_);
     if (in_flight_count_ > 0) {
         log::write(log::severity::error,

@@ -23,7 +23,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace ucx::detail {
@@ -100,6 +102,8 @@ public:
     operation* prev = nullptr;
 
     error_code result_code() const noexcept {
+        if (status == UCS_OK && !aborted && !error)
+            return {};
         if (aborted)
             return make_error_code(UCS_ERR_CANCELED);
         if (error)
@@ -149,11 +153,43 @@ public:
     Handler& handler() noexcept { return handler_; }
 
 private:
+    using handler_executor_type = boost::asio::associated_executor_t<Handler, IoExecutor>;
+    using handler_work_type = std::decay_t<decltype(boost::asio::prefer(
+        std::declval<const handler_executor_type&>(),
+        boost::asio::execution::outstanding_work.tracked))>;
+    /// Whether the handler may run on the worker's own executor (decided at
+    /// run time unless it has no executor of its own).
+    static constexpr bool maybe_own_executor = std::is_same_v<handler_executor_type, IoExecutor>;
+    /// The work guard of the handler's executor: always there for a handler
+    /// with an executor of another type, optional otherwise.
+    using work_holder =
+        std::conditional_t<maybe_own_executor, std::optional<handler_work_type>, handler_work_type>;
+
+    static work_holder make_work(const Handler& h, const IoExecutor& io_ex) {
+        // A handler that runs on the worker's own executor needs no work
+        // guard: the worker keeps a wait on its event fd (or a pass) queued on
+        // that executor for as long as it is open, and an aborted operation is
+        // delivered by post, which is work itself. Any other executor is told
+        // about the pending handler, as Asio's own operations do.
+        if constexpr (!maybe_own_executor) {
+            return boost::asio::prefer(boost::asio::get_associated_executor(h, io_ex),
+                                       boost::asio::execution::outstanding_work.tracked);
+        } else if constexpr (requires {
+                                 typename boost::asio::associated_executor<Handler, IoExecutor>::
+                                     asio_associated_executor_is_unspecialised;
+                             }) {
+            return std::nullopt; // no executor of its own: the worker's
+        } else {
+            auto ex = boost::asio::get_associated_executor(h, io_ex);
+            if (ex == io_ex)
+                return std::nullopt;
+            return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked);
+        }
+    }
+
     handler_operation(Handler&& h, const IoExecutor& io_ex)
-        : operation(&do_complete), handler_(std::move(h)),
-          io_work_(boost::asio::prefer(io_ex, boost::asio::execution::outstanding_work.tracked)),
-          handler_work_(boost::asio::prefer(boost::asio::get_associated_executor(handler_, io_ex),
-                                            boost::asio::execution::outstanding_work.tracked)) {}
+        : operation(&do_complete), handler_(std::move(h)), io_ex_(&io_ex),
+          handler_work_(make_work(handler_, io_ex)) {}
 
     static void do_complete(operation* base, delivery d) {
         auto* self = static_cast<handler_operation*>(base);
@@ -161,9 +197,9 @@ private:
         // handler may start a new operation that reuses this memory.
         boost::asio::get_associated_cancellation_slot(self->handler_).clear();
         Handler handler(std::move(self->handler_));
-        // Both work guards live until the handler is dispatched or posted.
-        auto io_work = std::move(self->io_work_);
-        auto handler_work = std::move(self->handler_work_);
+        // The work guard lives until the handler is dispatched or posted.
+        work_holder handler_work(std::move(self->handler_work_));
+        [[maybe_unused]] const IoExecutor& io_ex = *self->io_ex_;
         const error_code ec = self->result_code();
         auto args = Result::extract(ec, *self);
         alloc_type alloc(operation_allocator(handler));
@@ -175,21 +211,33 @@ private:
         auto bound = [handler = std::move(handler), args = std::move(args)]() mutable {
             std::apply(std::move(handler), std::move(args));
         };
-        if (d == delivery::post)
-            boost::asio::post(handler_work, std::move(bound));
-        else
-            boost::asio::dispatch(handler_work, std::move(bound));
+        if constexpr (maybe_own_executor) {
+            if (!handler_work) {
+                // The handler's executor is the worker's. Only passes deliver
+                // by dispatch, and a pass runs on the worker's executor: do
+                // what dispatch would, without the type-erased trip through it.
+                if (d == delivery::dispatch)
+                    bound();
+                else
+                    boost::asio::post(io_ex, std::move(bound));
+                return;
+            }
+            if (d == delivery::post)
+                boost::asio::post(*handler_work, std::move(bound));
+            else
+                boost::asio::dispatch(*handler_work, std::move(bound));
+        } else {
+            if (d == delivery::post)
+                boost::asio::post(handler_work, std::move(bound));
+            else
+                boost::asio::dispatch(handler_work, std::move(bound));
+        }
     }
 
     Handler handler_;
-    using io_work_type = std::decay_t<decltype(boost::asio::prefer(
-        std::declval<const IoExecutor&>(), boost::asio::execution::outstanding_work.tracked))>;
-    using handler_executor_type = boost::asio::associated_executor_t<Handler, IoExecutor>;
-    using handler_work_type = std::decay_t<decltype(boost::asio::prefer(
-        std::declval<const handler_executor_type&>(),
-        boost::asio::execution::outstanding_work.tracked))>;
-    io_work_type io_work_;
-    handler_work_type handler_work_;
+    /// The worker's executor (the worker outlives its operations' delivery).
+    const IoExecutor* io_ex_;
+    work_holder handler_work_;
 };
 
 } // namespace ucx::detail

@@ -43,6 +43,12 @@ public:
 
     const progress_config& config() const noexcept { return config_; }
 
+    /// The time to pass to the calls below: only the hybrid mode's spin
+    /// window reads it, so the other modes skip the clock.
+    clock::time_point now() const noexcept {
+        return config_.mode == progress_mode::hybrid ? clock::now() : clock::time_point{};
+    }
+
     /// Someone submitted work or wants progress. Returns true when the caller
     /// must schedule a pass (none is scheduled or running); coalesces requests.
     bool request(clock::time_point now) noexcept;
@@ -96,15 +102,14 @@ private:
 ///   bool stopped();          // the worker shut down during the pass
 template <class Backend>
 void run_progress_pass(progress_fsm& fsm, Backend& backend) {
-    using clock = progress_fsm::clock;
-    progress_step step = fsm.begin(clock::now());
+    progress_step step = fsm.begin(fsm.now());
     for (;;) {
         if (backend.stopped())
             return;
         switch (step) {
         case progress_step::progress: {
             std::size_t events = backend.progress();
-            step = fsm.on_progressed(events, backend.work_pending(), clock::now());
+            step = fsm.on_progressed(events, backend.work_pending(), fsm.now());
             break;
         }
         case progress_step::queue_wait:

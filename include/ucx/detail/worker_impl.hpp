@@ -7,6 +7,7 @@
 #include <ucx/worker.hpp>
 
 #include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
@@ -135,10 +136,20 @@ public:
     void remove_listener(listener_impl* l) noexcept;
     /// A listener got connection requests: process them after progress.
     void listener_has_requests(listener_impl* l);
+    /// Whether the calling thread runs the worker's executor now (known only
+    /// for a plain io_context executor; false otherwise).
+    bool running_in_owner() const noexcept {
+        return native_executor_ && native_executor_->running_in_this_thread();
+    }
     /// Runs `fn` on the owner executor: now if already there, else posted.
     template <class Fn>
     void run_on_owner(Fn&& fn) {
-        boost::asio::dispatch(executor_, std::forward<Fn>(fn));
+        // The common case, an operation started from a handler of the same
+        // io_context, skips the type-erased dispatch.
+        if (running_in_owner())
+            fn();
+        else
+            boost::asio::dispatch(executor_, std::forward<Fn>(fn));
     }
 
     /// The worker's address.
@@ -171,6 +182,8 @@ private:
 
     std::shared_ptr<context_impl> context_;
     executor_type executor_;
+    /// executor_'s target when it is a plain io_context executor.
+    const boost::asio::io_context::executor_type* native_executor_ = nullptr;
     worker_options options_;
     ucp_worker_h worker_ = nullptr;
     boost::asio::posix::stream_descriptor efd_;
