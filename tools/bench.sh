@@ -5,12 +5,13 @@
 # and the target ratios, and writes docs/benchmarks.md (between its
 # "bench:begin/end" markers) and docs/benchmarks.png.
 #
-#   tools/bench.sh [--rounds N] [--quick] [--build-dir DIR] [--no-docs]
+#   tools/bench.sh [--rounds N] [--quick] [--build-dir DIR] [--jobs N] [--no-docs]
 #
 # --rounds N   rounds of the target tests (default 5; medians over them)
 # --quick      fewer iterations and sizes (a smoke run of the script, ~1 min)
 # --no-docs    print only; leave docs/ alone
 # --study      only the UCX settings study (rendezvous scheme and threshold)
+# --jobs N     parallel compile jobs for the Release build (default 2)
 #
 # Every process runs with UCX_NET_DEVICES=lo. The whole run takes about
 # 5-7 minutes on a 2-core machine (each single test well under a minute).
@@ -23,6 +24,7 @@ quick=0
 docs=1
 study_only=0
 build=build-perf
+jobs=2
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -30,7 +32,8 @@ while [ $# -gt 0 ]; do
     --no-docs) docs=0; shift ;;
     --study) study_only=1; shift ;;
     --build-dir) build=$2; shift 2 ;;
-    *) echo "usage: $0 [--rounds N] [--quick] [--study] [--build-dir DIR] [--no-docs]" >&2; exit 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--quick] [--study] [--build-dir DIR] [--jobs N] [--no-docs]" >&2; exit 2 ;;
   esac
 done
 
@@ -41,7 +44,7 @@ done
 
 echo "== building Release in $build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TESTS=OFF > /dev/null
-cmake --build "$build" --target ucx-asio-perf pipe_pingpong -j2 > /dev/null
+cmake --build "$build" --target ucx-asio-perf pipe_pingpong -j"$jobs" > /dev/null
 perf="$root/$build/tools/ucx-asio-perf"
 pipe="$root/$build/tools/pipe_pingpong"
 
@@ -165,6 +168,13 @@ one_round() {
   ap lib_amlat8_poll "" -t am_lat -s 8 --progress poll -n "$L"
   pt pt_ambw1m "$lib_env" -t ucp_am_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
   ap lib_ambw1m_poll "" -t am_bw -s 1048576 --progress poll -n "$(n 4000)"
+  # RMA, 1 MiB, window 32 (ucp_put_bw's default; ucp_get defaults to 1, so -O)
+  pt pt_put1m "$lib_env" -t ucp_put_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -O 32 -e
+  ap lib_put1m_poll "" -t put_bw -s 1048576 --progress poll --window 32 -n "$(n 4000)"
+  ap ucp_put1m_poll "" --transport ucp -t put_bw -s 1048576 --progress poll --window 32 -n "$(n 4000)"
+  pt pt_get1m "$lib_env" -t ucp_get -s 1048576 -n "$(n 4000)" -w "$(n 400)" -O 32 -e
+  ap lib_get1m_poll "" -t get_bw -s 1048576 --progress poll --window 32 -n "$(n 4000)"
+  ap ucp_get1m_poll "" --transport ucp -t get_bw -s 1048576 --progress poll --window 32 -n "$(n 4000)"
   # stream, 64 KiB writes
   pt pt_stbw64k "$lib_env" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)" -e
   pt pt_stbw64k_noeh "$lib_env_noeh" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)"
@@ -315,6 +325,10 @@ table="$out/targets.md"
   row "8 B AM latency: library / ucx_perftest ucp_am_lat" "$(lat lib_amlat8_poll) / $(lat pt_amlat8) µs" "$r" "<=" 1.5
   r=$(ratio "$(bw lib_ambw1m_poll)" "$(bw pt_ambw1m)")
   row "1 MiB AM bandwidth: library / ucx_perftest ucp_am_bw" "$(bw lib_ambw1m_poll) / $(bw pt_ambw1m) MiB/s" "$r" ">=" 0.9
+  r=$(ratio "$(bw lib_put1m_poll)" "$(bw pt_put1m)")
+  echo "| 1 MiB put bandwidth, window 32: library / ucx_perftest ucp_put_bw | $(bw lib_put1m_poll) / $(bw pt_put1m) MiB/s | $r | (reference) | |"
+  r=$(ratio "$(bw lib_get1m_poll)" "$(bw pt_get1m)")
+  echo "| 1 MiB get bandwidth, window 32: library / ucx_perftest ucp_get | $(bw lib_get1m_poll) / $(bw pt_get1m) MiB/s | $r | (reference) | |"
   r=$(ratio "$(bw lib_stbw64k_poll)" "$(bw pt_stbw64k)")
   row "64 KiB stream bandwidth: library / ucx_perftest stream_bw" "$(bw lib_stbw64k_poll) / $(bw pt_stbw64k) MiB/s" "$r" ">=" 0.8
   r=$(ratio "$(bw lib_stbw64k_poll)" "$(bw tcp_stbw64k_event)")
@@ -414,7 +428,11 @@ fi
 
 # ---- docs/benchmarks.md ----
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
-ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/.*version=\([^ ]*\).*/\1/p' | head -1)
+# `ucx_info -v` prints "# Version 1.13.1" (older releases "version=..."); the
+# package database is the fallback.
+ucx_version=$(ucx_info -v 2>/dev/null | sed -n 's/^# *[Vv]ersion \([^ ]*\).*/\1/p; s/.*version=\([^ ]*\).*/\1/p' | head -1)
+[ -n "$ucx_version" ] || ucx_version=$(pkg-config --modversion ucx 2>/dev/null || true)
+[ -n "$ucx_version" ] || ucx_version=$(dpkg-query -W -f '${Version}' libucx0 2>/dev/null || true)
 generated="$out/generated.md"
 {
   echo "<!-- bench:begin (written by tools/bench.sh; edit outside these markers) -->"
@@ -441,7 +459,7 @@ generated="$out/generated.md"
   echo
   echo "### Every run (medians)"
   echo
-  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` the same settings without error handling, \`_ucxdef\` UCX's defaults (with \`-e\`; \`_ucxdef_noeh\` without); \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`stbw64k\`: stream_bw with 64 KiB writes."
+  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` the same settings without error handling, \`_ucxdef\` UCX's defaults (with \`-e\`; \`_ucxdef_noeh\` without); \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`put1m\`/\`get1m\`: 1 MiB put_bw/get_bw (ucx_perftest ucp_put_bw/ucp_get, window 32), \`stbw64k\`: stream_bw with 64 KiB writes."
   echo
   cat "$details"
   echo

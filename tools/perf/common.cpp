@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <istream>
 #include <new>
+#include <sstream>
 
 namespace {
 std::atomic<bool> counting_on{false};
@@ -109,6 +111,11 @@ std::string control::receive() {
     return line;
 }
 
+bool control::line_buffered() const {
+    const char* p = static_cast<const char*>(in_.data().data());
+    return std::memchr(p, '\n', in_.size()) != nullptr;
+}
+
 std::string control::expect(const std::string& word) {
     std::string line = receive();
     if (line.rfind(word + " ", 0) != 0)
@@ -182,6 +189,56 @@ std::vector<std::byte> from_hex(const std::string& s) {
         out[i] = static_cast<std::byte>(hi * 16 + lo);
     }
     return out;
+}
+
+std::size_t rma_slots(const settings& s) noexcept {
+    return s.check ? buffer_slots(s) : 1;
+}
+
+bool rma_server_control::serve() {
+    do {
+        const std::string line = ctl_.receive();
+        if (line == "measure") {
+            alloc_start_ = allocations();
+            measuring_ = true;
+            counting(true);
+        } else if (line == "done") {
+            counting(false);
+            const std::size_t allocs = measuring_ ? allocations() - alloc_start_ : 0;
+            // The server starts no operations: the client counts them all.
+            ctl_.send("counts " + std::to_string(allocs) + " 0");
+            return false;
+        } else if (line.rfind("verify", 0) == 0) {
+            std::istringstream in(line.substr(6));
+            std::string bad;
+            std::size_t k = 0;
+            std::uint64_t seq = 0;
+            char colon = 0;
+            const std::size_t slots = region_.size() / s_.size;
+            while (bad.empty() && in >> k >> colon >> seq) {
+                if (colon != ':' || k >= slots)
+                    bad = "bad verify request";
+                else if (!verify(region_.subspan(k * s_.size, s_.size), seq))
+                    bad = "slot " + std::to_string(k) + " does not hold message " +
+                          std::to_string(seq) + " after the flush";
+            }
+            ctl_.send(bad.empty() ? std::string("verified") : "error " + bad);
+        } else {
+            throw failure("control connection: unexpected '" + line + "'");
+        }
+    } while (ctl_.line_buffered());
+    return true;
+}
+
+void rma_verify_remote(control& ctl, const std::vector<std::size_t>& written,
+                       const std::vector<std::uint64_t>& seqs) {
+    std::string line = "verify";
+    for (std::size_t k : written)
+        line += " " + std::to_string(k) + ":" + std::to_string(seqs[k]);
+    ctl.send(line);
+    const std::string answer = ctl.receive();
+    if (answer != "verified")
+        throw failure("put: the server found " + answer);
 }
 
 void finish_client(control& ctl, result& r) {

@@ -39,6 +39,10 @@ public:
     asio::ip::address local_address() const { return socket_.local_endpoint().address(); }
     /// The peer's address of the control connection.
     asio::ip::address remote_address() const { return socket_.remote_endpoint().address(); }
+    /// The socket's descriptor (to wait for a line without blocking).
+    int native_handle() { return socket_.native_handle(); }
+    /// Whether a received line is already buffered (so `receive` will not block).
+    bool line_buffered() const;
 
 private:
     asio::ip::tcp::socket socket_;
@@ -81,6 +85,48 @@ std::size_t buffer_slots(const settings& s) noexcept;
 /// Hex text of bytes and back (worker addresses on the control connection).
 std::string to_hex(std::span<const std::byte> b);
 std::vector<std::byte> from_hex(const std::string& s);
+
+// ---- RMA tests (put_bw, get_bw) ----
+//
+// The server registers a region of `rma_slots(s)` slots of `--size` bytes
+// and sends its key; the client puts into (or gets from) the slots with
+// `--window` operations in flight, then flushes the endpoint at the end of
+// each round, as `ucx_perftest -t ucp_put_bw` does (its operations all
+// target the start of the region; so do ours without --check). With
+// --check every operation has its own slot: a get must bring the slot's
+// pattern (`fill(slot, k)` on the server), and a slot written by a put is
+// not reused before the client has flushed and the server has verified it
+// ("verify k:seq ..." on the control connection).
+
+/// Slots of the region and of the client's local buffers: 1, or with
+/// --check `buffer_slots(s)`.
+std::size_t rma_slots(const settings& s) noexcept;
+
+/// The RMA server's side of the control connection while the test runs.
+class rma_server_control {
+public:
+    /// `region` is the registered memory (`rma_slots(s)` slots of `s.size`).
+    rma_server_control(const settings& s, control& ctl, std::span<const std::byte> region)
+        : s_(s), ctl_(ctl), region_(region) {}
+    /// Handles every line the client sent so far (blocking for at most one
+    /// line, which the caller knows to be arriving): "measure" starts the
+    /// allocation count, "verify k:seq ..." checks slots and answers
+    /// "verified" (or "error ..."), "done" ends the count and answers with
+    /// the counts. Returns false once "done" was handled.
+    bool serve();
+
+private:
+    const settings& s_;
+    control& ctl_;
+    std::span<const std::byte> region_;
+    std::size_t alloc_start_ = 0;
+    bool measuring_ = false;
+};
+
+/// The client's side of "verify": asks the server to check that slot
+/// `written[i]` holds message `seqs[written[i]]`; throws `failure` if not.
+void rma_verify_remote(control& ctl, const std::vector<std::size_t>& written,
+                       const std::vector<std::uint64_t>& seqs);
 
 // One pair of functions per transport. A server serves one test; a client
 // runs it and returns the measurements. Both talk over `ctl` first.

@@ -9,14 +9,21 @@
 #include <ucx/asio.hpp>
 #include <ucx/stream.hpp>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 
 namespace perf {
@@ -28,6 +35,8 @@ using ucx::tag_mask_full;
 ucx::context make_context(const settings& s) {
     ucx::context_options o;
     o.features = ucx::feature::tag | ucx::feature::am | ucx::feature::stream;
+    if (find_test(s.test)->api == api::rma)
+        o.features = o.features | ucx::feature::rma;
     if (s.ucx_defaults) {
         o.shared_memory_error_handling = false;
     }
@@ -376,6 +385,211 @@ awaitable<void> bw_receiver_co(session& ss, std::size_t& posted, std::size_t& re
                                          use_awaitable);
         }
     }
+}
+
+// ---- RMA: put_bw, get_bw (see common.hpp for the layout and --check) ----
+
+// The client's state, shared by both completion styles.
+struct rma_client_state {
+    const settings& s;
+    control& ctl;
+    ucx::endpoint& ep;
+    const ucx::remote_key& key;
+    bool put = find_test(s.test)->name == std::string("put_bw");
+    std::size_t slots = rma_slots(s);
+    std::vector<std::vector<std::byte>> bufs =
+        std::vector<std::vector<std::byte>>(slots, std::vector<std::byte>(s.size));
+    std::vector<std::size_t> free_slots{}; // --check: slots that may be used
+    std::vector<std::size_t> written{};    // --check, put: slots awaiting verification
+    std::vector<std::uint64_t> last_seq = std::vector<std::uint64_t>(slots);
+    std::uint64_t next = 0;
+
+    rma_client_state(const settings& st, control& c, ucx::endpoint& e, const ucx::remote_key& k)
+        : s(st), ctl(c), ep(e), key(k) {
+        if (!s.check)
+            fill(bufs[0], 0);
+        for (std::size_t j = slots; j > 0; --j)
+            free_slots.push_back(j - 1);
+        written.reserve(slots);
+    }
+    std::uint64_t address(std::size_t slot) const { return key.address() + slot * s.size; }
+    // Before an operation on `slot` for message `seq`.
+    void prepare(std::size_t slot, std::uint64_t seq) {
+        if (!s.check)
+            return;
+        if (put) {
+            fill(bufs[slot], seq);
+            last_seq[slot] = seq;
+        } else {
+            std::fill(bufs[slot].begin(), bufs[slot].end(), std::byte{0});
+        }
+    }
+    // After it completed (a get's slot is free again; the caller returns it).
+    void completed(std::size_t slot) {
+        if (!s.check)
+            return;
+        if (put)
+            written.push_back(slot);
+        else
+            check(bufs[slot], slot, "get");
+    }
+    // After a flush: the server checks the slots written since the last one.
+    void verify_written() {
+        if (written.empty())
+            return;
+        rma_verify_remote(ctl, written, last_seq);
+        free_slots.insert(free_slots.end(), written.begin(), written.end());
+        written.clear();
+    }
+};
+
+struct rma_client_cb : session {
+    result& r;
+    rma_client_state& st;
+    std::size_t remaining = 0, inflight = 0;
+    int round = 0;
+    clock_type::time_point t0{};
+
+    void start() { start_round(warmup); }
+    void start_round(std::size_t n) {
+        remaining = n;
+        if (round == 1) {
+            st.ctl.send("measure");
+            begin_measuring();
+            t0 = clock_type::now();
+        }
+        issue();
+    }
+    bool can_start() const {
+        return remaining > 0 && (s.check ? !st.free_slots.empty() : inflight < s.window);
+    }
+    void issue() {
+        while (can_start())
+            start_one();
+        if (inflight == 0)
+            flush();
+    }
+    void start_one() {
+        std::size_t slot = 0;
+        if (s.check) {
+            slot = st.free_slots.back();
+            st.free_slots.pop_back();
+        }
+        const std::uint64_t seq = st.next++;
+        --remaining;
+        ++inflight;
+        st.prepare(slot, seq);
+        auto done = [this, slot](ucx::error_code ec, std::size_t n) {
+            throw_if(ec, st.put ? "put" : "get");
+            if (n != s.size)
+                throw failure("RMA operation of the wrong size");
+            --inflight;
+            st.completed(slot);
+            if (s.check && !st.put)
+                st.free_slots.push_back(slot);
+            issue();
+        };
+        if (st.put)
+            ucx::async_put(ep, asio::buffer(st.bufs[slot]), st.address(slot), st.key, done);
+        else
+            ucx::async_get(ep, asio::buffer(st.bufs[slot]), st.address(slot), st.key, done);
+    }
+    void flush() {
+        ucx::async_flush(ep, [this](ucx::error_code ec) {
+            throw_if(ec, "flush");
+            st.verify_written();
+            if (remaining > 0)
+                return issue();
+            if (round == 1)
+                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+            if (round++ == 0)
+                return start_round(s.measured_iters());
+            end_measuring();
+            io.stop();
+        });
+    }
+};
+
+// Coroutines: `workers` loops of one operation after the other, each on its
+// own slot with --check; the round (or, for put with --check, each wave of
+// one operation per slot) ends when all have finished, then the flush.
+struct rma_wave {
+    std::size_t left = 0;   // operations of the wave not yet started
+    std::size_t active = 0; // loops still running
+    asio::steady_timer* all_done = nullptr;
+};
+
+awaitable<void> rma_loop_co(session& ss, rma_client_state& st, rma_wave& wave, std::size_t slot) {
+    while (wave.left > 0) {
+        --wave.left;
+        const std::uint64_t seq = st.next++;
+        st.prepare(slot, seq);
+        std::size_t n = 0;
+        if (st.put)
+            n = co_await ucx::async_put(ss.ep, asio::buffer(st.bufs[slot]), st.address(slot),
+                                        st.key, use_awaitable);
+        else
+            n = co_await ucx::async_get(ss.ep, asio::buffer(st.bufs[slot]), st.address(slot),
+                                        st.key, use_awaitable);
+        if (n != ss.s.size)
+            throw failure("RMA operation of the wrong size");
+        st.completed(slot);
+        if (st.put && ss.s.check)
+            break; // one put per slot and wave: each is verified
+    }
+}
+
+awaitable<void> rma_client_co(session& ss, rma_client_state& st, result& r) {
+    const settings& s = ss.s;
+    asio::steady_timer all_done(ss.io);
+    rma_wave wave;
+    wave.all_done = &all_done;
+    for (int k = 0; k < 2; ++k) {
+        clock_type::time_point t0{};
+        if (k == 1) {
+            st.ctl.send("measure");
+            ss.begin_measuring();
+            t0 = clock_type::now();
+        }
+        std::size_t remaining = k == 0 ? ss.warmup : s.measured_iters();
+        while (remaining > 0) {
+            const std::size_t loops = s.check ? st.free_slots.size() : s.window;
+            wave.left = st.put && s.check ? std::min(remaining, loops) : remaining;
+            remaining -= wave.left;
+            const std::size_t started = std::min(loops, wave.left);
+            for (std::size_t j = 0; j < started; ++j) {
+                std::size_t slot = 0;
+                if (s.check) {
+                    slot = st.free_slots.back();
+                    st.free_slots.pop_back();
+                }
+                ++wave.active;
+                asio::co_spawn(
+                    ss.io, rma_loop_co(ss, st, wave, slot),
+                    [&wave, &st, slot, put = st.put, check = s.check](std::exception_ptr e) {
+                        if (check && !put)
+                            st.free_slots.push_back(slot);
+                        if (--wave.active == 0)
+                            wave.all_done->cancel();
+                        if (e)
+                            std::rethrow_exception(e);
+                    });
+            }
+            all_done.expires_at(clock_type::time_point::max());
+            if (wave.active > 0) {
+                auto [ec] = co_await all_done.async_wait(asio::as_tuple(use_awaitable));
+                (void)ec; // cancelled by the last loop
+            }
+            if (st.put && s.check) {
+                co_await ucx::async_flush(ss.ep, use_awaitable);
+                st.verify_written();
+            }
+        }
+        co_await ucx::async_flush(ss.ep, use_awaitable);
+        if (k == 1)
+            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    }
+    ss.end_measuring();
 }
 
 // ---- active messages (ids: 1 data, 2 replies, 3 acknowledgements; the
@@ -763,9 +977,67 @@ void stream_server(const settings& s, control& ctl) {
     finish_server(ctl, allocs, ops);
 }
 
+result rma_client(const settings& s, control& ctl) {
+    asio::io_context io(1);
+    ucx::context ctx = make_context(s);
+    ucx::worker w(ctx, io, worker_options_for(s));
+    const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
+    ucx::endpoint ep(w, wire);
+    ctl.send("address " + to_hex(w.address().serialize()));
+    const ucx::remote_key key(ep, from_hex(ctl.expect("key")));
+    ctl.expect("ready");
+
+    result r;
+    session ss{s, io, w, ep};
+    rma_client_state st(s, ctl, ep, key);
+    if (s.style == style::callback)
+        run_callbacks<rma_client_cb>(ss, r, st);
+    else
+        spawn_and_run(ss, rma_client_co(ss, st, r));
+    r.messages = s.measured_iters();
+    r.bytes = r.messages * s.size;
+    r.allocations = ss.alloc_end - ss.alloc_start;
+    r.operations = s.measured_iters() + 1; // the puts or gets, and the flush
+    finish_client(ctl, r);
+    return r;
+}
+
+// Registers the region, sends its key and serves control lines while the
+// worker progresses (peers may need it: software RMA over TCP).
+void rma_server(const settings& s, control& ctl) {
+    asio::io_context io(1);
+    ucx::context ctx = make_context(s);
+    ucx::worker w(ctx, io, worker_options_for(s));
+    ctl.send("address " + to_hex(w.address().serialize()));
+    const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
+    ucx::endpoint ep(w, wire);
+    auto region = ucx::memory_region::allocate(ctx, rma_slots(s) * s.size);
+    std::span<std::byte> mem(static_cast<std::byte*>(region.data()), region.size());
+    for (std::size_t k = 0; k < rma_slots(s); ++k)
+        fill(mem.subspan(k * s.size, s.size), k);
+    ctl.send("key " + to_hex(region.pack_key()));
+    ctl.send("ready go");
+
+    rma_server_control served(s, ctl, mem);
+    asio::posix::stream_descriptor lines(io, ::dup(ctl.native_handle()));
+    std::function<void()> wait_line = [&] {
+        lines.async_wait(asio::posix::descriptor_base::wait_read, [&](ucx::error_code ec) {
+            throw_if(ec, "control connection");
+            if (served.serve())
+                wait_line();
+            else
+                io.stop();
+        });
+    };
+    wait_line();
+    io.run();
+}
+
 } // namespace
 
 result library_client(const settings& s, control& ctl) {
+    if (find_test(s.test)->api == api::rma)
+        return rma_client(s, ctl);
     if (find_test(s.test)->api == api::stream)
         return stream_client(s, ctl);
     asio::io_context io(1);
@@ -800,6 +1072,8 @@ result library_client(const settings& s, control& ctl) {
 }
 
 void library_server(const settings& s, control& ctl) {
+    if (find_test(s.test)->api == api::rma)
+        return rma_server(s, ctl);
     if (find_test(s.test)->api == api::stream)
         return stream_server(s, ctl);
     asio::io_context io(1);

@@ -52,6 +52,10 @@ void run_server(perf::settings s) {
         ctl.send("error " + err);
         throw perf::failure("bad test settings from the client: " + err);
     }
+    if (t.transport == perf::transport::tcp && perf::find_test(t.test)->api == perf::api::rma) {
+        ctl.send("error " + t.test + " needs one-sided memory access (not over TCP sockets)");
+        throw perf::failure(t.test + " needs one-sided memory access (not over TCP sockets)");
+    }
     if (!perf::api_available(perf::find_test(t.test)->api) && t.transport != perf::transport::tcp) {
         ctl.send("error " + t.test + " is not available in this build");
         throw perf::failure(t.test + " is not available in this build");
@@ -164,12 +168,20 @@ int main(int argc, char** argv) {
                      s.test.c_str(), test->api == perf::api::am ? "active message" : "stream");
         return 3;
     }
-    if (!s.server && s.transport == perf::transport::ucp && test->api != perf::api::tag) {
+    if (!s.server && s.transport == perf::transport::ucp && test->api != perf::api::tag &&
+        test->api != perf::api::rma) {
         std::fprintf(stderr,
-                     "ucx-asio-perf: --transport ucp runs the tag tests only; compare %s with "
-                     "ucx_perftest (-t ucp_am_lat, ucp_am_bw, stream_lat, stream_bw)\n",
+                     "ucx-asio-perf: --transport ucp runs the tag and RMA tests only; compare %s "
+                     "with ucx_perftest (-t ucp_am_lat, ucp_am_bw, stream_lat, stream_bw)\n",
                      s.test.c_str());
         return 3;
+    }
+    if (!s.server && s.transport == perf::transport::tcp && test->api == perf::api::rma) {
+        std::fprintf(stderr,
+                     "ucx-asio-perf: %s is one-sided remote memory access, which a TCP socket "
+                     "does not have; run it with --transport library or ucp\n",
+                     s.test.c_str());
+        return 2;
     }
     try {
         if (s.server) {

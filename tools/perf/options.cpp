@@ -11,6 +11,7 @@ const std::vector<test_info>& all_tests() {
         {"tag_lat", api::tag, kind::latency},       {"tag_bw", api::tag, kind::bandwidth},
         {"am_lat", api::am, kind::latency},         {"am_bw", api::am, kind::bandwidth},
         {"stream_lat", api::stream, kind::latency}, {"stream_bw", api::stream, kind::bandwidth},
+        {"put_bw", api::rma, kind::bandwidth},      {"get_bw", api::rma, kind::bandwidth},
     };
     return tests;
 }
@@ -29,6 +30,8 @@ bool api_available(api a) {
     case api::am:
         return true;
     case api::stream:
+        return true;
+    case api::rma:
         return true;
     }
     return false;
@@ -278,8 +281,9 @@ const char* usage() {
            "  ucx-asio-perf --local [options]             start a server process here, then "
            "run\n"
            "options:\n"
-           "  -t, --test NAME        tag_lat tag_bw am_lat am_bw stream_lat stream_bw "
-           "(tag_lat)\n"
+           "  -t, --test NAME        tag_lat tag_bw am_lat am_bw stream_lat stream_bw put_bw "
+           "get_bw\n"
+           "                         (tag_lat)\n"
            "  --transport T          library (ucx-asio), ucp (raw UCP) or tcp (Asio TCP) "
            "(library)\n"
            "  --progress MODE        event, poll or hybrid (event)\n"
@@ -287,7 +291,7 @@ const char* usage() {
            "  -s, --size BYTES       message size, k/m/g suffixes allowed (8)\n"
            "  -n, --iters N          measured iterations (depends on test and size)\n"
            "  -w, --warmup N         warm-up iterations (iters/10)\n"
-           "  --window N             bandwidth tests: sends in flight (64)\n"
+           "  --window N             bandwidth tests: sends (puts, gets) in flight (64)\n"
            "  --check                verify the content of every message\n"
            "  --format F             table, csv or json (table)\n"
            "  --no-header            leave out the table or csv header\n"

@@ -12,7 +12,7 @@ namespace perf {
 enum class kind { latency, bandwidth };
 
 /// The message API a test exercises.
-enum class api { tag, am, stream };
+enum class api { tag, am, stream, rma };
 
 /// One test of the tool (`tag_lat`, `tag_bw`, ...).
 struct test_info {

@@ -1,5 +1,5 @@
 # ctest entries for ucx-asio-perf --check (included from test/integration).
-set(_perf_tests tag_lat tag_bw am_lat am_bw stream_lat stream_bw)
+set(_perf_tests tag_lat tag_bw am_lat am_bw stream_lat stream_bw put_bw get_bw)
 foreach(transport library ucp tcp)
   foreach(style callback coroutine)
     if(transport STREQUAL "ucp" AND style STREQUAL "coroutine")
@@ -7,8 +7,11 @@ foreach(transport library ucp tcp)
     endif()
     foreach(mode event poll hybrid)
       foreach(test ${_perf_tests})
-        if(transport STREQUAL "ucp" AND NOT test MATCHES "^tag_")
-          continue() # raw UCP runs the tag tests; ucx_perftest has the others
+        if(transport STREQUAL "ucp" AND NOT test MATCHES "^(tag_|put_|get_)")
+          continue() # raw UCP runs the tag and RMA tests; ucx_perftest has the others
+        endif()
+        if(transport STREQUAL "tcp" AND test MATCHES "^(put_|get_)")
+          continue() # no one-sided access over a socket (perf_smoke.tcp.rma_refused)
         endif()
         set(_sizes 8)
         if(style STREQUAL "callback")
@@ -35,6 +38,11 @@ foreach(test ${_perf_tests})
   set_tests_properties(${_name} PROPERTIES
     ENVIRONMENT "${UCX_ASIO_TEST_ENV};UCX_TLS=tcp,self" TIMEOUT 120)
 endforeach()
+
+# RMA over Asio TCP: refused with a clear message and exit status 2.
+add_test(NAME perf_smoke.tcp.rma_refused COMMAND ucx-asio-perf --local --transport tcp --test put_bw)
+set_tests_properties(perf_smoke.tcp.rma_refused PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}"
+  PASS_REGULAR_EXPRESSION "one-sided remote memory access")
 
 # Bad input: a clear error and exit status 2, no crash.
 add_test(NAME perf_smoke.bad_option COMMAND ucx-asio-perf --local --test no_such_test)

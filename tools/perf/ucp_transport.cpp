@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <memory>
 
 namespace perf {
 
@@ -81,6 +82,8 @@ struct ucp_side {
         ucp_params_t params{};
         params.field_mask = UCP_PARAM_FIELD_FEATURES;
         params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+        if (find_test(s.test)->api == api::rma)
+            params.features |= UCP_FEATURE_RMA;
         ucs_status_t init_status = ucp_init(&params, config, &ctx);
         ucp_config_release(config);
         throw_status(init_status, "ucp_init");
@@ -176,6 +179,70 @@ struct ucp_side {
             sl.complete(UCS_OK);
     }
 
+    // A put (or get) of `n` bytes at `buf` to (from) `remote` in `rkey`'s region.
+    void rma(bool put, void* buf, std::size_t n, std::uint64_t remote, ucp_rkey_h rkey, slot& sl) {
+        sl.done = false;
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.cb.send = send_cb;
+        p.user_data = &sl;
+        ucs_status_ptr_t r = put ? ucp_put_nbx(ep, buf, n, remote, rkey, &p)
+                                 : ucp_get_nbx(ep, buf, n, remote, rkey, &p);
+        if (UCS_PTR_IS_ERR(r))
+            throw_status(UCS_PTR_STATUS(r), put ? "ucp_put_nbx" : "ucp_get_nbx");
+        if (r == nullptr)
+            sl.complete(UCS_OK);
+    }
+
+    // Flushes the endpoint: every put is then visible at the peer.
+    void flush() {
+        slot sl;
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.cb.send = send_cb;
+        p.user_data = &sl;
+        ucs_status_ptr_t r = ucp_ep_flush_nbx(ep, &p);
+        if (UCS_PTR_IS_ERR(r))
+            throw_status(UCS_PTR_STATUS(r), "ucp_ep_flush_nbx");
+        if (r == nullptr)
+            sl.complete(UCS_OK);
+        wait([&] { return sl.done; });
+        throw_status(sl.status, "flush");
+    }
+
+    // The passive side of an RMA test: progresses until `fd` is readable.
+    // It has no operation in flight, so it sleeps on the event fd when idle
+    // in poll mode too, as a library worker in poll mode does (a spinning
+    // peer would take a core from the one that copies the data); hybrid
+    // spins `spin_us` first.
+    void progress_until_readable(int fd) {
+        auto last = clock_type::now();
+        const auto spin = std::chrono::microseconds(s.spin_us);
+        unsigned n = 0;
+        for (;;) {
+            if (ucp_worker_progress(worker) != 0) {
+                if (s.progress == progress::hybrid)
+                    last = clock_type::now();
+                continue;
+            }
+            pollfd c{fd, POLLIN, 0};
+            if (s.progress == progress::hybrid && clock_type::now() - last < spin) {
+                if ((++n & 63) == 0 && ::poll(&c, 1, 0) > 0)
+                    return;
+                continue;
+            }
+            ucs_status_t st = ucp_worker_arm(worker);
+            if (st == UCS_ERR_BUSY)
+                continue;
+            throw_status(st, "ucp_worker_arm");
+            pollfd p[2] = {{efd, POLLIN, 0}, {fd, POLLIN, 0}};
+            ::poll(p, 2, -1);
+            if (p[1].revents != 0)
+                return;
+            last = clock_type::now();
+        }
+    }
+
     void recv(void* buf, std::size_t n, ucp_tag_t tag, ucp_tag_t mask, slot& sl) {
         sl.done = false;
         ucp_tag_recv_info_t info{};
@@ -212,14 +279,145 @@ struct counts {
     }
 };
 
+// ---- RMA: put_bw, get_bw (the loop of the library's callback client) ----
+
+result rma_client(const settings& s, control& ctl, ucp_side& u) {
+    const std::string key = ctl.expect("key");
+    const auto space = key.find(' ');
+    if (space == std::string::npos)
+        throw failure("control connection: bad key line");
+    const std::uint64_t base = std::stoull(key.substr(0, space));
+    const auto packed = from_hex(key.substr(space + 1));
+    ucp_rkey_h rkey = nullptr;
+    throw_status(ucp_ep_rkey_unpack(u.ep, packed.data(), &rkey), "ucp_ep_rkey_unpack");
+    std::unique_ptr<ucp_rkey, void (*)(ucp_rkey_h)> rkey_guard(rkey, ucp_rkey_destroy);
+    ctl.expect("ready");
+
+    const bool put = s.test == "put_bw";
+    const std::size_t slots = rma_slots(s);
+    std::vector<std::vector<std::byte>> bufs(slots, std::vector<std::byte>(s.size));
+    if (!s.check)
+        fill(bufs[0], 0);
+    // Requests in flight: with --check one per slot, else `--window` on slot 0.
+    const std::size_t nreq = s.check ? slots : s.window;
+    std::vector<slot> reqs(nreq);
+    std::vector<std::size_t> completed, free_reqs, written;
+    completed.reserve(nreq);
+    written.reserve(nreq);
+    for (std::size_t k = nreq; k > 0; --k) {
+        reqs[k - 1].index = k - 1;
+        reqs[k - 1].completed = &completed;
+        free_reqs.push_back(k - 1);
+    }
+    std::vector<std::uint64_t> last_seq(slots);
+    std::uint64_t next = 0;
+
+    result r;
+    counts c;
+    for (int round = 0; round < 2; ++round) {
+        std::size_t remaining = round == 0 ? s.warmup_iters() : s.measured_iters();
+        clock_type::time_point t0{};
+        if (round == 1) {
+            ctl.send("measure");
+            c.begin();
+            t0 = clock_type::now();
+        }
+        std::size_t inflight = 0;
+        for (;;) {
+            while (remaining > 0 && !free_reqs.empty()) {
+                const std::size_t k = free_reqs.back();
+                free_reqs.pop_back();
+                const std::size_t sl = s.check ? k : 0;
+                const std::uint64_t seq = next++;
+                if (s.check && put) {
+                    fill(bufs[sl], seq);
+                    last_seq[sl] = seq;
+                } else if (s.check) {
+                    std::fill(bufs[sl].begin(), bufs[sl].end(), std::byte{0});
+                }
+                --remaining;
+                ++inflight;
+                u.rma(put, bufs[sl].data(), s.size, base + sl * s.size, rkey, reqs[k]);
+            }
+            if (inflight == 0) {
+                // The end of the round, or (put with --check) every slot written.
+                u.flush();
+                if (!written.empty()) {
+                    rma_verify_remote(ctl, written, last_seq);
+                    free_reqs.insert(free_reqs.end(), written.begin(), written.end());
+                    written.clear();
+                }
+                if (remaining == 0)
+                    break;
+                continue;
+            }
+            u.wait([&] { return !completed.empty(); });
+            for (std::size_t k : completed) {
+                ok(reqs[k], put ? "put" : "get");
+                --inflight;
+                if (s.check && put) {
+                    written.push_back(k);
+                    continue;
+                }
+                if (s.check)
+                    check(bufs[k], k, "get");
+                free_reqs.push_back(k);
+            }
+            completed.clear();
+        }
+        if (round == 1)
+            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    }
+    c.end();
+    r.operations = s.measured_iters() + 1;
+    r.messages = s.measured_iters();
+    r.bytes = r.messages * s.size;
+    r.allocations = c.alloc_end - c.alloc_start;
+    finish_client(ctl, r);
+    return r;
+}
+
+void rma_server(const settings& s, control& ctl, ucp_side& u) {
+    const std::size_t length = rma_slots(s) * s.size;
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.length = length;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    ucp_mem_h memh = nullptr;
+    throw_status(ucp_mem_map(u.ctx, &mp, &memh), "ucp_mem_map");
+    std::unique_ptr<ucp_mem, std::function<void(ucp_mem_h)>> memh_guard(
+        memh, [&u](ucp_mem_h m) { ucp_mem_unmap(u.ctx, m); });
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    throw_status(ucp_mem_query(memh, &attr), "ucp_mem_query");
+    std::span<std::byte> mem(static_cast<std::byte*>(attr.address), length);
+    for (std::size_t k = 0; k < rma_slots(s); ++k)
+        fill(mem.subspan(k * s.size, s.size), k);
+    void* packed = nullptr;
+    std::size_t packed_size = 0;
+    throw_status(ucp_rkey_pack(u.ctx, memh, &packed, &packed_size), "ucp_rkey_pack");
+    const std::string hex = to_hex({static_cast<const std::byte*>(packed), packed_size});
+    ucp_rkey_buffer_release(packed);
+    ctl.send("key " + std::to_string(reinterpret_cast<std::uintptr_t>(attr.address)) + " " + hex);
+    ctl.send("ready go");
+
+    rma_server_control served(s, ctl, mem);
+    do
+        u.progress_until_readable(ctl.native_handle());
+    while (served.serve());
+}
+
 } // namespace
 
 result ucp_client(const settings& s, control& ctl) {
-    if (find_test(s.test)->api != api::tag)
-        throw failure("--transport ucp runs the tag tests only");
+    const api a = find_test(s.test)->api;
+    if (a != api::tag && a != api::rma)
+        throw failure("--transport ucp runs the tag and RMA tests only");
     ucp_side u(s);
     u.connect(ctl.expect("address"));
     ctl.send("address " + u.address());
+    if (a == api::rma)
+        return rma_client(s, ctl, u);
     ctl.expect("ready");
 
     result r;
@@ -315,11 +513,14 @@ result ucp_client(const settings& s, control& ctl) {
 }
 
 void ucp_server(const settings& s, control& ctl) {
-    if (find_test(s.test)->api != api::tag)
-        throw failure("--transport ucp runs the tag tests only");
+    const api a = find_test(s.test)->api;
+    if (a != api::tag && a != api::rma)
+        throw failure("--transport ucp runs the tag and RMA tests only");
     ucp_side u(s);
     ctl.send("address " + u.address());
     u.connect(ctl.expect("address"));
+    if (a == api::rma)
+        return rma_server(s, ctl, u);
 
     counts c;
     const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
