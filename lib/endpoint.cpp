@@ -1,6 +1,7 @@
 #include <ucx/detail/am_registry.hpp>
 #include <ucx/detail/endpoint_impl.hpp>
 #include <ucx/detail/listener_impl.hpp>
+#include <ucx/detail/results.hpp>
 #include <ucx/detail/worker_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
@@ -10,6 +11,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace ucx {
 namespace detail {
@@ -97,6 +99,97 @@ void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, operation* o
     w.send_control(ep_, hello);
 }
 
+void endpoint_impl::connect_address(const worker_address& address, operation* op) noexcept {
+    worker_impl& w = *worker_;
+    w.start(op);
+    op->library_owned = true;
+    op->cancel_hook = &endpoint_impl::cancel_connect;
+    op->endpoint = this;
+    if (!w.is_open())
+        return w.fail(op, boost::asio::error::operation_aborted);
+    if (!w.has_control_channel())
+        return w.fail(op, make_error_code(errc::unsupported));
+    if (address.empty())
+        return w.fail(op, make_error_code(errc::invalid_addr));
+    role_ = role::client;
+    by_address_ = true;
+    local_recv_tag_ = w.random_tag();
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
+    error_code ec;
+    create(params, ec);
+    if (ec)
+        return w.fail(op, ec);
+    connect_op_ = op;
+    // The hello carries this worker's address: the acceptor needs it to make
+    // UCX's endpoint for this connection its own (see accept_address).
+    struct hello_state {
+        control_message::wire wire;
+        std::vector<std::byte> address;
+    };
+    std::shared_ptr<hello_state> state;
+    try {
+        state = std::make_shared<hello_state>(
+            hello_state{control_message{control_type::hello, local_recv_tag_}.encode(),
+                        w.address().ucx_bytes()});
+        start_operation<error_result>(
+            [state](const error_code&) {}, w,
+            [self = shared_from_this(), state](operation* hello_op) {
+                if (!self->begin(hello_op, false))
+                    return;
+                ucp_request_param_t param{};
+                param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                                     UCP_OP_ATTR_FIELD_FLAGS;
+                param.flags = UCP_AM_SEND_FLAG_REPLY;
+                param.cb.send = &worker_impl::send_callback;
+                param.user_data = hello_op;
+                self->submitted(hello_op,
+                                ucp_am_send_nbx(self->ep_, control_am_id, state->wire.data(),
+                                                state->wire.size(), state->address.data(),
+                                                state->address.size(), &param));
+            });
+    } catch (...) {
+        force_close(make_error_code(errc::no_memory));
+    }
+}
+
+void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hello,
+                                   const worker_address& peer, error_code& ec) noexcept {
+    if (!worker_->is_open() || reply_ep == nullptr || ep_ != nullptr) {
+        ec = boost::asio::error::bad_descriptor;
+        return;
+    }
+    if (peer.empty()) {
+        ec = make_error_code(errc::invalid_addr);
+        return;
+    }
+    // UCX destroys an endpoint it made for a peer's connection when that
+    // peer fails, without a word, unless the application created it: an
+    // endpoint created here to the connector's address is paired by UCX
+    // with the one the connector's messages arrive on, and is that one.
+    role_ = role::server;
+    by_address_ = true;
+    local_recv_tag_ = worker_->random_tag();
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(peer.ucx_bytes().data());
+    create(params, ec);
+    if (ec)
+        return;
+    if (ep_ != reply_ep) {
+        // UCX paired it with another endpoint from the same peer worker (one
+        // made directly from an address): not this connection.
+        log::write(log::severity::warning,
+                   "address acceptor: UCX paired the endpoint with another connection");
+        force_close(boost::asio::error::operation_aborted);
+        ec = boost::asio::error::connection_refused;
+        return;
+    }
+    ec = {};
+    on_control(hello); // established; sends the welcome
+}
+
 void endpoint_impl::adopt(ucp_ep_h ep) noexcept {
     role_ = role::borrowed;
     ep_ = ep;
@@ -162,6 +255,11 @@ void endpoint_impl::on_control(const control_message& m) noexcept {
             peer_stream_end_ = true;
             peer_stream_bytes_ = m.recv_tag;
         }
+        return;
+    case control_type::refused:
+        // No address acceptor on the peer's worker took the hello.
+        if (role_ == role::client && !established_ && connect_op_)
+            force_close(boost::asio::error::connection_refused);
         return;
     case control_type::goodbye_ack:
         if (awaiting_ack_) {
@@ -496,7 +594,7 @@ void endpoint_impl::send_stream_end() noexcept {
 }
 
 bool endpoint_impl::query_sockaddr(bool remote, sockaddr_storage& out) const noexcept {
-    if (!ep_ || !has_handshake())
+    if (!ep_ || !has_handshake() || by_address_)
         return false;
     ucp_ep_attr_t attr{};
     attr.field_mask = remote ? UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR : UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;

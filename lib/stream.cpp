@@ -1,11 +1,16 @@
 #include <ucx/detail/stream_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
+#include <ucx/log.hpp>
 
 #include <boost/asio/error.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <new>
+#include <span>
+#include <unordered_map>
 #include <utility>
 
 namespace ucx::detail {
@@ -139,8 +144,12 @@ void stream_impl::shutdown_send(error_code& ec) noexcept {
 
 boost::asio::ip::tcp::endpoint stream_impl::address(bool remote, error_code& ec) const {
     sockaddr_storage ss{};
-    if (!ep_ || closed_ || !ep_->query_sockaddr(remote, ss)) {
+    if (!ep_ || closed_ || !ep_->native()) {
         ec = boost::asio::error::bad_descriptor;
+        return {};
+    }
+    if (!ep_->query_sockaddr(remote, ss)) {
+        ec = make_error_code(errc::unsupported); // made from a worker address
         return {};
     }
     ec = {};
@@ -496,6 +505,343 @@ void stream_impl::take_received(ucp_ep_h ep) noexcept {
     }
     // The reads learn about the close (and get the data kept) in a pass.
     w.request_progress();
+}
+
+// ---- connections from a worker address ----
+
+void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
+                        const worker_address& to) noexcept {
+    if (op->cancel_requested) {
+        w->start(op);
+        return w->fail(op, boost::asio::error::operation_aborted);
+    }
+    std::shared_ptr<endpoint_impl> ep;
+    try {
+        ep = std::make_shared<endpoint_impl>(w);
+    } catch (...) {
+        w->start(op);
+        return w->fail(op, make_error_code(errc::no_memory));
+    }
+    // The operation owns the endpoint until it completes.
+    op->payload = ep;
+    ep->connect_address(to, op);
+}
+
+/// Installed once per worker (by its first address acceptor) in place of
+/// the worker's control-message handler: a hello that arrives over a UCP
+/// endpoint the worker does not know came from a peer that connected from
+/// a worker address, and goes to the worker's address acceptor (or is
+/// refused); everything else goes to the worker's handler unchanged. Lives
+/// as long as the worker (released at its shutdown), so a hello arriving
+/// after the acceptor closed is refused rather than dropped.
+class address_hello_hook final : public progress_observer, public worker_resource {
+public:
+    /// The hook of `w`, installed now if needed.
+    static address_hello_hook* install(worker_impl& w, error_code& ec) {
+        std::lock_guard lock(registry_mutex());
+        auto& reg = registry();
+        if (auto it = reg.find(&w); it != reg.end()) {
+            ec = {};
+            return it->second;
+        }
+        auto hook = std::unique_ptr<address_hello_hook>(new (std::nothrow) address_hello_hook(w));
+        if (!hook) {
+            ec = make_error_code(errc::no_memory);
+            return nullptr;
+        }
+        try {
+            reg.emplace(&w, hook.get());
+            w.add_observer(hook.get());
+            w.add_resource(hook.get());
+        } catch (...) {
+            reg.erase(&w);
+            w.remove_observer(hook.get());
+            w.remove_resource(hook.get());
+            ec = make_error_code(errc::no_memory);
+            return nullptr;
+        }
+        if (ucs_status_t st = hook->set_handler(&address_hello_hook::am_callback, hook.get());
+            st != UCS_OK) {
+            reg.erase(&w);
+            w.remove_observer(hook.get());
+            w.remove_resource(hook.get());
+            ec = make_error_code(st);
+            return nullptr;
+        }
+        ec = {};
+        return hook.release();
+    }
+
+    address_acceptor_impl* acceptor = nullptr;
+
+    std::size_t after_progress() noexcept override {
+        if (hellos_.empty())
+            return 0;
+        auto hellos = std::move(hellos_);
+        hellos_.clear();
+        for (const auto& h : hellos)
+            take(h);
+        const std::size_t n = hellos.size();
+        hellos.clear();
+        hellos_.swap(hellos); // keep the capacity
+        return n;
+    }
+
+    void release_worker_resource() noexcept override {
+        // Shutdown, before the UCP worker goes: give the handler back.
+        set_handler(&worker_impl::control_callback, &worker_);
+        worker_.remove_observer(this);
+        if (acceptor)
+            acceptor->hook_gone();
+        {
+            std::lock_guard lock(registry_mutex());
+            registry().erase(&worker_);
+        }
+        delete this;
+    }
+
+    ~address_hello_hook() = default;
+
+private:
+    explicit address_hello_hook(worker_impl& w) : worker_(w) {}
+
+    static std::mutex& registry_mutex() {
+        static std::mutex m;
+        return m;
+    }
+    static std::unordered_map<worker_impl*, address_hello_hook*>& registry() {
+        static std::unordered_map<worker_impl*, address_hello_hook*> r;
+        return r;
+    }
+
+    ucs_status_t set_handler(ucp_am_recv_callback_t cb, void* arg) noexcept {
+        if (!worker_.native())
+            return UCS_ERR_INVALID_PARAM;
+        ucp_am_handler_param_t am{};
+        am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG;
+        am.id = control_am_id;
+        am.cb = cb;
+        am.arg = arg;
+        return ucp_worker_set_am_recv_handler(worker_.native(), &am);
+    }
+
+    static ucs_status_t am_callback(void* arg, const void* header, std::size_t header_length,
+                                    void* data, std::size_t length,
+                                    const ucp_am_recv_param_t* param) noexcept {
+        // Inside ucp_worker_progress: classify and queue only.
+        auto* self = static_cast<address_hello_hook*>(arg);
+        if (param && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep &&
+            self->worker_.find_endpoint(param->reply_ep) == nullptr) {
+            auto m = control_message::decode(
+                std::span<const std::byte>(static_cast<const std::byte*>(header), header_length));
+            if (m && m->type == control_type::hello) {
+                // The data is the connector's worker address (eager: small).
+                try {
+                    const auto* p = static_cast<const std::byte*>(data);
+                    self->hellos_.push_back(
+                        pending_hello{param->reply_ep, *m,
+                                      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !p
+                                          ? std::vector<std::byte>()
+                                          : std::vector<std::byte>(p, p + length)});
+                } catch (...) {
+                    // Unanswered: the connector waits for its peer's failure or a cancel.
+                }
+                return UCS_OK;
+            }
+        }
+        return worker_impl::control_callback(&self->worker_, header, header_length, data, length,
+                                             param);
+    }
+
+    struct pending_hello {
+        ucp_ep_h reply_ep;
+        control_message hello;
+        std::vector<std::byte> address; // the connector's worker address
+    };
+
+    void take(const pending_hello& h) noexcept {
+        if (!worker_.is_open())
+            return;
+        if (endpoint_impl* known = worker_.find_endpoint(h.reply_ep)) {
+            known->on_control(h.hello); // a repeated hello: ignored there
+            return;
+        }
+        const worker_address peer(h.address);
+        if (acceptor && acceptor->has_room() && !peer.empty()) {
+            try {
+                auto e = std::make_shared<endpoint_impl>(worker_.shared_from_this());
+                error_code ec;
+                e->accept_address(h.reply_ep, h.hello, peer, ec);
+                if (!ec) {
+                    acceptor->offer(std::move(e));
+                    return;
+                }
+                log::write(log::severity::warning,
+                           "address acceptor: accepting failed: " + ec.message());
+                refuse(h.reply_ep, false);
+                return;
+            } catch (...) {
+                log::write(log::severity::warning, "address acceptor: out of memory");
+            }
+        } else {
+            log::write(log::severity::info,
+                       peer.empty() ? "address acceptor: hello without an address, refused"
+                       : acceptor   ? "address acceptor: backlog full, connection refused"
+                                    : "no address acceptor: connection refused");
+        }
+        refuse(paired(h.reply_ep, peer), true);
+    }
+
+    static void ignore_error(void*, ucp_ep_h, ucs_status_t) noexcept {}
+
+    /// The endpoint to answer a refused connection on: an endpoint created to
+    /// the connector keeps UCX's pairing of endpoints between the two workers
+    /// in step, and is the reply endpoint itself; else the reply endpoint.
+    ucp_ep_h paired(ucp_ep_h reply_ep, const worker_address& peer) noexcept {
+        if (peer.empty())
+            return reply_ep;
+        ucp_ep_params_t params{};
+        params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                            UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        params.address = reinterpret_cast<const ucp_address_t*>(peer.ucx_bytes().data());
+        params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        params.err_handler.cb = &address_hello_hook::ignore_error;
+        params.err_handler.arg = nullptr;
+        ucp_ep_h ep = nullptr;
+        if (ucp_ep_create(worker_.native(), &params, &ep) != UCS_OK)
+            return reply_ep;
+        if (ep != reply_ep) {
+            close(ep, UCP_EP_CLOSE_FLAG_FORCE);
+            return reply_ep;
+        }
+        return ep;
+    }
+
+    /// Says `refused`, then closes the endpoint (flush: the answer goes first).
+    void refuse(ucp_ep_h ep, bool owned) noexcept {
+        worker_.send_control(ep, control_message{control_type::refused, 0});
+        if (owned)
+            close(ep, 0);
+    }
+
+    void close(ucp_ep_h ep, std::uint32_t flags) noexcept {
+        ucp_request_param_t param{};
+        param.op_attr_mask =
+            UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        param.flags = flags;
+        param.cb.send = &worker_impl::close_callback;
+        param.user_data = &worker_;
+        ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
+        if (UCS_PTR_IS_PTR(r))
+            worker_.close_request_started();
+    }
+
+    worker_impl& worker_;
+    std::vector<pending_hello> hellos_;
+};
+
+address_acceptor_impl::address_acceptor_impl(std::shared_ptr<worker_impl> w, std::size_t backlog)
+    : worker_(std::move(w)), backlog_(std::max<std::size_t>(1, backlog)) {}
+
+address_acceptor_impl::~address_acceptor_impl() {
+    close();
+}
+
+void address_acceptor_impl::open(error_code& ec) {
+    if (!worker_->is_open()) {
+        ec = boost::asio::error::bad_descriptor;
+        return;
+    }
+    if (!worker_->has_control_channel()) {
+        ec = make_error_code(errc::unsupported);
+        return;
+    }
+    if (hook_) {
+        ec = {};
+        return;
+    }
+    address_hello_hook* hook = address_hello_hook::install(*worker_, ec);
+    if (ec)
+        return;
+    if (hook->acceptor) {
+        ec = boost::asio::error::address_in_use;
+        return;
+    }
+    hook->acceptor = this;
+    hook_ = hook;
+}
+
+void address_acceptor_impl::close() noexcept {
+    if (hook_) {
+        hook_->acceptor = nullptr;
+        hook_ = nullptr;
+    }
+    ready_.clear(); // force-closes them: the connectors see a reset
+    auto accepts = std::move(accepts_);
+    accepts_.clear();
+    for (operation* op : accepts)
+        worker_->fail(op, boost::asio::error::operation_aborted);
+}
+
+void address_acceptor_impl::hook_gone() noexcept {
+    // The worker shuts down: it has completed the pending accepts already
+    // (as operation_aborted) and detached the endpoints.
+    hook_ = nullptr;
+    accepts_.clear();
+    ready_.clear();
+}
+
+bool address_acceptor_impl::offer(std::shared_ptr<endpoint_impl> ep) noexcept {
+    if (accepts_.empty()) {
+        if (!has_room())
+            return false;
+        try {
+            ready_.push_back(std::move(ep));
+        } catch (...) {
+            return false;
+        }
+        return true;
+    }
+    operation* op = accepts_.front();
+    accepts_.erase(accepts_.begin());
+    op->payload = std::move(ep);
+    op->status = UCS_OK;
+    worker_->finished(op);
+    worker_->request_progress();
+    return true;
+}
+
+void address_acceptor_impl::accept(operation* op) noexcept {
+    worker_impl& w = *worker_;
+    w.start(op);
+    op->library_owned = true;
+    op->cancel_hook = &address_acceptor_impl::cancel_accept;
+    op->hook_context = this;
+    if (!hook_)
+        return w.fail(op, boost::asio::error::bad_descriptor);
+    if (!ready_.empty()) {
+        op->payload = std::move(ready_.front());
+        ready_.erase(ready_.begin());
+        op->status = UCS_OK;
+        w.finished(op); // delivered by the next pass, never inside this call
+        w.request_progress();
+        return;
+    }
+    try {
+        accepts_.push_back(op);
+    } catch (...) {
+        w.fail(op, make_error_code(errc::no_memory));
+    }
+}
+
+void address_acceptor_impl::cancel_accept(operation* op) noexcept {
+    auto* self = static_cast<address_acceptor_impl*>(op->hook_context);
+    auto it = std::find(self->accepts_.begin(), self->accepts_.end(), op);
+    if (it == self->accepts_.end())
+        return;
+    self->accepts_.erase(it);
+    self->worker_->fail(op, boost::asio::error::operation_aborted);
 }
 
 } // namespace ucx::detail

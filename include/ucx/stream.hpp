@@ -7,6 +7,7 @@
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
 #include <ucx/worker.hpp>
+#include <ucx/worker_address.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -66,9 +67,14 @@ namespace ucx {
 /// withdrawn, so the stream is closed abortively under them. Call
 /// `expires_never()` (or a new deadline) before the next operation.
 ///
-/// Not available: connecting from a worker address (such endpoints have no
-/// close handshake, so no honest end of stream; see docs/stream.md), and
-/// synchronous reads and writes (progress belongs to the worker's executor).
+/// Connecting: to a `ucx::acceptor` on an address and port
+/// (`async_connect(host, port)`), or without IP addressing to the address
+/// acceptor (`ucx::acceptor(worker&)`) of the worker whose address you have
+/// (`async_connect(worker_address)`); both run the library's handshake, so
+/// end of stream is honest either way.
+///
+/// Not available: synchronous reads and writes (progress belongs to the
+/// worker's executor).
 ///
 /// Thread safety: like a socket, use a stream from one thread at a time
 /// (the worker's executor). Movable, not copyable.
@@ -138,7 +144,9 @@ public:
     const lowest_layer_type& lowest_layer() const noexcept { return *this; }
 
     /// Takes over the connected endpoint `ep`; `asio::error::already_open`
-    /// when connected, `errc::unsupported` for an endpoint from a worker address.
+    /// when connected, `errc::unsupported` for an endpoint made directly from
+    /// a worker address (`ucx::endpoint(worker, address)` has no handshake:
+    /// use `async_connect(worker_address)` instead).
     void assign(endpoint&& ep, error_code& ec) {
         if (!impl_ || !ep.impl()) {
             ec = boost::asio::error::bad_descriptor;
@@ -218,7 +226,8 @@ public:
         ec = {};
     }
 
-    /// The peer's address and port.
+    /// The peer's address and port (`errc::unsupported` for a connection
+    /// made from a worker address, which has none).
     boost::asio::ip::tcp::endpoint remote_endpoint(error_code& ec) const {
         if (!impl_) {
             ec = boost::asio::error::bad_descriptor;
@@ -273,7 +282,7 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         auto& w = *checked_impl().worker();
         return boost::asio::async_compose<CompletionToken, void(error_code)>(
-            connect_op{impl_, std::move(host), std::move(service), {}, false}, token,
+            connect_op{impl_, std::move(host), std::move(service), {}, {}, connect_by::name}, token,
             w.get_executor());
     }
     /// Connects to a `ucx::acceptor` at `to`, as above.
@@ -283,7 +292,24 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         auto& w = *checked_impl().worker();
         return boost::asio::async_compose<CompletionToken, void(error_code)>(
-            connect_op{impl_, {}, {}, to, true}, token, w.get_executor());
+            connect_op{impl_, {}, {}, to, {}, connect_by::endpoint}, token, w.get_executor());
+    }
+    /// Connects without IP addressing to the address acceptor
+    /// (`ucx::acceptor(worker&)`) of the worker at `to` (from
+    /// `worker::address()`, passed over any side channel): creates the
+    /// endpoint and runs the library's handshake over it. Errors:
+    /// `errc::invalid_addr` for an empty address, `connection_refused` when
+    /// the peer's worker has no address acceptor open (or its backlog is
+    /// full), `connection_reset` and UCX's errors when the peer's worker is
+    /// gone, `asio::error::already_open` when connected. Cancellable through
+    /// the handler's cancellation slot. Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_connect(
+        const worker_address& to,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        auto& w = *checked_impl().worker();
+        return boost::asio::async_compose<CompletionToken, void(error_code)>(
+            connect_op{impl_, {}, {}, {}, to, connect_by::address}, token, w.get_executor());
     }
 
     /// Reads some bytes into `buffers` (at most 16 buffers of the sequence
@@ -357,12 +383,15 @@ private:
         return impl_;
     }
 
+    enum class connect_by { name, endpoint, address };
+
     struct connect_op {
         std::shared_ptr<detail::stream_impl> impl;
         std::string host;
         std::string service;
         boost::asio::ip::tcp::endpoint to;
-        bool by_endpoint;
+        worker_address address;
+        connect_by by;
         bool started = false;
 
         template <class Self>
@@ -375,7 +404,15 @@ private:
                     self.complete(boost::asio::error::already_open);
                 });
             }
-            if (by_endpoint) {
+            if (by == connect_by::address) {
+                detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
+                    w, *w, std::move(self),
+                    [address = address](detail::worker_impl& wi, detail::operation* op) {
+                        detail::connect_to_address(wi.shared_from_this(), op, address);
+                    });
+                return;
+            }
+            if (by == connect_by::endpoint) {
                 detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
                     w, *w, std::move(self),
                     [to = to](detail::worker_impl& wi, detail::operation* op) {

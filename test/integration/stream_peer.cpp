@@ -1,5 +1,6 @@
 // The other process of the two-process stream tests. Connects a ucx::stream
-// to the parent's acceptor, then:
+// to the parent's acceptor (TARGET is a port, or "addr:" and the hex of the
+// parent worker's serialized address for its address acceptor), then:
 //   exchange SIZE: writes stream_pattern(SIZE, 1) in random chunks while it
 //     reads SIZE bytes in random read sizes and checks them against
 //     stream_pattern(SIZE, 2); closes gracefully; prints "RESULT ok" (or
@@ -7,7 +8,11 @@
 //   hang SIZE: writes stream_pattern(SIZE, 1), prints "WROTE", and waits to
 //     be killed.
 //
-//   stream_peer <tcp|shm> <port> <exchange|hang> <size>
+//   stream_peer <tcp|shm> <TARGET> <exchange|hang> <size> [keepalive]
+//
+// With "keepalive", UCX checks its peers every 500 ms (shared memory
+// notices a killed peer only that way).
+#include "child_process.hpp"
 #include "stream_pattern.hpp"
 #include "test_support.hpp"
 
@@ -22,12 +27,16 @@ int main(int argc, char** argv) {
     if (argc < 5)
         return 2;
     const transport t = std::string(argv[1]) == "tcp" ? transport::tcp : transport::shared_memory;
-    const std::string port = argv[2];
+    const std::string target = argv[2];
     const std::string mode = argv[3];
     const std::size_t size = std::stoull(argv[4]);
+    const bool keepalive = argc > 5 && std::string(argv[5]) == "keepalive";
 
     asio::io_context io;
-    ucx::context ctx(options_for(t, true));
+    auto options = options_for(t, true);
+    if (keepalive)
+        options.config["KEEPALIVE_INTERVAL"] = "500ms";
+    ucx::context ctx(options);
     ucx::worker w(ctx, io, strict_worker_options(ucx::progress_mode::event));
     ucx::stream s(w);
     const auto out = stream_pattern(size, 1);
@@ -38,7 +47,12 @@ int main(int argc, char** argv) {
     asio::co_spawn(
         io,
         [&]() -> asio::awaitable<void> {
-            co_await s.async_connect("127.0.0.1", port, asio::use_awaitable);
+            if (target.starts_with("addr:"))
+                co_await s.async_connect(
+                    ucx::worker_address::deserialize(from_hex(target.substr(5))),
+                    asio::use_awaitable);
+            else
+                co_await s.async_connect("127.0.0.1", target, asio::use_awaitable);
             if (mode == "hang") {
                 co_await asio::async_write(s, asio::buffer(out), asio::use_awaitable);
                 std::cout << "WROTE" << std::endl;

@@ -1,6 +1,7 @@
-// ucx::stream in one process (two workers): Asio algorithms with random chunk
-// and read sizes, buffer sequences, end of stream versus reset, cancellation,
-// timeouts, queued reads, the acceptor.
+// ucx::stream in one process (two workers) and two processes: Asio
+// algorithms with random chunk and read sizes, buffer sequences, end of
+// stream versus reset, cancellation, timeouts, queued reads, the acceptor;
+// connections from a worker address (the address acceptor).
 #include "child_process.hpp"
 #include "stream_pattern.hpp"
 #include "test_support.hpp"
@@ -24,10 +25,21 @@ using asio::awaitable;
 using asio::use_awaitable;
 constexpr auto tuple_awaitable = asio::as_tuple(use_awaitable);
 
-class stream_test : public testing::TestWithParam<transport> {
+/// Context options for the stream tests; with `detect_failures`, UCX checks
+/// its peers every 500 ms (UCX's keepalive): over shared memory nothing else
+/// notices a peer that vanished without a word.
+ucx::context_options stream_options(transport t, bool detect_failures) {
+    auto o = options_for(t, true);
+    if (detect_failures)
+        o.config["KEEPALIVE_INTERVAL"] = "500ms";
+    return o;
+}
+
+template <bool DetectFailures>
+class stream_fixture : public testing::TestWithParam<transport> {
 protected:
     asio::io_context io;
-    ucx::context ctx{options_for(GetParam(), true)};
+    ucx::context ctx{stream_options(GetParam(), DetectFailures)};
     ucx::worker server_worker{ctx, io, strict_worker_options(ucx::progress_mode::event)};
     ucx::worker client_worker{ctx, io, strict_worker_options(ucx::progress_mode::event)};
     ucx::acceptor acceptor{server_worker,
@@ -61,6 +73,11 @@ protected:
             std::rethrow_exception(error);
     }
 };
+
+/// Keepalive off (the default): no UCX timer hides a lost wake-up.
+class stream_test : public stream_fixture<false> {};
+/// Keepalive on: for the tests of a peer that vanished.
+class stream_failure_test : public stream_fixture<true> {};
 
 /// Writes `data` in random chunks (1 B to `max_chunk`), mixing single
 /// buffers and three-buffer sequences.
@@ -262,11 +279,7 @@ TEST_P(stream_test, half_close_ends_one_direction_only) {
     }());
 }
 
-TEST_P(stream_test, abort_gives_the_peer_connection_reset) {
-    if (GetParam() == transport::shared_memory)
-        GTEST_SKIP() << "without keepalive UCX's shared memory transport does not notice a peer "
-                        "that closed abortively (covered over TCP and by the two-process kill "
-                        "test)";
+TEST_P(stream_failure_test, abort_gives_the_peer_connection_reset) {
     auto [client, server] = connect_pair();
     run([&]() -> awaitable<void> {
         co_await asio::async_write(client, asio::buffer("abc", 3), use_awaitable);
@@ -446,20 +459,27 @@ bool peer_ok(asio::io_context& io, child_process& child) {
     return child.output_contains("RESULT ok");
 }
 
-TEST_P(stream_test, two_processes_random_chunks_both_ways_at_once) {
-    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
-                         std::to_string(acceptor.local_endpoint().port()), "exchange",
-                         std::to_string(two_process_size)});
-    ucx::stream s(server_worker);
-    std::optional<ucx::error_code> a;
-    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
-    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
-    ASSERT_FALSE(*a) << a->message();
+/// Runs a coroutine on `io` to its end; rethrows its exception.
+void run_on(asio::io_context& io, awaitable<void> body) {
+    bool done = false;
+    std::exception_ptr error;
+    asio::co_spawn(io, std::move(body), [&](std::exception_ptr e) {
+        error = e;
+        done = true;
+    });
+    ASSERT_TRUE(run_until(io, [&] { return done; }));
+    if (error)
+        std::rethrow_exception(error);
+}
+
+/// The parent's side of stream_peer's "exchange": both directions at once
+/// with random sizes, content checked, then eof after exactly the peer's bytes.
+void exchange_with_peer(asio::io_context& io, ucx::stream& s, child_process& child) {
     const std::size_t size = two_process_size;
     const auto out = stream_pattern(size, 2);
     const auto expected = stream_pattern(size, 1);
     std::vector<char> in(size);
-    run([&]() -> awaitable<void> {
+    run_on(io, [&]() -> awaitable<void> {
         bool read_done = false;
         asio::steady_timer gate(io, std::chrono::steady_clock::time_point::max());
         asio::co_spawn(
@@ -503,12 +523,22 @@ TEST_P(stream_test, two_processes_random_chunks_both_ways_at_once) {
     EXPECT_EQ(child.wait(), 0);
 }
 
-TEST_P(stream_test, two_processes_a_killed_peer_is_a_reset_not_eof) {
-    if (GetParam() == transport::shared_memory)
-        GTEST_SKIP() << "without keepalive UCX's shared memory transport does not notice an idle "
-                        "killed peer (covered over TCP)";
+TEST_P(stream_test, two_processes_random_chunks_both_ways_at_once) {
     child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
-                         std::to_string(acceptor.local_endpoint().port()), "hang", "100000"});
+                         std::to_string(acceptor.local_endpoint().port()), "exchange",
+                         std::to_string(two_process_size)});
+    ucx::stream s(server_worker);
+    std::optional<ucx::error_code> a;
+    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
+    ASSERT_FALSE(*a) << a->message();
+    exchange_with_peer(io, s, child);
+}
+
+TEST_P(stream_failure_test, two_processes_a_killed_peer_is_a_reset_not_eof) {
+    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
+                         std::to_string(acceptor.local_endpoint().port()), "hang", "100000",
+                         "keepalive"});
     ucx::stream s(server_worker);
     std::optional<ucx::error_code> a;
     acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
@@ -529,7 +559,199 @@ TEST_P(stream_test, two_processes_a_killed_peer_is_a_reset_not_eof) {
     }());
 }
 
+// ---- connections from a worker address (the address acceptor) ----
+
+/// Accepts on `a` while `client` connects to `to`; returns both results.
+std::pair<ucx::error_code, ucx::error_code>
+connect_by_address(asio::io_context& io, ucx::acceptor& a, ucx::stream& server, ucx::stream& client,
+                   const ucx::worker_address& to) {
+    std::optional<ucx::error_code> accepted, connected;
+    a.async_accept(server, [&](ucx::error_code ec) { accepted = ec; });
+    client.async_connect(to, [&](ucx::error_code ec) { connected = ec; });
+    EXPECT_TRUE(run_until(io, [&] { return accepted && connected; }));
+    return {accepted.value_or(asio::error::timed_out), connected.value_or(asio::error::timed_out)};
+}
+
+TEST_P(stream_test, address_connection_echo_then_eof_both_ways) {
+    ucx::acceptor by_address(server_worker);
+    ASSERT_TRUE(by_address.is_open());
+    ASSERT_TRUE(by_address.is_address_acceptor());
+    ucx::error_code ec;
+    by_address.local_endpoint(ec);
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::errc::unsupported));
+    ucx::stream client(client_worker), server(server_worker);
+    auto [a, c] = connect_by_address(io, by_address, server, client, by_address.local_address());
+    ASSERT_FALSE(a) << a.message();
+    ASSERT_FALSE(c) << c.message();
+    ASSERT_TRUE(client.is_open() && server.is_open());
+    client.remote_endpoint(ec);
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::errc::unsupported));
+
+    constexpr std::size_t size = 4u << 20;
+    const auto up = pattern(size, 5);
+    std::vector<char> echoed;
+    run([&]() -> awaitable<void> {
+        // The server echoes until the client's half close, then closes.
+        asio::co_spawn(
+            io,
+            [&]() -> awaitable<void> {
+                std::vector<char> buf(100000);
+                for (;;) {
+                    auto [rec, n] =
+                        co_await server.async_read_some(asio::buffer(buf), tuple_awaitable);
+                    if (rec) {
+                        EXPECT_EQ(rec, asio::error::eof) << rec.message();
+                        break;
+                    }
+                    co_await asio::async_write(server, asio::buffer(buf.data(), n), use_awaitable);
+                }
+                co_await server.async_close(use_awaitable);
+            },
+            [](std::exception_ptr e) { EXPECT_FALSE(e); });
+        bool written = false;
+        asio::co_spawn(
+            io,
+            [&]() -> awaitable<void> {
+                co_await write_random(client, up, 300000, 11);
+                client.shutdown(asio::socket_base::shutdown_send);
+                written = true;
+            },
+            [](std::exception_ptr e) { EXPECT_FALSE(e); });
+        echoed = co_await read_random(client, size, 200000, 12, true);
+        EXPECT_TRUE(written);
+    }());
+    EXPECT_TRUE(echoed == up);
+    EXPECT_EQ(server.bytes_read(), size);
+    EXPECT_EQ(server.bytes_written(), size);
+}
+
+TEST_P(stream_test, address_connect_is_refused_without_an_open_address_acceptor) {
+    { ucx::acceptor opened_then_closed(server_worker); }
+    ucx::stream client(client_worker);
+    std::optional<ucx::error_code> c;
+    client.async_connect(server_worker.address(), [&](ucx::error_code ec) { c = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return c.has_value(); }));
+    EXPECT_EQ(*c, asio::error::connection_refused) << c->message();
+    EXPECT_FALSE(client.is_open());
+
+    // One address acceptor per worker; the next connect goes through.
+    ucx::acceptor by_address(server_worker);
+    ucx::error_code ec;
+    ucx::acceptor second(server_worker, 16, ec);
+    EXPECT_EQ(ec, asio::error::address_in_use);
+    ucx::stream server(server_worker);
+    auto [a, c2] = connect_by_address(io, by_address, server, client, server_worker.address());
+    EXPECT_FALSE(a) << a.message();
+    EXPECT_FALSE(c2) << c2.message();
+}
+
+TEST_P(stream_test, address_connect_with_an_empty_or_corrupt_address_fails_cleanly) {
+    ucx::acceptor by_address(server_worker);
+    ucx::stream client(client_worker);
+    std::optional<ucx::error_code> c;
+    client.async_connect(ucx::worker_address(), [&](ucx::error_code ec) { c = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return c.has_value(); }));
+    EXPECT_EQ(*c, ucx::make_error_code(ucx::errc::invalid_addr));
+
+    auto wire = server_worker.address().serialize();
+    wire[wire.size() / 2] ^= std::byte{0x5a};
+    ucx::error_code ec;
+    auto corrupt = ucx::worker_address::deserialize(wire, ec);
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::errc::invalid_addr));
+    c.reset();
+    client.async_connect(corrupt, [&](ucx::error_code e) { c = e; });
+    ASSERT_TRUE(run_until(io, [&] { return c.has_value(); }));
+    EXPECT_EQ(*c, ucx::make_error_code(ucx::errc::invalid_addr));
+
+    // The stream is still usable.
+    ucx::stream server(server_worker);
+    auto [a, c2] = connect_by_address(io, by_address, server, client, server_worker.address());
+    EXPECT_FALSE(a) << a.message();
+    EXPECT_FALSE(c2) << c2.message();
+}
+
+TEST_P(stream_test, address_connect_to_a_closed_worker_fails) {
+    ucx::worker gone(ctx, io, strict_worker_options(ucx::progress_mode::event));
+    const auto address = gone.address();
+    {
+        ucx::acceptor by_address(gone);
+        gone.close();
+        EXPECT_FALSE(by_address.is_open());
+    }
+    ucx::stream client(client_worker);
+    std::optional<ucx::error_code> c;
+    client.async_connect(address, [&](ucx::error_code ec) { c = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return c.has_value(); }));
+    EXPECT_TRUE(*c);
+    EXPECT_FALSE(client.is_open());
+}
+
+TEST_P(stream_test, address_accepts_are_cancelled_and_aborted_by_close) {
+    ucx::acceptor by_address(server_worker);
+    ucx::stream server(server_worker);
+    std::optional<ucx::error_code> cancelled;
+    asio::cancellation_signal sig;
+    by_address.async_accept(server, asio::bind_cancellation_slot(
+                                        sig.slot(), [&](ucx::error_code ec) { cancelled = ec; }));
+    io.poll();
+    sig.emit(asio::cancellation_type::terminal);
+    ASSERT_TRUE(run_until(io, [&] { return cancelled.has_value(); }));
+    EXPECT_EQ(*cancelled, asio::error::operation_aborted);
+
+    std::optional<ucx::error_code> aborted;
+    by_address.async_accept([&](ucx::error_code ec, ucx::stream) { aborted = ec; });
+    io.poll();
+    by_address.close();
+    ASSERT_TRUE(run_until(io, [&] { return aborted.has_value(); }));
+    EXPECT_EQ(*aborted, asio::error::operation_aborted);
+}
+
+TEST_P(stream_test, two_processes_address_connection_both_ways_at_once) {
+    ucx::acceptor by_address(server_worker);
+    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
+                         "addr:" + to_hex(by_address.local_address().serialize()), "exchange",
+                         std::to_string(two_process_size)});
+    ucx::stream s(server_worker);
+    std::optional<ucx::error_code> a;
+    by_address.async_accept(s, [&](ucx::error_code ec) { a = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
+    ASSERT_FALSE(*a) << a->message();
+    exchange_with_peer(io, s, child);
+}
+
+TEST_P(stream_failure_test, two_processes_address_connection_killed_peer_is_a_reset) {
+    ucx::acceptor by_address(server_worker);
+    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
+                         "addr:" + to_hex(by_address.local_address().serialize()), "hang", "100000",
+                         "keepalive"});
+    ucx::stream s(server_worker);
+    std::optional<ucx::error_code> a;
+    by_address.async_accept(s, [&](ucx::error_code ec) { a = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
+    ASSERT_FALSE(*a) << a->message();
+    std::vector<char> in(100000);
+    run([&]() -> awaitable<void> {
+        co_await asio::async_read(s, asio::buffer(in), use_awaitable);
+    }());
+    EXPECT_TRUE(in == stream_pattern(100000, 1));
+    child.kill_now();
+    child.wait();
+    run([&]() -> awaitable<void> {
+        char c;
+        auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::connection_reset) << ec.message();
+        (void)n;
+        // Writes fail too.
+        auto [wec, wn] = co_await asio::async_write(s, asio::buffer("x", 1), tuple_awaitable);
+        EXPECT_TRUE(wec);
+        (void)wn;
+    }());
+}
+
 INSTANTIATE_TEST_SUITE_P(transports, stream_test,
+                         testing::Values(transport::tcp, transport::shared_memory),
+                         [](const auto& info) { return to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(transports, stream_failure_test,
                          testing::Values(transport::tcp, transport::shared_memory),
                          [](const auto& info) { return to_string(info.param); });
 

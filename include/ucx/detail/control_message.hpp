@@ -23,12 +23,16 @@ inline constexpr unsigned control_am_id = 4095;
 /// for it (UCX drops unread stream data when the endpoint fails), so the
 /// sender of the goodbye may close its UCP endpoint. stream_end: the sender
 /// will write no more stream bytes (a half close); the endpoint stays open.
+/// refused: the answer to a hello over an endpoint made from a worker address
+/// when no address acceptor takes it (the connect fails with
+/// `connection_refused`).
 enum class control_type : std::uint8_t {
     hello = 1,
     welcome = 2,
     goodbye = 3,
     goodbye_ack = 4,
-    stream_end = 5
+    stream_end = 5,
+    refused = 6
 };
 
 struct control_message {

@@ -45,9 +45,21 @@ public:
     /// Client side: connects to a listener; `op` completes when the
     /// handshake is done (payload: this endpoint) or the connection fails.
     void connect_to(const sockaddr* addr, socklen_t len, operation* op) noexcept;
+    /// Client side over a worker address: creates the UCP endpoint (peer
+    /// error mode) and sends the hello; `op` completes when the peer's
+    /// address acceptor welcomes it (payload: this endpoint), refuses it
+    /// (`connection_refused`) or the connection fails.
+    void connect_address(const worker_address& address, operation* op) noexcept;
     /// Wraps a UCP endpoint that UCX owns (the reply endpoint of an active
     /// message): usable for sends; closing it only forgets it.
     void adopt(ucp_ep_h ep) noexcept;
+    /// Server side over a worker address: takes over `reply_ep`, the endpoint
+    /// UCX made for a peer (worker address `peer`) whose `hello` arrived on
+    /// it, by creating an endpoint to `peer`, which UCX pairs with it (owns
+    /// and closes it, with the error callback); answers the hello.
+    /// `connection_refused` when UCX paired it with another endpoint.
+    void accept_address(ucp_ep_h reply_ep, const control_message& hello, const worker_address& peer,
+                        error_code& ec) noexcept;
     /// Server side: accepts a connection request; the listener is told when
     /// the handshake is done.
     void accept_request(ucp_conn_request_h request, listener_impl* listener, error_code& ec);
@@ -144,6 +156,8 @@ private:
     std::shared_ptr<worker_impl> worker_;
     ucp_ep_h ep_ = nullptr;
     role role_ = role::address;
+    // A client/server endpoint made from a worker address (no socket addresses).
+    bool by_address_ = false;
     error_code error_{};
     bool established_ = false;
     bool registered_ = false;
