@@ -148,9 +148,9 @@ one_round() {
   ap ucp_lat8_event "" --transport ucp -t tag_lat -s 8 --progress event -n "$E"
   ap tcp_lat8_event "" --transport tcp -t tag_lat -s 8 --progress event -n "$E"
   ap tcp_lat8_poll "" --transport tcp -t tag_lat -s 8 --progress poll -n "$E"
-  # 8 B message rate, window 64
-  pt pt_mr8 "$lib_env" -t tag_bw -s 8 -n "$M" -w "$(n 200000)" -e
-  pt pt_mr8_noeh "$lib_env_noeh" -t tag_bw -s 8 -n "$M" -w "$(n 200000)"
+  # 8 B message rate, window 64 on both sides (ucx_perftest's tag_bw default is 32)
+  pt pt_mr8 "$lib_env" -t tag_bw -s 8 -n "$M" -w "$(n 200000)" -O 64 -e
+  pt pt_mr8_noeh "$lib_env_noeh" -t tag_bw -s 8 -n "$M" -w "$(n 200000)" -O 64
   ap lib_mr8_poll "" -t tag_bw -s 8 --progress poll --window 64 -n "$M"
   ap lib_mr8_hybrid "" -t tag_bw -s 8 --progress hybrid --window 64 -n "$M"
   ap ucp_mr8_poll "" --transport ucp -t tag_bw -s 8 --progress poll --window 64 -n "$M"

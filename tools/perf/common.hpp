@@ -71,8 +71,12 @@ void check(std::span<const std::byte> b, std::uint64_t seq, const char* what);
 std::size_t allocations() noexcept;
 void counting(bool on) noexcept;
 
-/// Tags used by the tag tests: data messages carry `data_bit | seq`, latency
+/// Tags used by the tag tests: latency pings carry `data_bit | seq`, latency
 /// replies `reply_bit | seq`, the end-of-round acknowledgement `ack_tag`.
+/// Bandwidth tests send every message with the tag `data_bit` and receive
+/// with the full mask, as `ucx_perftest -t tag_bw` does (one tag, exact
+/// match); a message's number is its place in the order (UCX matches the
+/// messages of one endpoint in the order the receives were posted).
 inline constexpr std::uint64_t data_bit = std::uint64_t{1} << 63;
 inline constexpr std::uint64_t reply_bit = std::uint64_t{1} << 62;
 inline constexpr std::uint64_t ack_tag = std::uint64_t{1} << 61;

@@ -207,7 +207,7 @@ struct bw_client_cb : session {
         auto& b = bufs[s.check ? slot : 0];
         if (s.check)
             fill(b, seq);
-        ucx::async_tag_send(ep, asio::buffer(b), data_bit | seq,
+        ucx::async_tag_send(ep, asio::buffer(b), data_bit,
                             [this, slot](ucx::error_code ec, std::size_t) {
                                 throw_if(ec, "tag send");
                                 --inflight;
@@ -231,23 +231,25 @@ struct bw_client_cb : session {
 struct bw_server_cb : session {
     std::size_t slots = buffer_slots(s);
     std::vector<std::vector<std::byte>> bufs{};
+    std::vector<std::uint64_t> seqs{}; // the message each slot's receive gets
     std::size_t posted = 0, received = 0;
     std::uint64_t ack = 0;
 
     void start() {
         bufs.resize(slots, std::vector<std::byte>(s.size));
+        seqs.resize(slots);
         for (std::size_t k = 0; k < slots && posted < total; ++k)
             post_recv(k);
     }
     void post_recv(std::size_t slot) {
-        ++posted;
-        ucx::async_tag_recv(w, asio::buffer(bufs[slot]), data_bit, data_bit,
-                            [this, slot](ucx::error_code ec, std::size_t n, ucx::tag_t tag) {
+        seqs[slot] = posted++;
+        ucx::async_tag_recv(w, asio::buffer(bufs[slot]), data_bit, tag_mask_full,
+                            [this, slot](ucx::error_code ec, std::size_t n, ucx::tag_t) {
                                 throw_if(ec, "tag receive");
                                 if (n != s.size)
                                     throw failure("message of the wrong size");
                                 if (s.check)
-                                    check(bufs[slot], tag & seq_mask, "data");
+                                    check(bufs[slot], seqs[slot], "data");
                                 ++received;
                                 if (posted < total)
                                     post_recv(slot);
@@ -328,7 +330,7 @@ awaitable<void> bw_sender_co(session& ss, bw_round& round, std::vector<std::byte
         const std::uint64_t seq = round.next++;
         if (ss.s.check)
             fill(buf, seq);
-        co_await ucx::async_tag_send(ss.ep, asio::buffer(buf), data_bit | seq, use_awaitable);
+        co_await ucx::async_tag_send(ss.ep, asio::buffer(buf), data_bit, use_awaitable);
     }
 }
 
@@ -370,13 +372,13 @@ awaitable<void> bw_receiver_co(session& ss, std::size_t& posted, std::size_t& re
                                std::vector<std::byte>& buf) {
     std::uint64_t ack = 0;
     while (posted < ss.total) {
-        ++posted;
-        auto [n, tag] = co_await ucx::async_tag_recv(ss.w, asio::buffer(buf), data_bit, data_bit,
-                                                     use_awaitable);
+        const std::uint64_t seq = posted++;
+        auto [n, tag] = co_await ucx::async_tag_recv(ss.w, asio::buffer(buf), data_bit,
+                                                     tag_mask_full, use_awaitable);
         if (n != ss.s.size)
             throw failure("message of the wrong size");
         if (ss.s.check)
-            check(buf, tag & seq_mask, "data");
+            check(buf, seq, "data");
         ++received;
         if (received == ss.warmup || received == ss.total) {
             if (received == ss.warmup)

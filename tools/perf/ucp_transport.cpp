@@ -487,7 +487,7 @@ result ucp_client(const settings& s, control& ctl) {
                         fill(b, seq);
                     --remaining;
                     ++inflight;
-                    u.send(b.data(), b.size(), data_bit | seq, slots[k]);
+                    u.send(b.data(), b.size(), data_bit, slots[k]);
                 }
                 u.wait([&] { return !completed.empty(); });
                 for (std::size_t k : completed) {
@@ -560,13 +560,16 @@ void ucp_server(const settings& s, control& ctl) {
         std::vector<std::size_t> completed;
         completed.reserve(nslots);
         std::vector<slot> slots(nslots);
+        std::vector<std::uint64_t> seqs(nslots); // the message each slot's receive gets
         std::size_t posted = 0, received = 0;
         for (std::size_t k = 0; k < nslots; ++k) {
             slots[k].index = k;
             slots[k].completed = &completed;
         }
-        for (std::size_t k = 0; k < nslots && posted < total; ++k, ++posted)
-            u.recv(bufs[k].data(), s.size, data_bit, data_bit, slots[k]);
+        for (std::size_t k = 0; k < nslots && posted < total; ++k) {
+            seqs[k] = posted++;
+            u.recv(bufs[k].data(), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
+        }
         ctl.send("ready go");
         std::uint64_t ack = 0;
         slot ack_slot;
@@ -580,11 +583,11 @@ void ucp_server(const settings& s, control& ctl) {
                 if (slots[k].length != s.size)
                     throw failure("message of the wrong size");
                 if (s.check)
-                    check(bufs[k], slots[k].tag & seq_mask, "data");
+                    check(bufs[k], seqs[k], "data");
                 ++received;
                 if (posted < total) {
-                    ++posted;
-                    u.recv(bufs[k].data(), s.size, data_bit, data_bit, slots[k]);
+                    seqs[k] = posted++;
+                    u.recv(bufs[k].data(), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
                 }
                 if (received == warmup || received == total) {
                     if (received == warmup)
