@@ -232,10 +232,11 @@ bool rma_server_control::serve() {
 
 void rma_verify_remote(control& ctl, const std::vector<std::size_t>& written,
                        const std::vector<std::uint64_t>& seqs) {
-    std::string line = "verify";
+    std::ostringstream line;
+    line << "verify";
     for (std::size_t k : written)
-        line += " " + std::to_string(k) + ":" + std::to_string(seqs[k]);
-    ctl.send(line);
+        line << ' ' << k << ':' << seqs[k];
+    ctl.send(line.str());
     const std::string answer = ctl.receive();
     if (answer != "verified")
         throw failure("put: the server found " + answer);
