@@ -256,6 +256,14 @@ void endpoint_impl::on_control(const control_message& m) noexcept {
             peer_stream_bytes_ = m.recv_tag;
         }
         return;
+    case control_type::stream_ack:
+        // The peer read this many stream bytes: blocked writes may go on.
+        if (m.recv_tag > peer_stream_consumed_) {
+            peer_stream_consumed_ = m.recv_tag;
+            if (watcher_)
+                watcher_->stream_acked();
+        }
+        return;
     case control_type::refused:
         // No address acceptor on the peer's worker took the hello.
         if (role_ == role::client && !established_ && connect_op_)

@@ -28,10 +28,20 @@ error_code socket_error(const error_code& ec) noexcept {
 stream_impl::stream_impl(std::shared_ptr<worker_impl> w)
     : worker_(std::move(w)), timer_(worker_->get_executor()) {}
 
+/// The buffer of the stream_ack in flight; freed by the last of the stream
+/// and the send (UCX keeps the AM header until the send completes).
+struct stream_impl::ack_sender {
+    int refs = 1;
+    bool in_flight = false;
+    control_message::wire wire{};
+};
+
 stream_impl::~stream_impl() {
     close();
     if (observing_)
         worker_->remove_observer(this);
+    if (ack_ && --ack_->refs == 0)
+        delete ack_;
 }
 
 void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noexcept {
@@ -59,6 +69,7 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
     recv_error_ = {};
     consumed_ = 0;
     written_ = 0;
+    acked_ = 0;
     ec = {};
 }
 
@@ -92,6 +103,8 @@ std::shared_ptr<endpoint_impl> stream_impl::shut_local() noexcept {
 void stream_impl::close() noexcept {
     if (!ep_)
         return;
+    // Written data is still delivered: the waiting writes go now.
+    resume_writes(true);
     auto ep = shut_local();
     worker_impl& w = *worker_;
     if (!w.is_open() || !ep->native() || ep->error() == boost::asio::error::bad_descriptor)
@@ -112,6 +125,7 @@ void stream_impl::close(operation* op) noexcept {
         op->status = UCS_OK;
         return w.fail(op, error_code());
     }
+    resume_writes(true);
     auto ep = shut_local();
     ep->close_gracefully(op);
 }
@@ -119,6 +133,7 @@ void stream_impl::close(operation* op) noexcept {
 void stream_impl::abort() noexcept {
     if (!ep_)
         return;
+    fail_blocked(boost::asio::error::operation_aborted);
     auto ep = shut_local();
     ep->force_close(boost::asio::error::operation_aborted);
 }
@@ -136,6 +151,8 @@ void stream_impl::shutdown_send(error_code& ec) noexcept {
     ec = {};
     if (send_shut_)
         return;
+    // The end marker counts every byte written, the waiting ones too.
+    resume_writes(true);
     send_shut_ = true;
     // The count makes ordering irrelevant: the peer reads eof once it has
     // read that many bytes, however the marker and the data travel.
@@ -188,6 +205,7 @@ void stream_impl::on_timeout() noexcept {
     // Reads end with timed_out and the stream stays usable; writes cannot be
     // taken back from UCX, so, as Beast does, the stream is closed under them.
     fail_reads(boost::asio::error::timed_out);
+    fail_blocked(boost::asio::error::timed_out);
     if (ep_ && ep_->native() && ep_->sends_in_flight() > 0) {
         closed_ = true;
         detach_endpoint();
@@ -215,6 +233,24 @@ void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
         // Shut down here, or the peer closed: nobody reads any more.
         return w.fail(op, boost::asio::error::broken_pipe);
     }
+    if (total > 0 && (!blocked_.empty() || window_full())) {
+        // Flow control: wait (in order) until the reader makes room.
+        try {
+            blocked_write b{op, {}, n};
+            std::copy_n(bufs, n, b.bufs.begin());
+            blocked_.push_back(b);
+        } catch (...) {
+            w.start(op);
+            w.fail(op, make_error_code(errc::no_memory));
+        }
+        return;
+    }
+    submit(op, bufs, n, total);
+}
+
+void stream_impl::submit(operation* op, const boost::asio::const_buffer* bufs, std::size_t n,
+                         std::size_t total) noexcept {
+    worker_impl& w = *worker_;
     if (!ep_->begin(op, total > 0))
         return;
     if (total == 0) {
@@ -252,6 +288,83 @@ void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
         written_ += total;
     }
     ep_->submitted(op, r);
+}
+
+// ---- flow control ----
+
+bool stream_impl::window_full() const noexcept {
+    const std::uint64_t read_by_peer = ep_->peer_stream_consumed();
+    return written_ > read_by_peer && written_ - read_by_peer >= window;
+}
+
+void stream_impl::resume_writes(bool force) noexcept {
+    if (blocked_.empty())
+        return;
+    if (!ep_ || !ep_->is_open()) {
+        error_code ec = boost::asio::error::broken_pipe;
+        if (ep_ && ep_->error() && ep_->error() != boost::asio::error::eof)
+            ec = socket_error(ep_->error());
+        return fail_blocked(ec);
+    }
+    std::size_t i = 0;
+    for (; i < blocked_.size() && ep_ && (force || !window_full()); ++i) {
+        const blocked_write& b = blocked_[i];
+        std::size_t total = 0;
+        for (std::size_t k = 0; k < b.count; ++k)
+            total += b.bufs[k].size();
+        submit(b.op, b.bufs.data(), b.count, total);
+    }
+    blocked_.erase(blocked_.begin(), blocked_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void stream_impl::fail_blocked(const error_code& ec) noexcept {
+    worker_impl& w = *worker_;
+    for (const blocked_write& b : blocked_) {
+        w.start(b.op);
+        w.fail(b.op, ec);
+    }
+    blocked_.clear();
+}
+
+void stream_impl::stream_acked() noexcept {
+    resume_writes(false);
+}
+
+void stream_impl::maybe_ack() noexcept {
+    if (consumed_ - acked_ < ack_every || !ep_ || !ep_->is_open() || !ep_->has_handshake())
+        return;
+    if (!ack_) {
+        ack_ = new (std::nothrow) ack_sender;
+        if (!ack_)
+            return;
+    }
+    if (ack_->in_flight)
+        return; // a later pass sends it
+    ack_->wire = control_message{control_type::stream_ack, consumed_}.encode();
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send = &stream_impl::ack_sent;
+    param.user_data = ack_;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep_->native(), control_am_id, ack_->wire.data(),
+                                         ack_->wire.size(), nullptr, 0, &param);
+    if (UCS_PTR_IS_ERR(r))
+        return;
+    acked_ = consumed_;
+    if (UCS_PTR_IS_PTR(r)) {
+        ack_->in_flight = true;
+        ++ack_->refs;
+    }
+}
+
+void stream_impl::ack_sent(void* request, ucs_status_t, void* user_data) noexcept {
+    // Inside ucp_worker_progress: bookkeeping only.
+    auto* a = static_cast<ack_sender*>(user_data);
+    ucp_request_free(request);
+    a->in_flight = false;
+    if (--a->refs == 0)
+        delete a;
 }
 
 // ---- reads ----
@@ -461,6 +574,7 @@ std::size_t stream_impl::serve() noexcept {
         done += reads_.size();
         reads_.clear();
     }
+    maybe_ack();
     if (reads_.empty() && observing_) {
         w.remove_observer(this);
         observing_ = false;
@@ -469,6 +583,16 @@ std::size_t stream_impl::serve() noexcept {
 }
 
 void stream_impl::take_received(ucp_ep_h ep) noexcept {
+    // The peer closed or failed: waiting writes cannot go any more.
+    if (!blocked_.empty()) {
+        error_code ec = boost::asio::error::broken_pipe;
+        if (!worker_->is_open())
+            ec = boost::asio::error::operation_aborted;
+        else if (ep_ && !ep_->peer_said_goodbye() && ep_->error() &&
+                 ep_->error() != boost::asio::error::eof)
+            ec = socket_error(ep_->error());
+        fail_blocked(ec);
+    }
     // UCX drops received stream data with its endpoint: keep what was not read.
     try {
         if (chunk_) {

@@ -15,6 +15,11 @@
 //                         which UCX transports carry the data (default all:
 //                         UCX's choice, or UCX_TLS from the environment)
 //   --bind ADDRESS        address to listen on with -l (default 0.0.0.0)
+//   --wait event|poll|hybrid
+//                         how the UCX worker waits for data (default event:
+//                         sleeps on UCX's event fd; poll and hybrid spin,
+//                         which pays off only on idle cores; see
+//                         docs/stream.md, Measurements)
 //   --progress            progress on stderr: bytes, rate, and ETA when the
 //                         size of stdin is known (the default when stderr is
 //                         a terminal), and a summary line at the end
@@ -65,6 +70,7 @@ struct options {
     std::string bind = "0.0.0.0";
     bool tcp = false;
     std::string ucx_transports = "all";
+    ucx::progress_mode wait = ucx::progress_mode::event;
     std::optional<bool> progress;
 };
 
@@ -73,7 +79,7 @@ int usage(const char* msg = nullptr) {
         std::cerr << "ucxcat: " << msg << "\n";
     std::cerr
         << "usage: ucxcat [--transport ucx|tcp] [--ucx-transports shm|tcp|all] [--progress|-q]\n"
-           "              -l [--bind ADDRESS] PORT | HOST PORT\n";
+           "              [--wait event|poll|hybrid] -l [--bind ADDRESS] PORT | HOST PORT\n";
     return 2;
 }
 
@@ -302,7 +308,9 @@ int run(const options& o) {
     std::optional<ucx::worker> w;
     try {
         ctx.emplace(co);
-        w.emplace(*ctx, io);
+        ucx::worker_options wo;
+        wo.mode = o.wait;
+        w.emplace(*ctx, io, wo);
     } catch (const std::exception& x) {
         std::cerr << "ucxcat: cannot start UCX: " << x.what() << "\n";
         return 1;
@@ -363,6 +371,16 @@ int main(int argc, char** argv) {
             if (!v || (*v != "shm" && *v != "tcp" && *v != "all"))
                 return usage("--ucx-transports takes shm, tcp or all");
             o.ucx_transports = *v;
+        } else if (a == "--wait") {
+            auto v = value();
+            if (v && *v == "poll")
+                o.wait = ucx::progress_mode::poll;
+            else if (v && *v == "hybrid")
+                o.wait = ucx::progress_mode::hybrid;
+            else if (v && *v == "event")
+                o.wait = ucx::progress_mode::event;
+            else
+                return usage("--wait takes event, poll or hybrid");
         } else if (a == "--bind") {
             auto v = value();
             if (!v)

@@ -165,8 +165,9 @@ private:
 
     /// Starts the accept of an endpoint on whichever kind this is.
     template <class Self>
-    static void start_accept(ucx::listener* l,
-                             const std::shared_ptr<detail::address_acceptor_impl>& a, Self&& self) {
+    static void start_accept(ucx::listener* l, std::shared_ptr<detail::address_acceptor_impl> a,
+                             Self&& self) {
+        // `a` is a copy: `self`, which holds the original, moves away below.
         if (a) {
             detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
                 a, *a->worker(), std::move(self),

@@ -559,6 +559,39 @@ TEST_P(stream_failure_test, two_processes_a_killed_peer_is_a_reset_not_eof) {
     }());
 }
 
+TEST_P(stream_test, flow_control_holds_a_writer_back_until_the_reader_reads) {
+    auto [client, server] = connect_pair();
+    constexpr std::size_t chunk = 1u << 20, count = 24;
+    const auto data = pattern(chunk * count, 21);
+    std::size_t written = 0;
+    bool write_done = false;
+    asio::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+            for (std::size_t i = 0; i < count; ++i) {
+                co_await asio::async_write(client, asio::buffer(data.data() + i * chunk, chunk),
+                                           use_awaitable);
+                written += chunk;
+            }
+            write_done = true;
+        },
+        [](std::exception_ptr e) { EXPECT_FALSE(e); });
+    // Nobody reads: the writer stops once a window's worth is unread, instead
+    // of UCX buffering everything on the reading side.
+    EXPECT_FALSE(run_until(
+        io, [&] { return write_done; }, std::chrono::milliseconds(500)));
+    EXPECT_GE(written, ucx::detail::stream_impl::window - chunk);
+    EXPECT_LE(written, ucx::detail::stream_impl::window);
+    // Reading lets it finish; every byte arrives, in order.
+    std::vector<char> in(chunk * count);
+    run([&]() -> awaitable<void> {
+        co_await asio::async_read(server, asio::buffer(in), use_awaitable);
+    }());
+    EXPECT_TRUE(run_until(io, [&] { return write_done; }));
+    EXPECT_TRUE(in == data);
+    EXPECT_EQ(client.bytes_written(), chunk * count);
+}
+
 // ---- connections from a worker address (the address acceptor) ----
 
 /// Accepts on `a` while `client` connects to `to`; returns both results.

@@ -23,6 +23,8 @@ inline constexpr unsigned control_am_id = 4095;
 /// for it (UCX drops unread stream data when the endpoint fails), so the
 /// sender of the goodbye may close its UCP endpoint. stream_end: the sender
 /// will write no more stream bytes (a half close); the endpoint stays open.
+/// stream_ack: how many stream bytes the sender has read so far (ucx::stream's
+/// flow control: a writer waits while too much of what it wrote is unread).
 /// refused: the answer to a hello over an endpoint made from a worker address
 /// when no address acceptor takes it (the connect fails with
 /// `connection_refused`).
@@ -32,7 +34,8 @@ enum class control_type : std::uint8_t {
     goodbye = 3,
     goodbye_ack = 4,
     stream_end = 5,
-    refused = 6
+    refused = 6,
+    stream_ack = 7
 };
 
 struct control_message {

@@ -24,6 +24,8 @@ public:
     /// UCX may soon drop the stream data it received on `ep` (the peer said
     /// goodbye, or `ep` is about to be force-closed): take it (owner thread).
     virtual void take_received(ucp_ep_h ep) noexcept = 0;
+    /// The peer said how many stream bytes it has read (owner thread).
+    virtual void stream_acked() noexcept = 0;
 
 protected:
     ~endpoint_watcher() = default;
@@ -126,6 +128,8 @@ public:
     /// stream bytes it says it sent in all.
     bool peer_stream_ended() const noexcept { return peer_goodbye_ || peer_stream_end_; }
     std::uint64_t peer_stream_bytes() const noexcept { return peer_stream_bytes_; }
+    /// How many stream bytes the peer says it has read (its stream_ack).
+    std::uint64_t peer_stream_consumed() const noexcept { return peer_stream_consumed_; }
     /// Tells the peer this side writes no more stream bytes (half close).
     void send_stream_end() noexcept;
     /// Counted sends (stream writes, sends) UCX has not completed yet.
@@ -176,6 +180,7 @@ private:
     std::unique_ptr<boost::asio::steady_timer> linger_timer_;
     std::uint64_t stream_bytes_sent_ = 0;
     std::uint64_t peer_stream_bytes_ = 0;
+    std::uint64_t peer_stream_consumed_ = 0;
     bool peer_goodbye_ = false;
     bool peer_stream_end_ = false;
 };

@@ -12,6 +12,12 @@
 // `asio::error::eof` is reported once exactly that many were read here. UCX
 // reports every disconnect as a reset, so without the goodbye (a crash) the
 // reader gets `asio::error::connection_reset`.
+//
+// Flow control: UCX's stream protocol has none (a slow reader makes UCX
+// buffer without bound). The reader tells the writer how many bytes it has
+// read (a stream_ack control message every `ack_every` bytes); a write that
+// starts while `window` bytes or more are unread waits, without reaching UCX,
+// until an ack makes room.
 #pragma once
 
 #include <ucx/detail/endpoint_impl.hpp>
@@ -101,6 +107,10 @@ public:
     static constexpr std::size_t max_buffers = 64;
     /// Most buffers of a sequence one pending read keeps.
     static constexpr std::size_t max_read_buffers = 16;
+    /// Flow control: a write waits while this many written bytes are unread.
+    static constexpr std::uint64_t window = std::uint64_t{8} << 20;
+    /// Flow control: the reader acknowledges after this many bytes.
+    static constexpr std::uint64_t ack_every = std::uint64_t{1} << 20;
 
     explicit stream_impl(std::shared_ptr<worker_impl> w);
     ~stream_impl();
@@ -144,8 +154,29 @@ public:
 
     std::size_t after_progress() noexcept override;
     void take_received(ucp_ep_h ep) noexcept override;
+    void stream_acked() noexcept override;
 
 private:
+    struct blocked_write {
+        operation* op;
+        std::array<boost::asio::const_buffer, max_buffers> bufs;
+        std::size_t count;
+    };
+    struct ack_sender;
+
+    /// Hands a write to UCX.
+    void submit(operation* op, const boost::asio::const_buffer* bufs, std::size_t n,
+                std::size_t total) noexcept;
+    /// Whether a new write must wait for the reader (flow control).
+    bool window_full() const noexcept;
+    /// Submits the waiting writes the window allows (all with `force`).
+    void resume_writes(bool force) noexcept;
+    /// Fails the waiting writes with `ec`.
+    void fail_blocked(const error_code& ec) noexcept;
+    /// Tells the peer how much was read, every `ack_every` bytes.
+    void maybe_ack() noexcept;
+    static void ack_sent(void* request, ucs_status_t status, void* user_data) noexcept;
+
     struct pending_read {
         operation* op;
         std::array<boost::asio::mutable_buffer, max_read_buffers> bufs;
@@ -189,6 +220,11 @@ private:
     error_code recv_error_{};
     std::uint64_t consumed_ = 0;
     std::uint64_t written_ = 0;
+    // Flow control: writes waiting for the reader, in order (a vector keeps
+    // its capacity); what was last acknowledged; the ack's wire buffer.
+    std::vector<blocked_write> blocked_;
+    std::uint64_t acked_ = 0;
+    ack_sender* ack_ = nullptr;
     // Timeouts.
     boost::asio::steady_timer timer_;
     clock_type::time_point deadline_ = clock_type::time_point::max();
