@@ -339,7 +339,9 @@ public:
 
     /// Writes all of `buffers` (the first 64 non-empty buffers of a longer
     /// sequence), without copying them: a buffer sequence goes to UCX as an
-    /// IOV. The buffers must stay valid until completion. Errors:
+    /// IOV. Flow control: a write that starts while 8 MiB written here are
+    /// unread by the peer waits until the peer reads (docs/stream.md).
+    /// The buffers must stay valid until completion. Errors:
     /// `connection_reset` (the peer failed), `broken_pipe` (the peer closed),
     /// `bad_descriptor` after `close()`, `timed_out`, `operation_aborted`
     /// after `abort()`. Not cancellable (UCX cannot take a send back).
