@@ -82,7 +82,14 @@ bool am_registry::open() {
 }
 
 am_registry::id_state& am_registry::state_of(unsigned id) {
-    return ids_[id];
+    // Most traffic uses one or two ids: remember the last (map nodes are
+    // never erased, so the pointer stays valid).
+    if (last_state_ && last_id_ == id)
+        return *last_state_;
+    id_state& s = ids_[id];
+    last_id_ = id;
+    last_state_ = &s;
+    return s;
 }
 
 void am_registry::mark(id_state& s, unsigned id) {
@@ -642,6 +649,10 @@ void am_message::reset() noexcept {
         return;
     }
     // UCX's buffers go back on the worker's executor: at once when already there.
+    if (registry->worker()->running_in_owner()) {
+        registry->release(s);
+        return;
+    }
     try {
         const auto ex = registry->executor();
         boost::asio::dispatch(ex, [registry = std::move(registry), s] { registry->release(s); });

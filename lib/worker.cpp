@@ -405,7 +405,7 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
 
 // ---- the engine ----
 
-void worker_impl::request_progress() {
+void worker_impl::request_pass() {
     if (!worker_ || stopping_)
         return;
     if (fsm_.request(fsm_.now())) {

@@ -152,6 +152,8 @@ private:
     std::size_t max_header_ = 0;
     std::unique_ptr<slot[]> slots_;
     std::unordered_map<unsigned, id_state> ids_;
+    id_state* last_state_ = nullptr;
+    unsigned last_id_ = 0;
     std::vector<unsigned> dirty_;
     std::vector<am_message_state*> fetched_;
     std::vector<am_message_state*> pool_;

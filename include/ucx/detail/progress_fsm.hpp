@@ -53,6 +53,10 @@ public:
     /// must schedule a pass (none is scheduled or running); coalesces requests.
     bool request(clock::time_point now) noexcept;
 
+    /// `request` while a pass runs (`in_pass()`): the pass progresses again
+    /// before it may arm, and records the activity itself.
+    void request_in_pass() noexcept { requested_in_pass_ = true; }
+
     /// A pass starts (a scheduled pass, a wake-up of the fd, or the safety timer).
     progress_step begin(clock::time_point now) noexcept;
 

@@ -91,7 +91,14 @@ public:
     /// Head of the in-flight list (for endpoint failure fan-out).
     operation* in_flight_ops() const noexcept { return in_flight_head_; }
     /// Asks for a progress pass (coalesced).
-    void request_progress();
+    void request_progress() {
+        // Inside a pass (a handler starting its next operation) this only
+        // notes the request: the common case, kept inline.
+        if (fsm_.in_pass())
+            fsm_.request_in_pass();
+        else
+            request_pass();
+    }
 
     // --- endpoints (owner thread only) ---
     void add_endpoint(endpoint_impl* ep);
@@ -172,6 +179,7 @@ private:
     friend struct engine_backend;
 
     void run_pass();
+    void request_pass();
     std::size_t deliver_completions(operation::delivery d);
     void queue_wait();
     void cancel_wait() noexcept;
@@ -246,19 +254,49 @@ void start_operation(Handler&& handler, worker_impl& w, Submit&& submit) {
     w.run_on_owner([op, submit = std::forward<Submit>(submit)]() mutable { submit(op); });
 }
 
+/// Allocates the operation for `handler`, connects its cancellation slot, and
+/// runs `submit(*target, op)` on the worker's executor: at once when already
+/// there (without copying `target`), else dispatched with a copy of it.
+///
+/// `target` may live inside `handler` (a composed operation passing its own
+/// member): everything needed from it is taken before `handler` is moved.
+template <class Result, class Handler, class Target, class Submit>
+void start_target_operation(Handler&& handler, worker_impl& w,
+                            const std::shared_ptr<Target>& target, const Submit& submit) {
+    using op_type = handler_operation<std::decay_t<Handler>, worker_impl::executor_type, Result>;
+    if (w.running_in_owner()) {
+        // The handler, now inside the operation, keeps whatever owns *t.
+        Target* t = target.get();
+        auto* op = op_type::create(std::move(handler), w.get_executor());
+        auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
+        if (slot.is_connected())
+            slot.template emplace<operation_canceller>(op);
+        submit(*t, op);
+        return;
+    }
+    std::shared_ptr<Target> keep = target;
+    auto* op = op_type::create(std::move(handler), w.get_executor());
+    auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
+    if (slot.is_connected())
+        slot.template emplace<operation_canceller>(op);
+    boost::asio::dispatch(w.get_executor(),
+                          [op, keep = std::move(keep), submit]() mutable { submit(*keep, op); });
+}
+
 /// async_initiate for an operation of the object `target` (an endpoint,
 /// worker or listener implementation): `submit(target, op)` runs on the
-/// worker's executor. `target` stays alive until then.
+/// worker's executor. `target` stays alive until then (a deferred initiation,
+/// such as a coroutine's, holds its own copy).
 template <class Signature, class Result, class Target, class CompletionToken, class Submit>
-auto initiate(std::shared_ptr<Target> target, worker_impl& w, CompletionToken&& token,
+auto initiate(const std::shared_ptr<Target>& target, worker_impl& w, CompletionToken&& token,
               Submit submit) {
     return boost::asio::async_initiate<CompletionToken, Signature>(
-        [](auto handler, std::shared_ptr<Target> target, worker_impl* w, Submit submit) {
-            start_operation<Result>(
-                std::move(handler), *w,
-                [target = std::move(target), submit](operation* op) { submit(*target, op); });
+        [](auto&& handler, const std::shared_ptr<Target>& target, worker_impl* w,
+           const Submit& submit) {
+            start_target_operation<Result>(std::forward<decltype(handler)>(handler), *w, target,
+                                           submit);
         },
-        token, std::move(target), &w, std::move(submit));
+        token, target, &w, std::move(submit));
 }
 
 } // namespace ucx::detail
