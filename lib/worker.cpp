@@ -346,15 +346,17 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
     // Control messages first: a goodbye arrives before the disconnect that
     // follows it, and must win over the reset UCX reports for it.
     if (!control_queue_.empty()) {
-        auto queue = std::move(control_queue_);
-        control_queue_.clear();
-        for (const auto& [ep, message] : queue) {
+        // Swapped with a spare that keeps its capacity: no allocation per
+        // control message (stream acknowledgements are steady traffic).
+        control_queue_.swap(control_spare_);
+        for (const auto& [ep, message] : control_spare_) {
             if (auto it = endpoint_map_.find(ep); it != endpoint_map_.end())
                 it->second->on_control(message);
             else
                 ++dropped_control_;
             ++n;
         }
+        control_spare_.clear();
     }
     while (!closing_endpoints_.empty()) {
         endpoint_impl* ep = closing_endpoints_.back();

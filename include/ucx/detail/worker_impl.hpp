@@ -212,6 +212,7 @@ private:
     std::vector<endpoint_impl*> closing_endpoints_;
     std::unordered_map<ucp_ep_h, endpoint_impl*> endpoint_map_;
     std::vector<std::pair<ucp_ep_h, control_message>> control_queue_;
+    std::vector<std::pair<ucp_ep_h, control_message>> control_spare_;
     std::vector<listener_impl*> listeners_;
     std::vector<progress_observer*> observers_;
     std::shared_ptr<am_registry> am_;
