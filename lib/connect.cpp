@@ -11,22 +11,38 @@
 namespace ucx {
 namespace detail {
 
-void connect_to_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
-                         const boost::asio::ip::tcp::endpoint& to) noexcept {
+namespace {
+// The endpoint a connect completes with (the operation owns it until then);
+// null when `op` already failed.
+std::shared_ptr<endpoint_impl> connecting_endpoint(const std::shared_ptr<worker_impl>& w,
+                                                   operation* op) noexcept {
     if (op->cancel_requested) {
         w->start(op);
-        return w->fail(op, boost::asio::error::operation_aborted);
+        w->fail(op, boost::asio::error::operation_aborted);
+        return nullptr;
     }
-    std::shared_ptr<endpoint_impl> ep;
     try {
-        ep = std::make_shared<endpoint_impl>(w);
+        auto ep = std::make_shared<endpoint_impl>(w);
+        op->payload = ep;
+        return ep;
     } catch (...) {
         w->start(op);
-        return w->fail(op, make_error_code(errc::no_memory));
+        w->fail(op, make_error_code(errc::no_memory));
+        return nullptr;
     }
-    // The operation owns the endpoint until it completes.
-    op->payload = ep;
-    ep->connect_to(to.data(), static_cast<socklen_t>(to.size()), op);
+}
+} // namespace
+
+void connect_to_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
+                         const boost::asio::ip::tcp::endpoint& to) noexcept {
+    if (auto ep = connecting_endpoint(w, op))
+        ep->connect_to(to.data(), static_cast<socklen_t>(to.size()), op);
+}
+
+void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
+                        const worker_address& to) noexcept {
+    if (auto ep = connecting_endpoint(w, op))
+        ep->connect_address(to, op);
 }
 
 void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, const error_code& ec,

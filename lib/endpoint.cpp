@@ -73,55 +73,61 @@ void endpoint_impl::connect(const worker_address& address, error_code& ec) {
     established_ = !ec;
 }
 
-void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, operation* op) noexcept {
+bool endpoint_impl::begin_connect(operation* op) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->library_owned = true;
     op->cancel_hook = &endpoint_impl::cancel_connect;
     op->endpoint = this;
-    if (!w.is_open())
-        return w.fail(op, boost::asio::error::operation_aborted);
-    if (!w.has_control_channel())
-        return w.fail(op, make_error_code(errc::unsupported));
+    if (!w.is_open()) {
+        w.fail(op, boost::asio::error::operation_aborted);
+        return false;
+    }
+    if (!w.has_control_channel()) {
+        w.fail(op, make_error_code(errc::unsupported));
+        return false;
+    }
+    return true;
+}
+
+bool endpoint_impl::create_client(ucp_ep_params_t& params, operation* op) noexcept {
     role_ = role::client;
-    local_recv_tag_ = w.random_tag();
+    local_recv_tag_ = worker_->random_tag();
+    error_code ec;
+    create(params, ec);
+    if (ec) {
+        worker_->fail(op, ec);
+        return false;
+    }
+    connect_op_ = op;
+    return true;
+}
+
+void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, operation* op) noexcept {
+    if (!begin_connect(op))
+        return;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
     params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     params.sockaddr.addr = addr;
     params.sockaddr.addrlen = len;
-    error_code ec;
-    create(params, ec);
-    if (ec)
-        return w.fail(op, ec);
-    connect_op_ = op;
-    control_message hello{control_type::hello, local_recv_tag_};
-    w.send_control(ep_, hello);
+    if (!create_client(params, op))
+        return;
+    worker_->send_control(ep_, control_message{control_type::hello, local_recv_tag_});
 }
 
 void endpoint_impl::connect_address(const worker_address& address, operation* op) noexcept {
+    if (!begin_connect(op))
+        return;
     worker_impl& w = *worker_;
-    w.start(op);
-    op->library_owned = true;
-    op->cancel_hook = &endpoint_impl::cancel_connect;
-    op->endpoint = this;
-    if (!w.is_open())
-        return w.fail(op, boost::asio::error::operation_aborted);
-    if (!w.has_control_channel())
-        return w.fail(op, make_error_code(errc::unsupported));
     if (address.empty())
         return w.fail(op, make_error_code(errc::invalid_addr));
-    role_ = role::client;
     by_address_ = true;
-    local_recv_tag_ = w.random_tag();
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
-    error_code ec;
-    create(params, ec);
-    if (ec)
-        return w.fail(op, ec);
-    connect_op_ = op;
+    if (!create_client(params, op))
+        return;
     // The hello carries this worker's address: the acceptor needs it to make
     // UCX's endpoint for this connection its own (see accept_address).
     struct hello_state {

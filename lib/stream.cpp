@@ -633,24 +633,6 @@ void stream_impl::take_received(ucp_ep_h ep) noexcept {
 
 // ---- connections from a worker address ----
 
-void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
-                        const worker_address& to) noexcept {
-    if (op->cancel_requested) {
-        w->start(op);
-        return w->fail(op, boost::asio::error::operation_aborted);
-    }
-    std::shared_ptr<endpoint_impl> ep;
-    try {
-        ep = std::make_shared<endpoint_impl>(w);
-    } catch (...) {
-        w->start(op);
-        return w->fail(op, make_error_code(errc::no_memory));
-    }
-    // The operation owns the endpoint until it completes.
-    op->payload = ep;
-    ep->connect_address(to, op);
-}
-
 /// Installed once per worker (by its first address acceptor) in place of
 /// the worker's control-message handler: a hello that arrives over a UCP
 /// endpoint the worker does not know came from a peer that connected from

@@ -4,6 +4,7 @@
 #include <ucx/detail/worker_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/worker.hpp>
+#include <ucx/worker_address.hpp>
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -20,6 +21,13 @@ void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, cons
 /// Connects to one address (owner thread).
 void connect_to_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
                          const boost::asio::ip::tcp::endpoint& to) noexcept;
+/// Connects to the address acceptor of the worker at `to`: the endpoint
+/// (peer error mode) and the hello/welcome handshake over it; `op` completes
+/// with the endpoint (`endpoint_result`). Errors: `errc::invalid_addr` (empty
+/// address), `connection_refused` (no address acceptor took it), the
+/// endpoint's failure (the peer's worker is gone).
+void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
+                        const worker_address& to) noexcept;
 } // namespace detail
 
 /// Connects `w` to a `ucx::listener` at `host`:`service` (a port number or

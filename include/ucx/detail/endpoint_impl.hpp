@@ -145,6 +145,12 @@ public:
 private:
     static void error_callback(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
     static void cancel_connect(operation* op) noexcept;
+    /// The start shared by both connects: links `op`, checks the worker.
+    /// False when `op` already failed.
+    bool begin_connect(operation* op) noexcept;
+    /// Creates the UCP endpoint of a client connection, which `op` completes.
+    /// False when `op` already failed.
+    bool create_client(ucp_ep_params_t& params, operation* op) noexcept;
     static void cancel_wait(operation* op) noexcept;
     void create(ucp_ep_params_t& params, error_code& ec) noexcept;
     void send_control(control_type type) noexcept;

@@ -43,14 +43,6 @@ namespace ucx::detail {
 /// `asio::error::connection_reset`), so code written for TCP sockets matches it.
 error_code socket_error(const error_code& ec) noexcept;
 
-/// Connects to the address acceptor of the worker at `to`: the endpoint
-/// (peer error mode) and the hello/welcome handshake over it; `op` completes
-/// with the endpoint (`endpoint_result`). Errors: `errc::invalid_addr` (empty
-/// address), `connection_refused` (no address acceptor took it), the
-/// endpoint's failure (the peer's worker is gone).
-void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
-                        const worker_address& to) noexcept;
-
 class address_hello_hook;
 
 /// The state behind an address acceptor (`ucx::acceptor(worker&)`): takes
