@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <string>
 
 namespace ucx {
 
@@ -64,6 +65,11 @@ make_config_settings(const context_options& options,
         !env_has("UCX_SYSV_ERROR_HANDLING")) {
         out.emplace_back("MM_ERROR_HANDLING", "y");
     }
+    if (options.shared_memory_segment_size != 0 && shared_memory_selected(options, getenv) &&
+        !env_has("UCX_MM_SEG_SIZE") && !env_has("UCX_POSIX_SEG_SIZE") &&
+        !env_has("UCX_SYSV_SEG_SIZE")) {
+        out.emplace_back("MM_SEG_SIZE", std::to_string(options.shared_memory_segment_size));
+    }
 
     const auto& t = options.transports;
     std::string disabled;
@@ -109,6 +115,19 @@ struct config_deleter {
 } // namespace
 
 context_impl::context_impl(const context_options& options, error_code& ec) {
+    // UCX 1.13 would accept a segment of 64 KiB or more, then assert in its
+    // stream receive path (16-bit fragment lengths); too small a segment
+    // cannot hold UCX's own headers.
+    if (const std::size_t seg = options.shared_memory_segment_size;
+        seg != 0 &&
+        (seg < min_shared_memory_segment_size || seg > max_shared_memory_segment_size)) {
+        log::write(log::severity::error, "context_options::shared_memory_segment_size " +
+                                             std::to_string(seg) + " is outside [" +
+                                             std::to_string(min_shared_memory_segment_size) + ", " +
+                                             std::to_string(max_shared_memory_segment_size) + "]");
+        ec = make_error_code(errc::invalid_param);
+        return;
+    }
     ucp_config_t* raw = nullptr;
     if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw); st != UCS_OK) {
         ec = make_error_code(st);

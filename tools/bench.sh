@@ -217,7 +217,7 @@ sweep_round() {
 # environment (which wins over the library's own defaults).
 study_sizes="65536 1048576 16777216"
 [ $quick = 1 ] && study_sizes="65536 1048576"
-study_variants="default RNDV_SCHEME=get_zcopy RNDV_THRESH=inf"
+study_variants="default MM_SEG_SIZE=16448 MM_SEG_SIZE=32832 RNDV_THRESH=inf"
 
 # Which path the bulk data takes does not depend on timing: bytes that cross
 # the loopback interface per 1 MiB message (TCP carries it) for ucx_perftest
@@ -250,6 +250,8 @@ study_round() {
       [ $v = default ] || { e="$e UCX_$v"; t="$t UCX_$v"; l="$l UCX_$v"; }
       pt "st_shm_${v}_$s" "$e" -t tag_bw -s "$s" -n "$n" -w "$(( n / 10 + 1 ))" -e
       ap "st_lib_${v}_$s" "$l" --ucx-defaults -t tag_bw -s "$s" --progress poll -n "$n"
+      # Shared-memory segment sizes mean nothing over TCP.
+      case $v in MM_*) continue ;; esac
       pt "st_tcp_${v}_$s" "$t" -t tag_bw -s "$s" -n "$(( n / 4 + 1 ))" -w "$(( n / 40 + 1 ))" -e
     done
   done
@@ -367,6 +369,7 @@ study="$out/study.md"
   printf '|---|'; for s in $study_sizes; do printf -- '---|'; done; echo
   for tr in shm lib tcp; do
     for v in $study_variants; do
+      [ $tr = tcp ] && case $v in MM_*) continue ;; esac
       printf '| %s %s |' "$tr" "$v"
       for s in $study_sizes; do printf ' %s |' "$(bw "st_${tr}_${v}_$s")"; done
       echo

@@ -5,6 +5,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -50,6 +51,10 @@ struct transports {
     bool nvlink = true;        ///< CUDA IPC over NVLink/PCIe ("cuda_ipc").
 };
 
+/// Bounds of `context_options::shared_memory_segment_size` (bytes).
+inline constexpr std::size_t min_shared_memory_segment_size = 1024;
+inline constexpr std::size_t max_shared_memory_segment_size = 65535;
+
 /// Options of a context. Precedence, lowest to highest: UCX's defaults, the
 /// library's defaults, the process environment (`UCX_*`), then whatever is set
 /// explicitly here (`transports`, `net_devices`, `config`).
@@ -68,6 +73,20 @@ struct context_options {
     /// `UCX_SYSV_ERROR_HANDLING`. Without it, UCX 1.13 silently routes
     /// intra-node traffic over TCP (8 B latency 4.9 us instead of 0.15 us).
     bool shared_memory_error_handling = true;
+    /// Size of one shared-memory FIFO segment in bytes, headers included
+    /// (`MM_SEG_SIZE`, which posix and sysv inherit; UCX's default is 8256).
+    /// With peer error handling every byte crosses shared memory through
+    /// these segments (UCX 1.13 uses no zero-copy lane then), so larger ones
+    /// move a large message in fewer fragments: 1 MiB tag and 64 KiB stream
+    /// bandwidth rose 2 to 3 times here (docs/benchmarks.md). Each worker's
+    /// FIFO holds 64 segments (2 MiB of shared memory at this size). Must
+    /// stay below 64 KiB: UCX 1.13's stream receive keeps fragment lengths
+    /// in 16 bits and asserts above. Ignored when the environment sets
+    /// `UCX_MM_SEG_SIZE`, `UCX_POSIX_SEG_SIZE` or `UCX_SYSV_SEG_SIZE`, or
+    /// when shared memory is not among the transports; 0 leaves UCX's default.
+    /// Out of [min_shared_memory_segment_size, max_shared_memory_segment_size]
+    /// (and not 0), constructing the context fails with `errc::invalid_param`.
+    std::size_t shared_memory_segment_size = 32832;
     /// Arbitrary UCX settings, by name without the `UCX_` prefix
     /// (e.g. {"RNDV_THRESH", "64k"}); they override the environment.
     std::map<std::string, std::string> config{};

@@ -43,9 +43,9 @@ std::optional<std::string> value_of(const settings& s, const std::string& key) {
     return v;
 }
 
-TEST(ConfigSettings, DefaultsGiveOnlyMmErrorHandling) {
+TEST(ConfigSettings, DefaultsGiveMmErrorHandlingAndSegmentSize) {
     const fake_env env;
-    EXPECT_EQ(env.run({}), (settings{{"MM_ERROR_HANDLING", "y"}}));
+    EXPECT_EQ(env.run({}), (settings{{"MM_ERROR_HANDLING", "y"}, {"MM_SEG_SIZE", "32832"}}));
 }
 
 TEST(ConfigSettings, GetenvIsAskedNotTheProcessEnvironment) {
@@ -53,7 +53,7 @@ TEST(ConfigSettings, GetenvIsAskedNotTheProcessEnvironment) {
     // UCX_MM_ERROR_HANDLING, the setting is suppressed even if the real one lacks it.
     fake_env env;
     env.vars["UCX_MM_ERROR_HANDLING"] = "n";
-    EXPECT_EQ(env.run({}), settings{});
+    EXPECT_EQ(env.run({}), (settings{{"MM_SEG_SIZE", "32832"}}));
 }
 
 TEST(ConfigSettings, EnvErrorHandlingSuppressesMmErrorHandling) {
@@ -62,7 +62,7 @@ TEST(ConfigSettings, EnvErrorHandlingSuppressesMmErrorHandling) {
         fake_env env;
         env.vars[var] = "y";
         EXPECT_FALSE(has_key(env.run({}), "MM_ERROR_HANDLING")) << var;
-        EXPECT_TRUE(env.run({}).empty()) << var;
+        EXPECT_EQ(env.run({}), (settings{{"MM_SEG_SIZE", "32832"}})) << var;
     }
 }
 
@@ -70,7 +70,28 @@ TEST(ConfigSettings, OptionOffSuppressesMmErrorHandling) {
     const fake_env env;
     ucx::context_options o;
     o.shared_memory_error_handling = false;
-    EXPECT_EQ(env.run(o), settings{});
+    EXPECT_EQ(env.run(o), (settings{{"MM_SEG_SIZE", "32832"}}));
+}
+
+TEST(ConfigSettings, SegmentSizeFollowsOptionAndYieldsToEnvironment) {
+    {
+        const fake_env env;
+        ucx::context_options o;
+        o.shared_memory_segment_size = 32832;
+        EXPECT_EQ(value_of(env.run(o), "MM_SEG_SIZE"), "32832");
+        o.shared_memory_segment_size = 0; // UCX's default
+        EXPECT_FALSE(has_key(env.run(o), "MM_SEG_SIZE"));
+    }
+    for (const char* var : {"UCX_MM_SEG_SIZE", "UCX_POSIX_SEG_SIZE", "UCX_SYSV_SEG_SIZE"}) {
+        fake_env env;
+        env.vars[var] = "8256";
+        EXPECT_FALSE(has_key(env.run({}), "MM_SEG_SIZE")) << var;
+        EXPECT_TRUE(has_key(env.run({}), "MM_ERROR_HANDLING")) << var;
+    }
+    // Without shared memory there is nothing to size (UCX would reject the key).
+    fake_env env;
+    env.vars["UCX_TLS"] = "tcp,self";
+    EXPECT_FALSE(has_key(env.run({}), "MM_SEG_SIZE"));
 }
 
 TEST(ConfigSettings, DisabledTransportsGiveNegatedTls) {
@@ -78,7 +99,9 @@ TEST(ConfigSettings, DisabledTransportsGiveNegatedTls) {
     ucx::context_options o;
     o.transports.tcp = false;
     o.transports.cma = false;
-    EXPECT_EQ(env.run(o), (settings{{"MM_ERROR_HANDLING", "y"}, {"TLS", "^tcp,cma"}}));
+    EXPECT_EQ(
+        env.run(o),
+        (settings{{"MM_ERROR_HANDLING", "y"}, {"MM_SEG_SIZE", "32832"}, {"TLS", "^tcp,cma"}}));
 
     ucx::context_options all_off;
     all_off.transports = {false, false, false, false, false, false};
@@ -126,6 +149,7 @@ TEST(ConfigSettings, NetDevicesAreJoined) {
     const fake_env env;
     ucx::context_options o;
     o.shared_memory_error_handling = false;
+    o.shared_memory_segment_size = 0;
     o.net_devices = {"lo", "eth0"};
     EXPECT_EQ(env.run(o), (settings{{"NET_DEVICES", "lo,eth0"}}));
     o.net_devices = {"mlx5_0:1"};
@@ -136,6 +160,7 @@ TEST(ConfigSettings, ConfigEntriesPassThroughWithPrefixStripped) {
     const fake_env env;
     ucx::context_options o;
     o.shared_memory_error_handling = false;
+    o.shared_memory_segment_size = 0;
     o.config = {{"RNDV_THRESH", "64k"}, {"UCX_KEEPALIVE_INTERVAL", "inf"}};
     const settings s = env.run(o);
     ASSERT_EQ(s.size(), 2u);
@@ -218,6 +243,28 @@ TEST(ConfigContext, ConfigMapOverridesEnvironment) {
     EXPECT_EQ(ctx.config_value("RNDV_THRESH"), "12345");
     // wakeup is always added.
     EXPECT_EQ(ctx.features(), ucx::feature::tag | ucx::feature::wakeup);
+}
+
+TEST(ConfigContext, SegmentSizeOutOfBoundsIsInvalidParam) {
+    scoped_env devices("UCX_NET_DEVICES", "lo");
+    for (std::size_t bad : {std::size_t{65536}, std::size_t{1} << 20, std::size_t{512}}) {
+        ucx::context_options o;
+        o.shared_memory_segment_size = bad;
+        ucx::error_code ec;
+        ucx::context ctx(o, ec);
+        EXPECT_EQ(ec, make_error_code(ucx::errc::invalid_param)) << bad;
+        EXPECT_EQ(ctx.native_handle(), nullptr) << bad;
+        EXPECT_THROW(ucx::context{o}, boost::system::system_error) << bad;
+    }
+    // The bounds themselves, and 0 (UCX's default), are fine.
+    for (std::size_t good : {std::size_t{0}, ucx::min_shared_memory_segment_size,
+                             ucx::max_shared_memory_segment_size}) {
+        ucx::context_options o;
+        o.shared_memory_segment_size = good;
+        ucx::error_code ec;
+        ucx::context ctx(o, ec);
+        EXPECT_FALSE(ec) << good << ": " << ec.message();
+    }
 }
 
 TEST(ConfigContext, InvalidSettingFailsWithErrorCode) {
