@@ -23,9 +23,20 @@ progress_config make_progress_config(const worker_options& o) {
     c.mode = o.mode;
     c.spin = o.spin_duration;
     c.max_steps_per_pass = std::max(2u, o.max_steps_per_handler);
+    c.spin_slice = o.spin_slice;
     return c;
 }
 } // namespace
+
+inline bool worker_impl::nothing_to_deliver() const noexcept {
+    return done_head_ == nullptr && control_queue_.empty() && observers_.empty() &&
+           (am_observer_ == nullptr || !am_observer_->has_work()) && closing_endpoints_.empty() &&
+           listeners_with_requests_.empty() && failed_endpoints_.empty();
+}
+
+inline bool worker_impl::work_pending() const noexcept {
+    return in_flight_count_ + internal_requests_ + (am_ ? am_->requests_in_flight() : 0) > 0;
+}
 
 // The UCX side of the progress engine: what run_progress_pass calls.
 struct engine_backend {
@@ -34,6 +45,9 @@ struct engine_backend {
     std::size_t progress() {
         ++w.stats_.progress_calls;
         const unsigned events = ucp_worker_progress(w.worker_);
+        // Most spinning steps find nothing: decide that inline.
+        if (w.nothing_to_deliver())
+            return events;
         return events + w.deliver_completions(operation::delivery::dispatch);
     }
     bool work_pending() const noexcept { return w.work_pending(); }
@@ -110,7 +124,7 @@ void worker_impl::open() {
         if (!am_->open())
             am_.reset();
         else
-            add_observer(am_.get());
+            am_observer_ = am_.get();
     }
     // Serve the peers from the start: the first pass queues the wait on the fd.
     request_progress();
@@ -383,6 +397,9 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
     for (std::size_t i = observers_.size(); i > 0; --i)
         if (i - 1 < observers_.size())
             n += observers_[i - 1]->after_progress();
+    // Active messages last, as the first observer would be.
+    if (am_observer_ && am_observer_->has_work())
+        n += am_observer_->after_progress();
     // Deliver what is queued now (not what these handlers queue), one at a
     // time from the shared queue, so a handler that shuts the worker down
     // leaves the rest to shutdown(), which frees their UCX requests in time.
@@ -505,10 +522,6 @@ void worker_impl::remove_endpoint(endpoint_impl* ep) noexcept {
     std::erase(closing_endpoints_, ep);
 }
 
-bool worker_impl::work_pending() const noexcept {
-    return in_flight_count_ + internal_requests_ + (am_ ? am_->requests_in_flight() : 0) > 0;
-}
-
 void worker_impl::am_recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
     if (!am_) {
         start(op);
@@ -572,7 +585,7 @@ void worker_impl::shutdown() {
 
     // Active messages: waiting receives are ended below; queued messages go.
     if (am_) {
-        remove_observer(am_.get());
+        am_observer_ = nullptr;
         am_->shutdown();
     }
 

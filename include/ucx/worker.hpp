@@ -27,9 +27,15 @@ struct worker_options {
     /// even if no event arrived. Zero disables it. Correctness never depends on
     /// it; it bounds the damage of a transport that misses a wake-up.
     std::chrono::milliseconds safety_interval = std::chrono::milliseconds(100);
-    /// Most progress/arm calls in one handler before the engine yields to the
-    /// other handlers of the executor (values below 2 count as 2).
+    /// Most progress/arm calls that found events (delivering completions) in
+    /// one handler before the engine yields to the other handlers of the
+    /// executor (values below 2 count as 2).
     unsigned max_steps_per_handler = 64;
+    /// Poll and hybrid modes: how long one handler may spin on quiet progress
+    /// calls before yielding to the other handlers of the executor. Each
+    /// yield costs the io_context's reactor a system call, so spinning is
+    /// sliced by time (checked every 64 quiet calls), not by a short count.
+    std::chrono::nanoseconds spin_slice = std::chrono::microseconds(50);
     /// Shutdown waits at most this long for UCX to call back every request.
     std::chrono::milliseconds shutdown_timeout = std::chrono::seconds(5);
     /// Active messages: the data bytes one id may hold in memory for messages

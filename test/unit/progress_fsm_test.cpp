@@ -166,6 +166,10 @@ progress_config cfg(progress_mode mode, unsigned max_steps = 64,
     c.mode = mode;
     c.max_steps_per_pass = max_steps;
     c.spin = spin;
+    // A spinning pass checks its (zero) slice after `max_steps` quiet calls:
+    // it yields then, as with a count.
+    c.spin_slice = 0ns;
+    c.spin_clock_interval = max_steps;
     return c;
 }
 
@@ -413,8 +417,9 @@ TEST(ProgressFsm, NoWorkPendingStillArmsInEventMode) {
 // ---------------------------------------------------------------- poll mode
 
 TEST(ProgressFsm, PollModeSpinsThenYieldsWhileWorkPendingAndNeverArms) {
-    // Quiet progress calls spin within the pass until the step budget is
-    // spent, then the pass yields (one trip through the io_context per budget).
+    // Quiet progress calls spin within the pass until the spin slice is
+    // spent (checked every 4 quiet calls here, a zero slice), then the pass
+    // yields (one trip through the io_context per slice).
     progress_fsm fsm(cfg(progress_mode::poll, 4));
     fake_backend b{fsm};
     for (int i = 0; i < 20; ++i) {
@@ -422,9 +427,67 @@ TEST(ProgressFsm, PollModeSpinsThenYieldsWhileWorkPendingAndNeverArms) {
         EXPECT_EQ(calls, (std::vector<call>{P(0), P(0), P(0), P(0), POST})) << str(calls);
         EXPECT_TRUE(fsm.pass_scheduled());
     }
+    // Calls that found events count against the step budget, not the slice.
     b.progress_script = {5, 2, 0};
-    EXPECT_EQ(b.pass(), (std::vector<call>{P(5), P(2), P(0), P(0), POST}));
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(5), P(2), P(0), P(0), P(0), P(0), POST}));
     EXPECT_FALSE(fsm.wait_queued());
+}
+
+TEST(ProgressFsm, SpinningDoesNotUseTheStepBudget) {
+    // The step budget bounds calls that deliver (handlers run there); quiet
+    // spinning is bounded by the slice alone.
+    progress_config c = cfg(progress_mode::poll, 4);
+    c.spin_slice = std::chrono::hours(1);
+    c.spin_clock_interval = 1000;
+    progress_fsm fsm(c);
+    fake_backend b{fsm};
+    b.progress_script = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
+    const auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(0), P(0), P(0), P(0), P(0), P(0), P(0), P(0), P(1), P(1),
+                                        P(1), P(1), POST}))
+        << str(calls);
+}
+
+TEST(ProgressFsm, PollModeSpinSliceIsMeasuredFromThePassStart) {
+    progress_config c = cfg(progress_mode::poll, 64);
+    c.spin_slice = 100us;
+    c.spin_clock_interval = 4;
+    progress_fsm fsm(c);
+    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
+    const clock_type::time_point no_time{};
+    EXPECT_EQ(fsm.begin(t0), progress_step::progress);
+    // The time matters only on every 4th quiet call (the others get none).
+    for (int round = 0; round < 3; ++round) {
+        for (int i = 0; i < 3; ++i)
+            EXPECT_EQ(fsm.on_progressed(0, true, no_time), progress_step::progress);
+        EXPECT_EQ(fsm.on_progressed(0, true, t0 + (round + 1) * 30us), progress_step::progress)
+            << "within the slice at " << (round + 1) * 30 << " us";
+    }
+    for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(fsm.on_progressed(0, true, no_time), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, true, t0 + 100us), progress_step::yield);
+    EXPECT_TRUE(fsm.pass_scheduled());
+    // The next pass has a slice of its own.
+    EXPECT_EQ(fsm.begin(t0 + 101us), progress_step::progress);
+    for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(fsm.on_progressed(0, true, no_time), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, true, t0 + 150us), progress_step::progress);
+}
+
+TEST(ProgressFsm, NowReadsTheClockOnlyWhenASliceCheckIsDue) {
+    progress_config c = cfg(progress_mode::poll, 64);
+    c.spin_clock_interval = 3;
+    c.spin_slice = std::chrono::hours(1);
+    progress_fsm fsm(c);
+    fsm.begin(clock_type::now());
+    EXPECT_EQ(fsm.now(), clock_type::time_point{});
+    fsm.on_progressed(0, true, clock_type::time_point{});
+    EXPECT_EQ(fsm.now(), clock_type::time_point{});
+    fsm.on_progressed(0, true, clock_type::time_point{});
+    EXPECT_NE(fsm.now(), clock_type::time_point{}) << "the third quiet call checks the slice";
+    // Hybrid mode needs the time at every step.
+    progress_fsm hybrid(cfg(progress_mode::hybrid, 64));
+    EXPECT_NE(hybrid.now(), clock_type::time_point{});
 }
 
 TEST(ProgressFsm, PollModeSleepsArmedWithoutWork) {
@@ -489,7 +552,8 @@ TEST(ProgressFsm, HybridSpinWindowWithExplicitTimes) {
     EXPECT_TRUE(fsm.request(at(1000us)));
     EXPECT_EQ(fsm.begin(at(1000us)), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(1, true, at(1080us)), progress_step::progress);
-    EXPECT_EQ(fsm.on_progressed(0, true, at(1170us)), progress_step::yield);
+    EXPECT_EQ(fsm.on_progressed(0, true, at(1170us)), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, true, at(1175us)), progress_step::yield);
     EXPECT_EQ(fsm.begin(at(1175us)), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(0, true, at(1181us)), progress_step::arm)
         << "wait still queued: straight to arm";
@@ -500,8 +564,9 @@ TEST(ProgressFsm, HybridSpinWindowWithExplicitTimes) {
     EXPECT_EQ(fsm.begin(at(5000us)), progress_step::progress);
     EXPECT_FALSE(fsm.request(at(5090us)));
     EXPECT_EQ(fsm.on_progressed(0, true, at(5090us)), progress_step::progress);
-    EXPECT_EQ(fsm.on_progressed(0, true, at(5150us)), progress_step::yield);
-    EXPECT_EQ(fsm.begin(at(5150us)), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, true, at(5150us)), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, true, at(5151us)), progress_step::yield);
+    EXPECT_EQ(fsm.begin(at(5151us)), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(0, true, at(5191us)), progress_step::arm);
 }
 
@@ -515,7 +580,11 @@ void run_random_passes(progress_mode mode, std::uint64_t seed, int passes, outco
     std::mt19937_64 rng(seed);
     auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
     const unsigned max_steps = std::uniform_int_distribution<unsigned>(1, 16)(rng);
-    progress_fsm fsm(cfg(mode, max_steps, 0ns));
+    progress_config config = cfg(mode, max_steps, 0ns);
+    // Spinning ends at the first quiet call (a zero slice, checked every
+    // call), so the bound on engine calls per pass below holds for poll mode.
+    config.spin_clock_interval = 1;
+    progress_fsm fsm(config);
     fake_backend b{fsm};
     // Random answers for every call.
     const double p_quiet = std::uniform_real_distribution<double>(0.3, 0.9)(rng);

@@ -30,9 +30,17 @@ struct progress_config {
     progress_mode mode = progress_mode::event;
     /// Hybrid mode: how long to keep progressing after the last activity.
     std::chrono::nanoseconds spin{std::chrono::microseconds(20)};
-    /// Most ucp_worker_progress/arm calls in one handler before yielding
-    /// (at least 2: one progress and one arm).
+    /// Most ucp_worker_progress/arm calls that found events (or arm) in one
+    /// handler before yielding (at least 2: one progress and one arm).
     unsigned max_steps_per_pass = 64;
+    /// Poll and hybrid modes: how long one handler may keep spinning on quiet
+    /// progress calls before yielding to the other handlers of the executor.
+    /// Spinning is bounded by time, not by a count: each yield costs a trip
+    /// through the io_context, whose reactor then polls epoll (a system call).
+    std::chrono::nanoseconds spin_slice{std::chrono::microseconds(50)};
+    /// Quiet spinning progress calls between two reads of the clock for
+    /// `spin_slice` (at least 1).
+    unsigned spin_clock_interval = 64;
 };
 
 class progress_fsm {
@@ -43,10 +51,14 @@ public:
 
     const progress_config& config() const noexcept { return config_; }
 
-    /// The time to pass to the calls below: only the hybrid mode's spin
-    /// window reads it, so the other modes skip the clock.
+    /// The time to pass to the calls below. The hybrid mode's spin window
+    /// reads it at every step; otherwise only the spinning step that checks
+    /// the spin slice needs it (one step in `spin_clock_interval`), so the
+    /// common steps skip the clock.
     clock::time_point now() const noexcept {
-        return config_.mode == progress_mode::hybrid ? clock::now() : clock::time_point{};
+        return config_.mode == progress_mode::hybrid || spin_steps_ + 1 >= interval()
+                   ? clock::now()
+                   : clock::time_point{};
     }
 
     /// Someone submitted work or wants progress. Returns true when the caller
@@ -83,12 +95,19 @@ public:
 
 private:
     progress_step quiet(bool work_pending, clock::time_point now) noexcept;
-    progress_step spin() noexcept;
+    progress_step spin(clock::time_point now) noexcept;
     progress_step end(progress_step s) noexcept;
+    unsigned interval() const noexcept {
+        return config_.spin_clock_interval == 0 ? 1 : config_.spin_clock_interval;
+    }
 
     progress_config config_;
     clock::time_point last_activity_{};
+    /// When this pass started (the spin slice is measured from it).
+    clock::time_point pass_start_{};
     unsigned steps_ = 0;
+    /// Quiet spinning steps since the spin slice was last checked.
+    unsigned spin_steps_ = 0;
     bool scheduled_ = false;
     bool in_pass_ = false;
     bool continuing_ = false;
@@ -96,6 +115,79 @@ private:
     bool wait_queued_ = false;
     bool armed_ = false;
 };
+
+// The decisions taken on every spinning step are inline: they run once per
+// ucp_worker_progress call, which itself costs about as much.
+
+inline progress_step progress_fsm::end(progress_step s) noexcept {
+    in_pass_ = false;
+    switch (s) {
+    case progress_step::yield:
+        scheduled_ = true;
+        continuing_ = true;
+        break;
+    case progress_step::sleep:
+        armed_ = true;
+        break;
+    default:
+        break;
+    }
+    return s;
+}
+
+inline progress_step progress_fsm::spin(clock::time_point now) noexcept {
+    // `now` is real only on the step that checks the slice (see now()).
+    if (++spin_steps_ >= interval()) {
+        spin_steps_ = 0;
+        if (now - pass_start_ >= config_.spin_slice)
+            return end(progress_step::yield);
+    }
+    return progress_step::progress;
+}
+
+inline progress_step progress_fsm::quiet(bool work_pending, clock::time_point now) noexcept {
+    // Spinning: keep progressing in this handler while the spin slice
+    // lasts, then yield. Yielding after every quiet step (or every few) would
+    // make the spin cost a trip through the io_context, whose reactor then
+    // polls epoll (a system call) between two progress calls.
+    switch (config_.mode) {
+    case progress_mode::event:
+        break;
+    case progress_mode::poll:
+        if (work_pending)
+            return spin(now);
+        break;
+    case progress_mode::hybrid:
+        if (now - last_activity_ < config_.spin)
+            return spin(now);
+        break;
+    }
+    // The quiet progress call and the arm after it are steps: within budget,
+    // or in a fresh handler.
+    ++steps_;
+    if (steps_ >= config_.max_steps_per_pass)
+        return end(progress_step::yield);
+    // The wait stays queued even with nothing in flight: peers need this
+    // worker's progress (connection set-up, their sends) at any time.
+    if (!wait_queued_)
+        return progress_step::queue_wait;
+    return progress_step::arm;
+}
+
+inline progress_step progress_fsm::on_progressed(std::size_t events, bool work_pending,
+                                                 clock::time_point now) noexcept {
+    if (events > 0 || requested_in_pass_) {
+        ++steps_;
+        requested_in_pass_ = false;
+        last_activity_ = now;
+        // Fairness: a worker that always has events must not starve the
+        // other handlers of the io_context.
+        if (steps_ >= config_.max_steps_per_pass)
+            return end(progress_step::yield);
+        return progress_step::progress;
+    }
+    return quiet(work_pending, now);
+}
 
 /// Executes one pass. `Backend` provides:
 ///   std::size_t progress();  // ucp_worker_progress + deliver completions
@@ -106,7 +198,8 @@ private:
 ///   bool stopped();          // the worker shut down during the pass
 template <class Backend>
 void run_progress_pass(progress_fsm& fsm, Backend& backend) {
-    progress_step step = fsm.begin(fsm.now());
+    // One clock read per pass: the spin slice starts here.
+    progress_step step = fsm.begin(progress_fsm::clock::now());
     for (;;) {
         if (backend.stopped())
             return;

@@ -102,6 +102,8 @@ public:
 
     // --- endpoints (owner thread only) ---
     void add_endpoint(endpoint_impl* ep);
+    /// Head of the list of this worker's endpoints (linked by next/prev).
+    endpoint_impl* endpoints() const noexcept { return endpoints_; }
     void remove_endpoint(endpoint_impl* ep) noexcept;
     /// An endpoint close request is under way (close_callback frees it).
     void close_request_started() noexcept;
@@ -181,6 +183,8 @@ private:
     void run_pass();
     void request_pass();
     std::size_t deliver_completions(operation::delivery d);
+    /// Whether deliver_completions has nothing to do: the common quiet step.
+    bool nothing_to_deliver() const noexcept;
     void queue_wait();
     void cancel_wait() noexcept;
     void start_safety_timer();
@@ -216,6 +220,9 @@ private:
     std::vector<listener_impl*> listeners_;
     std::vector<progress_observer*> observers_;
     std::shared_ptr<am_registry> am_;
+    /// am_ while it is open: checked on every progress step without the
+    /// virtual call of a general observer.
+    am_registry* am_observer_ = nullptr;
     std::vector<worker_resource*> resources_;
     std::vector<listener_impl*> listeners_with_requests_;
     bool control_channel_ = false;
