@@ -146,8 +146,8 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep) {
         m->reply_ep = param->reply_ep;
         if (endpoint_impl* ep = self->worker_->find_endpoint(param->reply_ep)) {
-            m->from = ep->weak_from_this();
             m->from_raw = ep;
+            m->from_serial = ep->serial();
         }
     }
     ucs_status_t status = UCS_OK;
@@ -172,6 +172,19 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
         }
     }
     id_state& s = self->state_of(m->id);
+    if (!m->rendezvous && !m->error && s.head == nullptr && !s.waiting.empty() &&
+        s.waiting.front()->hook_context == nullptr) {
+        // The common case: a receive for any sender waits and nothing is
+        // queued ahead of this message. Hand it over now (the operation is
+        // only queued; its handler runs after progress returns), without a
+        // trip through the queue.
+        operation* op = s.waiting.front();
+        s.waiting.erase(s.waiting.begin());
+        op->message = m;
+        op->status = UCS_OK;
+        self->worker_->finished(op);
+        return status;
+    }
     if (m->data) {
         m->counted = length;
         s.bytes += length;
@@ -263,7 +276,9 @@ void am_registry::unlink(id_state& s, am_message_state* m, am_message_state* pre
 
 namespace {
 bool sent_by(const am_message_state* m, const endpoint_impl* ep) noexcept {
-    return m->from_raw == ep && !m->from.expired();
+    // `ep` is alive (a receive bound to it): the same pointer with the same
+    // serial is the same endpoint.
+    return m->from_raw == ep && m->from_serial == ep->serial();
 }
 } // namespace
 
@@ -301,10 +316,9 @@ bool am_registry::deliver_one(id_state& s) {
         am_message_state* m = s.head;
         unlink(s, m, nullptr);
         const error_code ec = m->error;
-        boost::asio::post(executor_,
-                          [h = s.handler, ec, msg = am_message(shared_from_this(), m)]() mutable {
-                              (*h)(ec, std::move(msg));
-                          });
+        boost::asio::post(executor_, [h = s.handler, ec, msg = am_message(m)]() mutable {
+            (*h)(ec, std::move(msg));
+        });
         return true;
     }
     return false;
@@ -389,7 +403,10 @@ void am_registry::recv(operation* op, unsigned id, endpoint_impl* from) noexcept
     try {
         id_state& s = state_of(id);
         s.waiting.push_back(op);
-        mark(s, id);
+        // Something to match only if messages are queued, or for a receive
+        // bound to an endpoint (which may have failed already).
+        if (s.head || from)
+            mark(s, id);
     } catch (...) {
         return w.fail(op, make_error_code(errc::no_memory));
     }
@@ -470,7 +487,10 @@ void am_registry::release(am_message_state* m) noexcept {
     if (m->rndv_desc && w)
         ucp_am_data_release(w, m->rndv_desc);
     if (closed()) {
-        delete m; // the registry no longer tracks it
+        // The registry no longer tracks it. `keep` may hold the last
+        // reference to this registry: it goes after the registry's last use.
+        const std::shared_ptr<am_registry> keep = std::move(m->keep_registry);
+        delete m;
         return;
     }
     if (m->live_prev)
@@ -490,8 +510,8 @@ void am_registry::release(am_message_state* m) noexcept {
     m->fetch_request = nullptr;
     m->mem = memory_type::host;
     m->allocator.reset();
-    m->from.reset();
     m->from_raw = nullptr;
+    m->from_serial = 0;
     m->reply_ep = nullptr;
     m->error = {};
     m->counted = 0;
@@ -543,8 +563,10 @@ void am_registry::detach() noexcept {
             release(m);
     }
     fetched_.clear();
-    // Messages the application still holds: copy what lives in UCX's memory.
+    // Messages the application still holds: copy what lives in UCX's memory,
+    // and keep this registry alive for their release.
     for (am_message_state* m = live_; m; m = m->live_next) {
+        m->keep_registry = shared_from_this();
         if (m->kind == am_message_state::storage::ucx) {
             void* copy = ::operator new(m->length, std::nothrow);
             if (copy) {
@@ -575,7 +597,7 @@ std::tuple<error_code, am_message> am_recv_result::extract(const error_code& ec,
     op.message = nullptr;
     if (!m)
         return {ec, am_message()};
-    return {ec, am_message(m->registry->shared_from_this(), m)};
+    return {ec, am_message(m)};
 }
 
 void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
@@ -624,12 +646,11 @@ void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
 // ---- am_message ----
 
 am_message::am_message(am_message&& other) noexcept
-    : registry_(std::move(other.registry_)), state_(std::exchange(other.state_, nullptr)) {}
+    : state_(std::exchange(other.state_, nullptr)) {}
 
 am_message& am_message::operator=(am_message&& other) noexcept {
     if (this != &other) {
         reset();
-        registry_ = std::move(other.registry_);
         state_ = std::exchange(other.state_, nullptr);
     }
     return *this;
@@ -643,7 +664,7 @@ void am_message::reset() noexcept {
     detail::am_message_state* s = std::exchange(state_, nullptr);
     if (!s)
         return;
-    auto registry = std::move(registry_);
+    detail::am_registry* registry = s->registry;
     if (registry->closed()) {
         registry->release(s);
         return;
@@ -653,9 +674,11 @@ void am_message::reset() noexcept {
         registry->release(s);
         return;
     }
+    // The registry outlives the posted release: `s` stays on its list of live
+    // messages until then, so a close in between gives `s` a reference.
     try {
         const auto ex = registry->executor();
-        boost::asio::dispatch(ex, [registry = std::move(registry), s] { registry->release(s); });
+        boost::asio::dispatch(ex, [registry, s] { registry->release(s); });
     } catch (...) {
     }
 }
@@ -693,7 +716,7 @@ bool am_message::can_reply() const noexcept {
 }
 
 endpoint am_message::reply_endpoint(error_code& ec) const {
-    if (!state_ || registry_->closed()) {
+    if (!state_ || state_->registry->closed()) {
         ec = boost::asio::error::bad_descriptor;
         return {};
     }
@@ -702,8 +725,24 @@ endpoint am_message::reply_endpoint(error_code& ec) const {
         return {};
     }
     if (state_->from_raw) {
-        // The connected endpoint of that peer, while it lives.
-        auto ep = state_->from.lock();
+        // The connected endpoint of that peer, while it lives: still on the
+        // worker's list, with the serial it had (owner thread, as below).
+        const auto same = [this](const detail::endpoint_impl* e) {
+            return e == state_->from_raw && e->serial() == state_->from_serial;
+        };
+        detail::worker_impl* w = state_->registry->worker();
+        std::shared_ptr<detail::endpoint_impl> ep;
+        if (detail::endpoint_impl* e = w->find_endpoint(state_->reply_ep); e && same(e)) {
+            ep = e->weak_from_this().lock();
+        } else {
+            // A failed endpoint is no longer mapped, but still listed.
+            for (e = w->endpoints(); e; e = e->next) {
+                if (same(e)) {
+                    ep = e->weak_from_this().lock();
+                    break;
+                }
+            }
+        }
         if (!ep) {
             ec = boost::asio::error::bad_descriptor;
             return {};
@@ -715,7 +754,7 @@ endpoint am_message::reply_endpoint(error_code& ec) const {
         ec = {};
         return endpoint(std::move(ep));
     }
-    detail::worker_impl* w = registry_->worker();
+    detail::worker_impl* w = state_->registry->worker();
     auto impl = std::make_shared<detail::endpoint_impl>(w->shared_from_this());
     impl->adopt(state_->reply_ep);
     ec = {};

@@ -9,6 +9,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -16,7 +17,15 @@
 namespace ucx {
 namespace detail {
 
-endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker) : worker_(std::move(worker)) {}
+namespace {
+std::uint64_t next_endpoint_serial() noexcept {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+} // namespace
+
+endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker)
+    : worker_(std::move(worker)), serial_(next_endpoint_serial()) {}
 
 endpoint_impl::~endpoint_impl() {
     force_close(boost::asio::error::operation_aborted);

@@ -68,19 +68,21 @@ public:
     /// connection UCX made for the sender (closing it does not disconnect).
     /// Fails with `errc::not_connected` when the sender did not allow
     /// replies, and with the endpoint's error once that peer went away.
+    /// Call it on the worker's executor (in a handler, say): it looks at the
+    /// worker's endpoints.
     endpoint reply_endpoint(error_code& ec) const;
     /// As above; throws `boost::system::system_error`.
     endpoint reply_endpoint() const;
 
     /// Internal: takes ownership of a received message.
-    am_message(std::shared_ptr<detail::am_registry> registry,
-               detail::am_message_state* state) noexcept
-        : registry_(std::move(registry)), state_(state) {}
+    explicit am_message(detail::am_message_state* state) noexcept : state_(state) {}
 
 private:
     void reset() noexcept;
 
-    std::shared_ptr<detail::am_registry> registry_;
+    // The state knows its registry. While the worker is open the worker
+    // keeps the registry alive; when it closes, every message still held
+    // takes a reference of its own (no reference counting per message).
     detail::am_message_state* state_ = nullptr;
 };
 

@@ -30,6 +30,9 @@ struct am_message_state {
     enum class storage : unsigned char { none, ucx, allocator, heap };
 
     am_registry* registry = nullptr;
+    /// Set when the worker closes while the application holds the message:
+    /// keeps the registry alive until the message is released.
+    std::shared_ptr<am_registry> keep_registry;
     unsigned id = 0;
     std::size_t header_size = 0;
     alignas(std::max_align_t) std::byte header_inline[64];
@@ -48,11 +51,12 @@ struct am_message_state {
     void* fetch_request = nullptr;
     ucx::memory_type mem = memory_type::host;
     std::shared_ptr<am_allocator> allocator;
-    /// The sender's endpoint here: its connected endpoint if there is one,
-    /// else UCX's reply endpoint (null without the reply flag).
-    std::weak_ptr<endpoint_impl> from;
-    /// For comparisons only (never dereferenced): the endpoint `from` was.
+    /// The sender's connected endpoint here, if there is one: for
+    /// comparisons only (never dereferenced), with its serial, which tells it
+    /// from a later endpoint at the same address.
     const endpoint_impl* from_raw = nullptr;
+    std::uint64_t from_serial = 0;
+    /// UCX's reply endpoint (null without the reply flag).
     ucp_ep_h reply_ep = nullptr;
     error_code error{};
     /// Counted in its id's queued bytes.
@@ -99,6 +103,9 @@ public:
     void endpoint_failed(endpoint_impl* ep, const error_code& ec) noexcept;
 
     std::size_t after_progress() noexcept override;
+    /// Whether after_progress has anything to do (checked inline on every
+    /// progress step before calling it).
+    bool has_work() const noexcept { return !fetched_.empty() || !dirty_.empty(); }
     /// Fetches UCX still owns (shutdown waits for them).
     std::size_t requests_in_flight() const noexcept { return fetches_in_flight_; }
     /// Gives back a message's memory and its state (owner thread).

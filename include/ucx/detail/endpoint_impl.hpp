@@ -134,6 +134,10 @@ public:
     void send_stream_end() noexcept;
     /// Counted sends (stream writes, sends) UCX has not completed yet.
     std::size_t sends_in_flight() const noexcept { return sends_in_flight_; }
+    /// A number no other endpoint of the process has: tells this endpoint
+    /// from a later one at the same address (received messages remember
+    /// their sender by pointer and serial, without reference counting).
+    std::uint64_t serial() const noexcept { return serial_; }
 
     // Links in the worker's endpoint list.
     endpoint_impl* next = nullptr;
@@ -164,6 +168,7 @@ private:
     bool has_message_waiting(ucp_tag_t tag, ucp_tag_t mask) const noexcept;
 
     std::shared_ptr<worker_impl> worker_;
+    const std::uint64_t serial_;
     ucp_ep_h ep_ = nullptr;
     role role_ = role::address;
     // A client/server endpoint made from a worker address (no socket addresses).
