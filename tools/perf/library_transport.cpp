@@ -39,6 +39,7 @@ ucx::context make_context(const settings& s) {
         o.features = o.features | ucx::feature::rma;
     if (s.ucx_defaults) {
         o.shared_memory_error_handling = false;
+        o.shared_memory_segment_size = 0;
     }
     return ucx::context(o);
 }
@@ -49,6 +50,8 @@ ucx::worker_options worker_options_for(const settings& s) {
              : s.progress == progress::poll ? ucx::progress_mode::poll
                                             : ucx::progress_mode::hybrid;
     o.spin_duration = std::chrono::microseconds(s.spin_us);
+    if (s.max_steps != 0)
+        o.max_steps_per_handler = s.max_steps;
     return o;
 }
 
@@ -96,17 +99,20 @@ struct lat_client_cb : session {
             fill(out, i);
         pending = 2;
         t0 = clock_type::now();
+        // Send first, then post the receive, as ucx_perftest does: nothing
+        // can arrive in between (no progress runs inside an initiation), and
+        // the receive's set-up stays off the message's path.
+        ucx::async_tag_send(ep, asio::buffer(out), data_bit | i,
+                            [this](ucx::error_code ec, std::size_t) {
+                                throw_if(ec, "tag send");
+                                done_one();
+                            });
         ucx::async_tag_recv(w, asio::buffer(in), reply_bit | i, tag_mask_full,
                             [this](ucx::error_code ec, std::size_t n, ucx::tag_t) {
                                 t_recv = clock_type::now();
                                 throw_if(ec, "tag receive");
                                 if (n != s.size)
                                     throw failure("reply of the wrong size");
-                                done_one();
-                            });
-        ucx::async_tag_send(ep, asio::buffer(out), data_bit | i,
-                            [this](ucx::error_code ec, std::size_t) {
-                                throw_if(ec, "tag send");
                                 done_one();
                             });
     }
@@ -142,8 +148,8 @@ struct lat_server_cb : session {
                                     check(b, seq, "ping");
                                 if (++received == warmup)
                                     begin_measuring();
-                                if (received < total)
-                                    post_recv();
+                                // The reply first, then the next receive (the
+                                // other buffer), as in the client.
                                 ucx::async_tag_send(ep, asio::buffer(b.data(), n), reply_bit | seq,
                                                     [this](ucx::error_code ec, std::size_t) {
                                                         throw_if(ec, "tag send");
@@ -152,6 +158,8 @@ struct lat_server_cb : session {
                                                             io.stop();
                                                         }
                                                     });
+                                if (received < total)
+                                    post_recv();
                             });
     }
     void start() { post_recv(); }
@@ -631,6 +639,11 @@ struct am_lat_client_cb : session {
         pending = 2;
         header = i;
         t0 = clock_type::now();
+        ucx::async_am_send(ep, am_data, asio::buffer(&header, sizeof header), asio::buffer(out),
+                           am_options, [this](ucx::error_code ec, std::size_t) {
+                               throw_if(ec, "active message send");
+                               done_one();
+                           });
         ucx::async_am_recv(w, am_reply, [this](ucx::error_code ec, ucx::am_message m) {
             t_recv = clock_type::now();
             throw_if(ec, "active message receive");
@@ -639,11 +652,6 @@ struct am_lat_client_cb : session {
             check_am(s, m, i, "reply");
             done_one();
         });
-        ucx::async_am_send(ep, am_data, asio::buffer(&header, sizeof header), asio::buffer(out),
-                           am_options, [this](ucx::error_code ec, std::size_t) {
-                               throw_if(ec, "active message send");
-                               done_one();
-                           });
     }
     void done_one() {
         if (--pending != 0)
@@ -674,8 +682,6 @@ struct am_lat_server_cb : session {
             header[k] = seq;
             if (++received == warmup)
                 begin_measuring();
-            if (received < total)
-                post_recv();
             ucx::async_am_send(ep, am_reply, asio::buffer(&header[k], sizeof header[k]),
                                held[k].data(), am_options,
                                [this, k](ucx::error_code ec, std::size_t) {
@@ -686,6 +692,8 @@ struct am_lat_server_cb : session {
                                        io.stop();
                                    }
                                });
+            if (received < total)
+                post_recv();
         });
     }
 };

@@ -200,7 +200,8 @@ std::string parse(int argc, const char* const* argv, settings& s) {
             s.error_handling = v == "on";
         } else if (arg == "-s" || arg == "--size" || arg == "-n" || arg == "--iters" ||
                    arg == "-w" || arg == "--warmup" || arg == "--window" || arg == "-p" ||
-                   arg == "--port" || arg == "--port-fd" || arg == "--spin-us") {
+                   arg == "--port" || arg == "--port-fd" || arg == "--spin-us" ||
+                   arg == "--max-steps") {
             if (!value(v) || !number(v, n))
                 return arg + " needs a number";
             if (arg == "-s" || arg == "--size")
@@ -217,6 +218,8 @@ std::string parse(int argc, const char* const* argv, settings& s) {
                 s.port = static_cast<unsigned short>(n);
             } else if (arg == "--port-fd")
                 s.port_fd = static_cast<int>(n);
+            else if (arg == "--max-steps")
+                s.max_steps = static_cast<unsigned>(std::min<std::size_t>(n, 1u << 30));
             else
                 s.spin_us = static_cast<unsigned>(n);
         } else if (arg == "--label") {
@@ -253,6 +256,8 @@ std::string wire_form(const settings& s) {
         << " --iters " << s.measured_iters() << " --warmup " << s.warmup_iters() << " --window "
         << s.window << " --error-handling " << (s.error_handling ? "on" : "off") << " --spin-us "
         << s.spin_us;
+    if (s.max_steps != 0)
+        out << " --max-steps " << s.max_steps;
     if (s.check)
         out << " --check";
     if (s.ucx_defaults)
@@ -300,8 +305,10 @@ const char* usage() {
            "                         (allocs/op is always reported)\n"
            "  --error-handling on|off  ucp transport: peer error mode (on, as the library)\n"
            "  --ucx-defaults         library and ucp: UCX's defaults, without the library's\n"
-           "                         MM_ERROR_HANDLING=y\n"
+           "                         MM_ERROR_HANDLING=y and MM_SEG_SIZE\n"
            "  --spin-us N            hybrid mode: spin before sleeping (20)\n"
+           "  --max-steps N          library: progress steps per handler before yielding\n"
+           "                         (worker_options::max_steps_per_handler; 0: its default)\n"
            "  --print-config         print the UCX settings the library applies by default\n"
            "Every UCX setting comes from the environment (UCX_TLS, UCX_NET_DEVICES, ...).\n";
 }

@@ -56,6 +56,7 @@ struct settings {
     bool error_handling = true; ///< peer error mode (ucp transport only; the library always has it)
     bool ucx_defaults = false;  ///< library, ucp: UCX's defaults (no MM_ERROR_HANDLING=y)
     unsigned spin_us = 20;      ///< hybrid mode: spin before sleeping
+    unsigned max_steps = 0;     ///< library: worker_options::max_steps_per_handler (0: its default)
 
     // Process roles (not sent).
     bool server = false;

@@ -71,6 +71,8 @@ struct ucp_side {
         throw_status(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
         ucx::context_options o;
         o.shared_memory_error_handling = s.error_handling && !s.ucx_defaults;
+        if (s.ucx_defaults)
+            o.shared_memory_segment_size = 0;
         for (const auto& [name, value] : ucx::make_config_settings(
                  o, [](const char* n) { return static_cast<const char*>(std::getenv(n)); })) {
             ucs_status_t st2 = ucp_config_modify(config, name.c_str(), value.c_str());
@@ -434,8 +436,10 @@ result ucp_client(const settings& s, control& ctl) {
             if (s.check)
                 fill(out, i);
             const auto t0 = clock_type::now();
-            u.recv(in.data(), in.size(), reply_bit | i, ~ucp_tag_t{0}, rs);
+            // Send, then post the receive, as ucx_perftest and the library's
+            // loops do (no progress runs in between).
             u.send(out.data(), out.size(), data_bit | i, ss);
+            u.recv(in.data(), in.size(), reply_bit | i, ~ucp_tag_t{0}, rs);
             u.wait([&] { return rs.done; });
             const auto t1 = clock_type::now();
             u.wait([&] { return ss.done; });
@@ -544,12 +548,12 @@ void ucp_server(const settings& s, control& ctl) {
                 check(buf[cur], seq, "ping");
             if (k + 1 == warmup)
                 c.begin();
+            u.send(buf[cur].data(), s.size, reply_bit | seq, ss[cur]);
             if (k + 1 < total) {
                 u.wait([&] { return ss[nxt].done; });
                 ok(ss[nxt], "tag send");
                 u.recv(buf[nxt].data(), s.size, data_bit, data_bit, rs[nxt]);
             }
-            u.send(buf[cur].data(), s.size, reply_bit | seq, ss[cur]);
         }
         u.wait([&] { return ss[0].done && ss[1].done; });
         c.end();
