@@ -157,6 +157,10 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
         status = UCS_INPROGRESS;
     } else if (length == 0) {
         // Nothing to keep.
+    } else if (length <= sizeof(m->data_inline)) {
+        std::memcpy(m->data_inline, data, length);
+        m->data = m->data_inline;
+        m->kind = am_message_state::storage::inline_copy;
     } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
         m->data = data; // UCX's buffer, kept without a copy
         m->kind = am_message_state::storage::ucx;
@@ -481,6 +485,7 @@ void am_registry::release(am_message_state* m) noexcept {
     case am_message_state::storage::heap:
         ::operator delete(m->data);
         break;
+    case am_message_state::storage::inline_copy:
     case am_message_state::storage::none:
         break;
     }

@@ -327,10 +327,12 @@ void worker_impl::control_sent(void* request, ucs_status_t, void* user_data) noe
 }
 
 void worker_impl::map_endpoint(ucp_ep_h ep, endpoint_impl* impl) {
+    last_found_ep_ = nullptr;
     endpoint_map_[ep] = impl;
 }
 
 void worker_impl::unmap_endpoint(ucp_ep_h ep) noexcept {
+    last_found_ep_ = nullptr;
     endpoint_map_.erase(ep);
 }
 

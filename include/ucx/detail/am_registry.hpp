@@ -27,7 +27,7 @@ class endpoint_impl;
 
 /// The state of one received message (pooled by its registry).
 struct am_message_state {
-    enum class storage : unsigned char { none, ucx, allocator, heap };
+    enum class storage : unsigned char { none, ucx, allocator, heap, inline_copy };
 
     am_registry* registry = nullptr;
     /// Set when the worker closes while the application holds the message:
@@ -37,6 +37,10 @@ struct am_message_state {
     std::size_t header_size = 0;
     alignas(std::max_align_t) std::byte header_inline[64];
     std::unique_ptr<std::byte[]> header_heap;
+    /// Small eager data is copied here: cheaper than keeping UCX's buffer
+    /// (UCX would swap a descriptor into its receive FIFO, and take it back
+    /// on release).
+    alignas(std::max_align_t) std::byte data_inline[64];
     void* data = nullptr;
     std::size_t length = 0;
     storage kind = storage::none;

@@ -110,10 +110,17 @@ public:
     /// Maps a UCP endpoint to its endpoint (control messages find it by reply_ep).
     void map_endpoint(ucp_ep_h ep, endpoint_impl* impl);
     void unmap_endpoint(ucp_ep_h ep) noexcept;
-    /// The endpoint mapped to a UCP endpoint, or null.
+    /// The endpoint mapped to a UCP endpoint, or null. Every active message
+    /// looks up its sender: the last answer is remembered (most traffic
+    /// comes from the peer of the last message) until the map changes.
     endpoint_impl* find_endpoint(ucp_ep_h ep) const noexcept {
+        if (ep != nullptr && ep == last_found_ep_)
+            return last_found_;
         auto it = endpoint_map_.find(ep);
-        return it == endpoint_map_.end() ? nullptr : it->second;
+        endpoint_impl* impl = it == endpoint_map_.end() ? nullptr : it->second;
+        last_found_ep_ = ep;
+        last_found_ = impl;
+        return impl;
     }
     /// Sends a control message on `ep` (fire and forget; the worker tracks it).
     void send_control(ucp_ep_h ep, const control_message& m) noexcept;
@@ -215,6 +222,8 @@ private:
     std::vector<endpoint_impl*> failed_endpoints_;
     std::vector<endpoint_impl*> closing_endpoints_;
     std::unordered_map<ucp_ep_h, endpoint_impl*> endpoint_map_;
+    mutable ucp_ep_h last_found_ep_ = nullptr;
+    mutable endpoint_impl* last_found_ = nullptr;
     std::vector<std::pair<ucp_ep_h, control_message>> control_queue_;
     std::vector<std::pair<ucp_ep_h, control_message>> control_spare_;
     std::vector<listener_impl*> listeners_;
