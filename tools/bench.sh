@@ -10,7 +10,7 @@
 # --rounds N   rounds of the target tests (default 5; medians over them)
 # --quick      fewer iterations and sizes (a smoke run of the script, ~1 min)
 # --no-docs    print only; leave docs/ alone
-# --study      only the UCX settings study (rendezvous scheme and threshold)
+# --study      only the UCX settings study (segment size, rendezvous threshold)
 # --jobs N     parallel compile jobs for the Release build (default 2)
 #
 # Every process runs with UCX_NET_DEVICES=lo. The whole run takes about

@@ -244,14 +244,16 @@ struct bw_server_cb : session {
     std::uint64_t ack = 0;
 
     void start() {
-        bufs.resize(slots, std::vector<std::byte>(s.size));
+        // Without --check every receive lands in one buffer, as in
+        // ucx_perftest (and as the sender sends from one buffer).
+        bufs.resize(s.check ? slots : 1, std::vector<std::byte>(s.size));
         seqs.resize(slots);
         for (std::size_t k = 0; k < slots && posted < total; ++k)
             post_recv(k);
     }
     void post_recv(std::size_t slot) {
         seqs[slot] = posted++;
-        ucx::async_tag_recv(w, asio::buffer(bufs[slot]), data_bit, tag_mask_full,
+        ucx::async_tag_recv(w, asio::buffer(bufs[s.check ? slot : 0]), data_bit, tag_mask_full,
                             [this, slot](ucx::error_code ec, std::size_t n, ucx::tag_t) {
                                 throw_if(ec, "tag receive");
                                 if (n != s.size)
@@ -1111,10 +1113,13 @@ void library_server(const settings& s, control& ctl) {
         run_receivers(ss, buffer_slots(s),
                       [&](std::size_t) { return am_bw_receiver_co(ss, posted, received); });
     } else {
-        std::vector<std::vector<std::byte>> bufs(buffer_slots(s), std::vector<std::byte>(s.size));
+        // One buffer for every receive without --check, as in ucx_perftest.
+        std::vector<std::vector<std::byte>> bufs(s.check ? buffer_slots(s) : 1,
+                                                 std::vector<std::byte>(s.size));
         std::size_t posted = 0, received = 0;
-        run_receivers(ss, bufs.size(),
-                      [&](std::size_t j) { return bw_receiver_co(ss, posted, received, bufs[j]); });
+        run_receivers(ss, buffer_slots(s), [&](std::size_t j) {
+            return bw_receiver_co(ss, posted, received, bufs[s.check ? j : 0]);
+        });
     }
     finish_server(ctl, ss.alloc_end - ss.alloc_start, ops_per_measured_run(s, false));
 }
