@@ -952,18 +952,23 @@ void run_receivers(session& ss, std::size_t count, Spawn spawn) {
         std::rethrow_exception(ss.error);
 }
 
-// ---- ucx::stream (connected through ucx::acceptor; the byte-stream tests
-// shared with Asio TCP) ----
+// ---- ucx::stream (connected through ucx::acceptor, by worker address or by
+// host:port; the byte-stream tests shared with Asio TCP) ----
 
 result stream_client(const settings& s, control& ctl) {
     asio::io_context io(1);
     ucx::context ctx = make_context(s);
     ucx::worker w(ctx, io, worker_options_for(s));
-    const auto port = static_cast<unsigned short>(std::stoul(ctl.expect("port")));
     ucx::stream st(w);
     ucx::error_code connect_ec = asio::error::would_block;
-    st.async_connect(asio::ip::tcp::endpoint(ctl.remote_address(), port),
-                     [&](ucx::error_code ec) { connect_ec = ec; });
+    const auto on_connect = [&](ucx::error_code ec) { connect_ec = ec; };
+    if (s.sockaddr_connect) {
+        const auto port = static_cast<unsigned short>(std::stoul(ctl.expect("port")));
+        st.async_connect(asio::ip::tcp::endpoint(ctl.remote_address(), port), on_connect);
+    } else {
+        st.async_connect(ucx::worker_address::deserialize(from_hex(ctl.expect("address"))),
+                         on_connect);
+    }
     while (connect_ec == asio::error::would_block && io.run_one() != 0) {
     }
     throw_if(connect_ec, "stream connect");
@@ -977,8 +982,16 @@ void stream_server(const settings& s, control& ctl) {
     asio::io_context io(1);
     ucx::context ctx = make_context(s);
     ucx::worker w(ctx, io, worker_options_for(s));
-    ucx::acceptor acceptor(w, asio::ip::tcp::endpoint(ctl.local_address(), 0));
-    ctl.send("port " + std::to_string(acceptor.local_endpoint().port()));
+    // By worker address (as ucx_perftest's peers exchange theirs), or by
+    // host:port: UCX 1.13 then also progresses its TCP transport, an
+    // epoll_wait per progress call (see docs/benchmarks.md).
+    ucx::acceptor acceptor = s.sockaddr_connect
+                                 ? ucx::acceptor(w, asio::ip::tcp::endpoint(ctl.local_address(), 0))
+                                 : ucx::acceptor(w);
+    if (s.sockaddr_connect)
+        ctl.send("port " + std::to_string(acceptor.local_endpoint().port()));
+    else
+        ctl.send("address " + to_hex(acceptor.local_address().serialize()));
     ucx::stream st(w);
     ucx::error_code accept_ec = asio::error::would_block;
     acceptor.async_accept(st, [&](ucx::error_code ec) { accept_ec = ec; });

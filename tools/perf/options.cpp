@@ -148,6 +148,10 @@ std::string parse(int argc, const char* const* argv, settings& s) {
             s.count_allocations = true;
         } else if (arg == "--ucx-defaults") {
             s.ucx_defaults = true;
+        } else if (arg == "--connect") {
+            if (!value(v) || (v != "address" && v != "sockaddr"))
+                return "--connect takes address or sockaddr";
+            s.sockaddr_connect = v == "sockaddr";
         } else if (arg == "-t" || arg == "--test") {
             if (!value(v) || !find_test(v))
                 return "unknown test '" + v + "'";
@@ -262,6 +266,8 @@ std::string wire_form(const settings& s) {
         out << " --check";
     if (s.ucx_defaults)
         out << " --ucx-defaults";
+    if (s.sockaddr_connect)
+        out << " --connect sockaddr";
     if (s.count_allocations)
         out << " --count-allocations";
     return out.str();
@@ -304,6 +310,8 @@ const char* usage() {
            "  --count-allocations    also print the raw operator new count of the measured phase\n"
            "                         (allocs/op is always reported)\n"
            "  --error-handling on|off  ucp transport: peer error mode (on, as the library)\n"
+           "  --connect address|sockaddr  library streams: connect by worker address (as\n"
+           "                         ucx_perftest's peers) or by host:port (address)\n"
            "  --ucx-defaults         library and ucp: UCX's defaults, without the library's\n"
            "                         MM_ERROR_HANDLING=y and MM_SEG_SIZE\n"
            "  --spin-us N            hybrid mode: spin before sleeping (20)\n"

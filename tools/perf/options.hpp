@@ -55,8 +55,11 @@ struct settings {
     bool check = false;
     bool error_handling = true; ///< peer error mode (ucp transport only; the library always has it)
     bool ucx_defaults = false;  ///< library, ucp: UCX's defaults (no MM_ERROR_HANDLING=y)
-    unsigned spin_us = 20;      ///< hybrid mode: spin before sleeping
-    unsigned max_steps = 0;     ///< library: worker_options::max_steps_per_handler (0: its default)
+    /// Library streams: connect by host:port (a listener, UCX's sockaddr
+    /// connection) instead of by worker address.
+    bool sockaddr_connect = false;
+    unsigned spin_us = 20;  ///< hybrid mode: spin before sleeping
+    unsigned max_steps = 0; ///< library: worker_options::max_steps_per_handler (0: its default)
 
     // Process roles (not sent).
     bool server = false;

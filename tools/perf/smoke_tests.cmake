@@ -39,6 +39,20 @@ foreach(test ${_perf_tests})
     ENVIRONMENT "${UCX_ASIO_TEST_ENV};UCX_TLS=tcp,self" TIMEOUT 120)
 endforeach()
 
+# Streams connected by host:port (the other tests connect by worker address).
+foreach(test stream_lat stream_bw)
+  foreach(mode event poll)
+    set(_name perf_smoke.library_sockaddr.${test}.${mode})
+    add_test(NAME ${_name}
+      COMMAND ucx-asio-perf --local --check --connect sockaddr --test ${test} --progress ${mode}
+              --size 70000 --iters 50 --warmup 5)
+    set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 120)
+  endforeach()
+endforeach()
+add_test(NAME perf_smoke.bad_connect COMMAND ucx-asio-perf --local --connect ip)
+set_tests_properties(perf_smoke.bad_connect PROPERTIES
+  PASS_REGULAR_EXPRESSION "--connect takes address or sockaddr")
+
 # RMA over Asio TCP: refused with a clear message and exit status 2.
 add_test(NAME perf_smoke.tcp.rma_refused COMMAND ucx-asio-perf --local --transport tcp --test put_bw)
 set_tests_properties(perf_smoke.tcp.rma_refused PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}"
