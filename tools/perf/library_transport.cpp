@@ -237,7 +237,9 @@ struct bw_client_cb : session {
 };
 
 struct bw_server_cb : session {
-    std::size_t slots = buffer_slots(s);
+    // --window receives, as the sender keeps --window sends in flight (with
+    // --check fewer, one buffer each, within 64 MiB).
+    std::size_t slots = s.check ? buffer_slots(s) : s.window;
     std::vector<std::vector<std::byte>> bufs{};
     std::vector<std::uint64_t> seqs{}; // the message each slot's receive gets
     std::size_t posted = 0, received = 0;
@@ -1130,7 +1132,7 @@ void library_server(const settings& s, control& ctl) {
         std::vector<std::vector<std::byte>> bufs(s.check ? buffer_slots(s) : 1,
                                                  std::vector<std::byte>(s.size));
         std::size_t posted = 0, received = 0;
-        run_receivers(ss, buffer_slots(s), [&](std::size_t j) {
+        run_receivers(ss, s.check ? buffer_slots(s) : s.window, [&](std::size_t j) {
             return bw_receiver_co(ss, posted, received, bufs[s.check ? j : 0]);
         });
     }

@@ -559,8 +559,9 @@ void ucp_server(const settings& s, control& ctl) {
         c.end();
         ops = 2 * s.measured_iters();
     } else {
-        const std::size_t nslots = buffer_slots(s);
-        // One buffer for every receive without --check, as in ucx_perftest.
+        // --window receives into one buffer without --check, as in
+        // ucx_perftest; with --check fewer, one buffer each, within 64 MiB.
+        const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
         std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1,
                                                  std::vector<std::byte>(s.size));
         const auto buf_of = [&](std::size_t k) { return bufs[s.check ? k : 0].data(); };
