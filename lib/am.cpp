@@ -182,11 +182,7 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
         // queued ahead of this message. Hand it over now (the operation is
         // only queued; its handler runs after progress returns), without a
         // trip through the queue.
-        operation* op = s.waiting.front();
-        s.waiting.erase(s.waiting.begin());
-        op->message = m;
-        op->status = UCS_OK;
-        self->worker_->finished(op);
+        self->hand_over(s, 0, m);
         return status;
     }
     if (m->data) {
@@ -308,12 +304,7 @@ bool am_registry::deliver_one(id_state& s) {
         if (!m->ready())
             continue; // its data is still on the way; order is kept
         unlink(s, m, prev);
-        s.waiting.erase(s.waiting.begin() + static_cast<std::ptrdiff_t>(i));
-        op->message = m;
-        op->status = UCS_OK;
-        if (m->error)
-            op->error = m->error;
-        worker_->finished(op);
+        hand_over(s, i, m);
         return true;
     }
     if (s.handler && s.head && s.head->ready()) {
@@ -326,6 +317,16 @@ bool am_registry::deliver_one(id_state& s) {
         return true;
     }
     return false;
+}
+
+void am_registry::hand_over(id_state& s, std::size_t index, am_message_state* m) noexcept {
+    operation* op = s.waiting[index];
+    s.waiting.erase(s.waiting.begin() + static_cast<std::ptrdiff_t>(index));
+    op->message = m;
+    op->status = UCS_OK;
+    if (m->error)
+        op->error = m->error;
+    worker_->finished(op);
 }
 
 void am_registry::pump(id_state& s) {

@@ -30,7 +30,7 @@ progress_config make_progress_config(const worker_options& o) {
 
 inline bool worker_impl::nothing_to_deliver() const noexcept {
     return done_head_ == nullptr && control_queue_.empty() && observers_.empty() &&
-           (am_observer_ == nullptr || !am_observer_->has_work()) && closing_endpoints_.empty() &&
+           (am_in_progress() == nullptr || !am_->has_work()) && closing_endpoints_.empty() &&
            listeners_with_requests_.empty() && failed_endpoints_.empty();
 }
 
@@ -123,8 +123,6 @@ void worker_impl::open() {
         am_ = std::make_shared<am_registry>(*this);
         if (!am_->open())
             am_.reset();
-        else
-            am_observer_ = am_.get();
     }
     // Serve the peers from the start: the first pass queues the wait on the fd.
     request_progress();
@@ -400,8 +398,8 @@ std::size_t worker_impl::deliver_completions(operation::delivery d) {
         if (i - 1 < observers_.size())
             n += observers_[i - 1]->after_progress();
     // Active messages last, as the first observer would be.
-    if (am_observer_ && am_observer_->has_work())
-        n += am_observer_->after_progress();
+    if (am_registry* am = am_in_progress(); am && am->has_work())
+        n += am->after_progress();
     // Deliver what is queued now (not what these handlers queue), one at a
     // time from the shared queue, so a handler that shuts the worker down
     // leaves the rest to shutdown(), which frees their UCX requests in time.
@@ -586,10 +584,8 @@ void worker_impl::shutdown() {
     control_queue_.clear();
 
     // Active messages: waiting receives are ended below; queued messages go.
-    if (am_) {
-        am_observer_ = nullptr;
+    if (am_)
         am_->shutdown();
-    }
 
     // 2. Cancel tag receives; everything still in flight reports operation_aborted.
     std::vector<operation*> library_owned;

@@ -153,6 +153,9 @@ private:
     std::size_t drain() noexcept;
     void fetch(id_state& s, am_message_state* m) noexcept;
     bool deliver_one(id_state& s);
+    /// Gives `m` to the receive waiting at `index` of `s` and queues it for
+    /// delivery (from UCX's callback or after progress).
+    void hand_over(id_state& s, std::size_t index, am_message_state* m) noexcept;
     void unlink(id_state& s, am_message_state* m, am_message_state* prev) noexcept;
     void uncount(id_state& s, am_message_state* m) noexcept;
     static void cancel_recv(operation* op) noexcept;

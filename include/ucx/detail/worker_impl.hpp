@@ -192,6 +192,10 @@ private:
     std::size_t deliver_completions(operation::delivery d);
     /// Whether deliver_completions has nothing to do: the common quiet step.
     bool nothing_to_deliver() const noexcept;
+    /// The active-message registry while it takes part in progress (open,
+    /// not shutting down): checked on every step without the virtual call of
+    /// a general observer.
+    am_registry* am_in_progress() const noexcept { return stopping_ ? nullptr : am_.get(); }
     void queue_wait();
     void cancel_wait() noexcept;
     void start_safety_timer();
@@ -229,9 +233,6 @@ private:
     std::vector<listener_impl*> listeners_;
     std::vector<progress_observer*> observers_;
     std::shared_ptr<am_registry> am_;
-    /// am_ while it is open: checked on every progress step without the
-    /// virtual call of a general observer.
-    am_registry* am_observer_ = nullptr;
     std::vector<worker_resource*> resources_;
     std::vector<listener_impl*> listeners_with_requests_;
     bool control_channel_ = false;
