@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libucx-dev ucx-utils
   libboost1.81-dev libboost-log1.81-dev libboost-system1.81-dev libboost-thread1.81-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
