@@ -85,7 +85,8 @@ struct context_options {
     /// `UCX_MM_SEG_SIZE`, `UCX_POSIX_SEG_SIZE` or `UCX_SYSV_SEG_SIZE`, or
     /// when shared memory is not among the transports; 0 leaves UCX's default.
     /// Out of [min_shared_memory_segment_size, max_shared_memory_segment_size]
-    /// (and not 0), constructing the context fails with `errc::invalid_param`.
+    /// (and not 0), constructing the context fails with
+    /// `ucx::error::invalid_option`.
     std::size_t shared_memory_segment_size = 32832;
     /// Arbitrary UCX settings, by name without the `UCX_` prefix
     /// (e.g. {"RNDV_THRESH", "64k"}); they override the environment.
