@@ -118,7 +118,9 @@ class context {
 public:
     /// Creates a context with default options. Throws `boost::system::system_error`.
     context();
-    /// Creates a context with the given options. Throws `boost::system::system_error`.
+    /// Creates a context with the given options. Throws `boost::system::system_error`:
+    /// `ucx::error::invalid_option` for an option out of its bounds, UCX's
+    /// status when UCX refuses the configuration.
     explicit context(const context_options& options);
     /// Creates a context with the given options; reports failure through `ec`.
     context(const context_options& options, error_code& ec);
