@@ -168,7 +168,7 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
     } else {
         m->data = ::operator new(length, std::nothrow);
         if (!m->data) {
-            m->error = make_error_code(errc::no_memory);
+            m->error = make_error_code(error::allocation_failed);
             m->length = 0;
         } else {
             std::memcpy(m->data, data, length);
@@ -220,7 +220,7 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     const auto& alloc = allocators_[type_index(s.mem)];
     void* buffer = alloc ? alloc->allocate(m->length) : nullptr;
     if (!buffer) {
-        m->error = make_error_code(alloc ? errc::no_memory : errc::unsupported);
+        m->error = make_error_code(alloc ? error::allocation_failed : error::no_am_allocator);
         m->length = 0;
         ucp_am_data_release(worker_->native(), desc); // drops the data at the sender
         return;
@@ -404,7 +404,7 @@ void am_registry::recv(operation* op, unsigned id, endpoint_impl* from) noexcept
     if (!w.is_open() || op->cancel_requested)
         return w.fail(op, boost::asio::error::operation_aborted);
     if (id > am_max_id)
-        return w.fail(op, make_error_code(errc::invalid_param));
+        return w.fail(op, make_error_code(error::invalid_am_id));
     try {
         id_state& s = state_of(id);
         s.waiting.push_back(op);
@@ -413,7 +413,7 @@ void am_registry::recv(operation* op, unsigned id, endpoint_impl* from) noexcept
         if (s.head || from)
             mark(s, id);
     } catch (...) {
-        return w.fail(op, make_error_code(errc::no_memory));
+        return w.fail(op, make_error_code(error::allocation_failed));
     }
     w.request_progress();
 }
@@ -581,7 +581,7 @@ void am_registry::detach() noexcept {
             } else {
                 m->kind = am_message_state::storage::none;
                 m->length = 0;
-                m->error = make_error_code(errc::no_memory);
+                m->error = make_error_code(error::allocation_failed);
             }
             ucp_am_data_release(w, m->data);
             m->data = copy;
@@ -614,9 +614,11 @@ void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
     worker_impl& w = *ep.worker();
     am_registry* am = w.am();
     if (!am)
-        return w.fail(op, make_error_code(errc::unsupported));
-    if (id > am_max_id || header_length > am->max_header())
-        return w.fail(op, make_error_code(errc::invalid_param));
+        return w.fail(op, make_error_code(error::feature_not_enabled));
+    if (id > am_max_id)
+        return w.fail(op, make_error_code(error::invalid_am_id));
+    if (header_length > am->max_header())
+        return w.fail(op, make_error_code(error::header_too_large));
     // The header copy follows the IOV array in the operation's storage.
     auto* iov = const_cast<ucp_dt_iov_t*>(buffers);
     auto* header_copy = reinterpret_cast<std::byte*>(iov + count);
@@ -727,7 +729,7 @@ endpoint am_message::reply_endpoint(error_code& ec) const {
         return {};
     }
     if (!state_->reply_ep) {
-        ec = make_error_code(errc::not_connected);
+        ec = make_error_code(error::no_reply_endpoint);
         return {};
     }
     if (state_->from_raw) {
@@ -781,7 +783,7 @@ namespace {
 detail::am_registry& registry_of(const worker& w) {
     detail::am_registry* am = detail::checked(w)->am();
     if (!am)
-        throw boost::system::system_error(make_error_code(errc::unsupported),
+        throw boost::system::system_error(make_error_code(error::feature_not_enabled),
                                           "ucx: the worker has no active messages (the context "
                                           "lacks feature::am, or the worker is closed)");
     return *am;
@@ -789,7 +791,7 @@ detail::am_registry& registry_of(const worker& w) {
 
 void check_id(unsigned id, const char* what) {
     if (id > am_max_id)
-        throw boost::system::system_error(make_error_code(errc::invalid_param),
+        throw boost::system::system_error(make_error_code(error::invalid_am_id),
                                           std::string(what) + ": id " + std::to_string(id) +
                                               " is above am_max_id");
 }
@@ -807,7 +809,7 @@ void set_am_memory_type(worker& w, unsigned id, memory_type type) {
 
 void register_am_allocator(worker& w, std::shared_ptr<am_allocator> allocator) {
     if (!allocator)
-        throw boost::system::system_error(make_error_code(errc::invalid_param),
+        throw boost::system::system_error(make_error_code(error::null_allocator),
                                           "ucx::register_am_allocator: null allocator");
     registry_of(w).set_allocator(std::move(allocator));
 }

@@ -27,7 +27,7 @@ std::shared_ptr<endpoint_impl> connecting_endpoint(const std::shared_ptr<worker_
         return ep;
     } catch (...) {
         w->start(op);
-        w->fail(op, make_error_code(errc::no_memory));
+        w->fail(op, make_error_code(error::allocation_failed));
         return nullptr;
     }
 }
@@ -86,7 +86,7 @@ std::string get_address(const std::string& ifname, error_code& ec) {
         break;
     }
     freeifaddrs(list);
-    ec = found.empty() ? make_error_code(errc::no_device) : error_code();
+    ec = found.empty() ? make_error_code(error::no_interface_address) : error_code();
     return found;
 }
 

@@ -125,7 +125,7 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
                                              std::to_string(seg) + " is outside [" +
                                              std::to_string(min_shared_memory_segment_size) + ", " +
                                              std::to_string(max_shared_memory_segment_size) + "]");
-        ec = make_error_code(errc::invalid_param);
+        ec = make_error_code(error::invalid_option);
         return;
     }
     ucp_config_t* raw = nullptr;

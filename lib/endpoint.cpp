@@ -71,7 +71,7 @@ void endpoint_impl::create(ucp_ep_params_t& params, error_code& ec) noexcept {
 
 void endpoint_impl::connect(const worker_address& address, error_code& ec) {
     if (address.empty()) {
-        ec = make_error_code(errc::invalid_addr);
+        ec = make_error_code(error::empty_address);
         return;
     }
     role_ = role::address;
@@ -93,7 +93,7 @@ bool endpoint_impl::begin_connect(operation* op) noexcept {
         return false;
     }
     if (!w.has_control_channel()) {
-        w.fail(op, make_error_code(errc::unsupported));
+        w.fail(op, make_error_code(error::feature_not_enabled));
         return false;
     }
     return true;
@@ -130,7 +130,7 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
         return;
     worker_impl& w = *worker_;
     if (address.empty())
-        return w.fail(op, make_error_code(errc::invalid_addr));
+        return w.fail(op, make_error_code(error::empty_address));
     by_address_ = true;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
@@ -165,7 +165,7 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
                                                 state->address.size(), &param));
             });
     } catch (...) {
-        force_close(make_error_code(errc::no_memory));
+        force_close(make_error_code(error::allocation_failed));
     }
 }
 
@@ -176,7 +176,7 @@ void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hel
         return;
     }
     if (peer.empty()) {
-        ec = make_error_code(errc::invalid_addr);
+        ec = make_error_code(error::empty_address);
         return;
     }
     // UCX destroys an endpoint it made for a peer's connection when that
@@ -478,7 +478,7 @@ void endpoint_impl::send(operation* op, const void* data, std::size_t size,
     if (!has_handshake() || !established_) {
         worker_->start(op);
         op->endpoint = this;
-        return worker_->fail(op, error_ ? error_ : make_error_code(errc::not_connected));
+        return worker_->fail(op, error_ ? error_ : make_error_code(error::not_connected));
     }
     tag_send(op, data, size, (peer_recv_tag_ & id_mask) | tag);
 }
@@ -495,7 +495,7 @@ void endpoint_impl::recv(operation* op, void* data, std::size_t size, std::uint3
     if (!has_handshake() || !established_ || (error_ && !drain)) {
         w.start(op);
         op->endpoint = this;
-        return w.fail(op, error_ ? error_ : make_error_code(errc::not_connected));
+        return w.fail(op, error_ ? error_ : make_error_code(error::not_connected));
     }
     op->endpoint = this;
     w.tag_recv(op, data, size, ucx_tag, ucx_mask);
@@ -682,7 +682,7 @@ boost::asio::ip::tcp::endpoint query(const std::shared_ptr<detail::endpoint_impl
                                      bool remote, error_code& ec) {
     sockaddr_storage ss{};
     if (!impl || !impl->query_sockaddr(remote, ss)) {
-        ec = impl && impl->native() ? make_error_code(errc::unsupported)
+        ec = impl && impl->native() ? make_error_code(error::no_socket_address)
                                     : error_code(boost::asio::error::bad_descriptor);
         return {};
     }

@@ -27,7 +27,7 @@ void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code&
         return;
     }
     if (!worker_->has_control_channel()) {
-        ec = make_error_code(errc::unsupported);
+        ec = make_error_code(error::feature_not_enabled);
         return;
     }
     ucp_listener_params_t params{};

@@ -62,12 +62,12 @@ void memory_region::map(const context& ctx, void* data, std::size_t size,
         return;
     }
     if (size == 0 || (!allocate && data == nullptr)) {
-        ec = make_error_code(errc::invalid_param);
+        ec = make_error_code(error::invalid_region);
         return;
     }
 #ifndef UCX_ASIO_HAS_CUDA
     if (options.memory_type != ucx::memory_type::host) {
-        ec = make_error_code(errc::unsupported);
+        ec = make_error_code(error::memory_type_not_supported);
         return;
     }
 #endif
@@ -167,7 +167,7 @@ std::vector<std::byte> memory_region::pack_key(error_code& ec) const {
     }
     ucp_rkey_buffer_release(packed);
     if (blob.empty())
-        ec = make_error_code(errc::exceeds_limit);
+        ec = make_error_code(error::key_too_large);
     return blob;
 }
 

@@ -30,7 +30,7 @@ bool check(endpoint_impl& ep, operation* op, std::uint64_t remote_address, std::
         return false;
     }
     if (!key->contains(remote_address, size)) {
-        w.fail(op, make_error_code(errc::out_of_range));
+        w.fail(op, make_error_code(error::out_of_bounds));
         return false;
     }
     // Keep the rkey alive until UCX is done with the operation.
@@ -83,7 +83,7 @@ void rma_atomic(endpoint_impl& ep, operation* op, ucp_atomic_op_t opcode, std::u
     if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
         return;
     if (remote_address % size != 0)
-        return ep.worker()->fail(op, make_error_code(errc::invalid_param));
+        return ep.worker()->fail(op, make_error_code(error::misaligned_address));
     // UCX copies the operand at submission; the reply buffer is the
     // operation's own `value`, which lives until completion.
     std::uint32_t operand32 = static_cast<std::uint32_t>(operand);

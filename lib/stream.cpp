@@ -55,11 +55,11 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
     }
     if (ep->kind() != endpoint_impl::role::client && ep->kind() != endpoint_impl::role::server) {
         // No goodbye on such endpoints, so no honest end of stream.
-        ec = make_error_code(errc::unsupported);
+        ec = make_error_code(error::not_connected);
         return;
     }
     if (ep->worker() != worker_) {
-        ec = make_error_code(errc::invalid_param);
+        ec = make_error_code(error::wrong_worker);
         return;
     }
     ep_ = std::move(ep);
@@ -166,7 +166,7 @@ boost::asio::ip::tcp::endpoint stream_impl::address(bool remote, error_code& ec)
         return {};
     }
     if (!ep_->query_sockaddr(remote, ss)) {
-        ec = make_error_code(errc::unsupported); // made from a worker address
+        ec = make_error_code(error::no_socket_address); // made from a worker address
         return {};
     }
     ec = {};
@@ -241,7 +241,7 @@ void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
             blocked_.push_back(b);
         } catch (...) {
             w.start(op);
-            w.fail(op, make_error_code(errc::no_memory));
+            w.fail(op, make_error_code(error::allocation_failed));
         }
         return;
     }
@@ -272,7 +272,7 @@ void stream_impl::submit(operation* op, const boost::asio::const_buffer* bufs, s
             iov = std::make_shared<std::vector<ucp_dt_iov_t>>(n);
         } catch (...) {
             // Undo the count begin() took: finished() does it for counted ops.
-            return w.fail(op, make_error_code(errc::no_memory));
+            return w.fail(op, make_error_code(error::allocation_failed));
         }
         for (std::size_t i = 0; i < n; ++i) {
             (*iov)[i].buffer = const_cast<void*>(bufs[i].data());
@@ -401,7 +401,7 @@ void stream_impl::read(operation* op, const boost::asio::mutable_buffer* bufs,
     try {
         reads_.push_back(r);
     } catch (...) {
-        return w.fail(op, make_error_code(errc::no_memory));
+        return w.fail(op, make_error_code(error::allocation_failed));
     }
     // Data may be there already; the completion still goes through the queue.
     serve();
@@ -410,7 +410,7 @@ void stream_impl::read(operation* op, const boost::asio::mutable_buffer* bufs,
             w.add_observer(this);
             observing_ = true;
         } catch (...) {
-            fail_reads(make_error_code(errc::no_memory));
+            fail_reads(make_error_code(error::allocation_failed));
         }
     }
     w.request_progress();
@@ -600,7 +600,7 @@ void stream_impl::take_received(ucp_ep_h ep) noexcept {
             drained_.insert(drained_.end(), p + chunk_off_, p + chunk_len_);
         }
     } catch (...) {
-        recv_error_ = make_error_code(errc::no_memory);
+        recv_error_ = make_error_code(error::allocation_failed);
     }
     if (chunk_)
         ucp_stream_data_release(ep, chunk_);
@@ -617,7 +617,7 @@ void stream_impl::take_received(ucp_ep_h ep) noexcept {
                 const auto* b = static_cast<const std::byte*>(p);
                 drained_.insert(drained_.end(), b, b + len);
             } catch (...) {
-                recv_error_ = make_error_code(errc::no_memory);
+                recv_error_ = make_error_code(error::allocation_failed);
             }
             ucp_stream_data_release(ep, p);
         }
@@ -652,7 +652,7 @@ public:
         }
         auto hook = std::unique_ptr<address_hello_hook>(new (std::nothrow) address_hello_hook(w));
         if (!hook) {
-            ec = make_error_code(errc::no_memory);
+            ec = make_error_code(error::allocation_failed);
             return nullptr;
         }
         try {
@@ -663,7 +663,7 @@ public:
             reg.erase(&w);
             w.remove_observer(hook.get());
             w.remove_resource(hook.get());
-            ec = make_error_code(errc::no_memory);
+            ec = make_error_code(error::allocation_failed);
             return nullptr;
         }
         if (ucs_status_t st = hook->set_handler(&address_hello_hook::am_callback, hook.get());
@@ -860,7 +860,7 @@ void address_acceptor_impl::open(error_code& ec) {
         return;
     }
     if (!worker_->has_control_channel()) {
-        ec = make_error_code(errc::unsupported);
+        ec = make_error_code(error::feature_not_enabled);
         return;
     }
     if (hook_) {
@@ -937,7 +937,7 @@ void address_acceptor_impl::accept(operation* op) noexcept {
     try {
         accepts_.push_back(op);
     } catch (...) {
-        w.fail(op, make_error_code(errc::no_memory));
+        w.fail(op, make_error_code(error::allocation_failed));
     }
 }
 

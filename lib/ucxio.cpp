@@ -30,7 +30,7 @@ std::size_t prepare(endpoint_impl& ep, operation* op, const key_ptr& key, std::u
     else if (size == 0)
         ep.submitted(op, UCS_STATUS_PTR(UCS_OK));
     else if (write)
-        ep.worker()->fail(op, make_error_code(errc::out_of_range));
+        ep.worker()->fail(op, make_error_code(error::out_of_bounds));
     else
         ep.worker()->fail(op, boost::asio::error::eof);
     return 0;

@@ -92,7 +92,7 @@ worker_impl::~worker_impl() {
 
 void worker_impl::open() {
     if (!context_ || !context_->native())
-        throw boost::system::system_error(make_error_code(errc::invalid_param),
+        throw boost::system::system_error(make_error_code(error::context_closed),
                                           "ucx::worker: the context is not open");
     ucp_worker_params_t params{};
     params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -525,7 +525,7 @@ void worker_impl::remove_endpoint(endpoint_impl* ep) noexcept {
 void worker_impl::am_recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
     if (!am_) {
         start(op);
-        return fail(op, is_open() ? make_error_code(errc::unsupported)
+        return fail(op, is_open() ? make_error_code(error::feature_not_enabled)
                                   : error_code(boost::asio::error::operation_aborted));
     }
     am_->recv(op, id, from);

@@ -50,7 +50,7 @@ std::vector<std::byte> worker_address::serialize() const {
 }
 
 worker_address worker_address::deserialize(std::span<const std::byte> wire, error_code& ec) {
-    ec = make_error_code(errc::invalid_addr);
+    ec = make_error_code(error::malformed_address);
     if (wire.size() < header_size)
         return {};
     if (std::memcmp(wire.data(), magic.data(), magic.size()) != 0)

@@ -40,7 +40,7 @@ public:
     using executor_type = boost::asio::any_io_executor;
 
     /// Listens on `bind` (port 0 picks a free port; see `local_endpoint()`).
-    /// Throws `boost::system::system_error` (for example when the port is taken).
+    /// Throws `boost::system::system_error` as `listener`'s constructor.
     acceptor(worker& w, const boost::asio::ip::tcp::endpoint& bind, listener_options options = {})
         : listener_(std::in_place, w, bind, std::move(options)) {}
     /// As above; reports failure through `ec`.
@@ -51,7 +51,8 @@ public:
     /// An address acceptor on `w` (see the class description); at most
     /// `backlog` connections wait to be accepted. Throws
     /// `boost::system::system_error`: `asio::error::address_in_use` when `w`
-    /// has an open address acceptor already.
+    /// has an open address acceptor already, `ucx::error::feature_not_enabled`
+    /// when the context has no `feature::am`, `ucx::error::allocation_failed`.
     explicit acceptor(worker& w, std::size_t backlog = 16) {
         error_code ec;
         open_address(w, backlog, ec);
@@ -83,8 +84,8 @@ public:
         return address_ ? address_->worker()->get_executor() : executor_type();
     }
 
-    /// The address and port the acceptor listens on (`errc::unsupported`
-    /// for an address acceptor).
+    /// The address and port the acceptor listens on
+    /// (`ucx::error::no_socket_address` for an address acceptor).
     boost::asio::ip::tcp::endpoint local_endpoint() const {
         error_code ec;
         auto e = local_endpoint(ec);
@@ -95,16 +96,17 @@ public:
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const {
         if (listener_)
             return listener_->local_endpoint(ec);
-        ec = address_ ? make_error_code(errc::unsupported)
+        ec = address_ ? make_error_code(error::no_socket_address)
                       : error_code(boost::asio::error::bad_descriptor);
         return {};
     }
     /// The address peers connect to with `stream::async_connect(worker_address)`:
     /// the worker's address (an address acceptor only; throws
-    /// `boost::system::system_error` otherwise).
+    /// `boost::system::system_error` with `ucx::error::wrong_acceptor_kind`
+    /// otherwise).
     worker_address local_address() const {
         if (!address_)
-            throw boost::system::system_error(make_error_code(errc::unsupported),
+            throw boost::system::system_error(make_error_code(error::wrong_acceptor_kind),
                                               "ucx::acceptor::local_address");
         return address_->worker()->address();
     }
@@ -129,6 +131,7 @@ public:
     /// Accepts the next connection into `s`, which must not be connected
     /// (`asio::error::already_open` otherwise). Cancellable through the
     /// handler's cancellation slot. Completion signature: `void(error_code)`.
+    /// Library errors: `ucx::error::allocation_failed` (address acceptor).
     template <class Executor,
               class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_accept(
@@ -139,7 +142,8 @@ public:
             get_executor());
     }
 
-    /// Accepts the next connection as a new stream. Cancellable.
+    /// Accepts the next connection as a new stream. Cancellable. Errors as
+    /// above.
     /// Completion signature: `void(error_code, ucx::stream)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_accept(
@@ -148,11 +152,11 @@ public:
             accept_new_op{listener_ ? &*listener_ : nullptr, address_}, token, get_executor());
     }
 
-    /// The underlying listener (throws `boost::system::system_error` for an
-    /// address acceptor).
+    /// The underlying listener (throws `boost::system::system_error` with
+    /// `ucx::error::wrong_acceptor_kind` for an address acceptor).
     ucx::listener& listener() {
         if (!listener_)
-            throw boost::system::system_error(make_error_code(errc::unsupported),
+            throw boost::system::system_error(make_error_code(error::wrong_acceptor_kind),
                                               "ucx::acceptor::listener");
         return *listener_;
     }

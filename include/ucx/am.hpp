@@ -53,9 +53,11 @@ struct am_send_options {
 /// Completion signature: `void(error_code, std::size_t bytes_sent)` (data
 /// bytes). A rendezvous send completes once the receiver fetched the data.
 ///
-/// Errors: `errc::invalid_param` for an id out of range or a header over the
-/// maximum (before anything is sent); the endpoint's error after a failure
-/// or close, as for every send. Not cancellable (UCX cannot cancel a send).
+/// Errors: `ucx::error::invalid_am_id` for an id above `am_max_id`,
+/// `ucx::error::header_too_large` for a header over the maximum,
+/// `ucx::error::feature_not_enabled` without `feature::am` (all before
+/// anything is sent); the endpoint's error after a failure or close, as for
+/// every send. Not cancellable (UCX cannot cancel a send).
 template <class ConstBufferSequence,
           class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto async_am_send(
@@ -109,7 +111,11 @@ requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto 
 /// whose data could not be fetched (the sender died) completes with the
 /// error and the message (its header, no data).
 /// Cancellable (terminal, partial, total); `operation_aborted` when the
-/// worker closes.
+/// worker closes. Errors: `ucx::error::invalid_am_id` for an id above
+/// `am_max_id`, `ucx::error::feature_not_enabled` without `feature::am`;
+/// `ucx::error::allocation_failed` (message completed without its data) when
+/// no memory for the data could be had, `ucx::error::no_am_allocator` when no
+/// allocator is registered for the id's memory type.
 template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>
 auto async_am_recv(
     worker& w, unsigned id,
@@ -123,6 +129,7 @@ auto async_am_recv(
 /// As above, for messages sent by the peer of `ep` only (the sender must
 /// allow replies, which is the default). After that peer closed or failed,
 /// messages it sent before are still delivered, then the endpoint's error.
+/// Errors: as above.
 template <class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 auto async_am_recv(
     endpoint& ep, unsigned id,
@@ -138,23 +145,30 @@ auto async_am_recv(
 /// Sets the handler called for each message on `id` that no waiting
 /// `async_am_recv` takes: `handler(error_code, am_message)`, posted to the
 /// worker's executor, in arrival order. An empty handler removes it (later
-/// messages are queued again). Throws `boost::system::system_error`
-/// (`errc::invalid_param`) for an id out of range. Call it on the worker's
-/// executor (or before the worker runs).
+/// messages are queued again). Throws `boost::system::system_error`:
+/// `ucx::error::invalid_am_id` for an id above `am_max_id`,
+/// `ucx::error::feature_not_enabled` when the worker has no active messages
+/// (no `feature::am`, or closed). Call it on the worker's executor (or
+/// before the worker runs).
 void set_am_handler(worker& w, unsigned id, std::function<void(error_code, am_message)> handler);
 
 /// Chooses the memory type rendezvous messages on `id` are received into
 /// (host by default); the allocator registered for that type provides it.
+/// Throws as `set_am_handler`.
 void set_am_memory_type(worker& w, unsigned id, memory_type type);
 
 /// Registers the receive allocator for its memory type on `w`, replacing the
-/// previous one (messages already received keep theirs).
+/// previous one (messages already received keep theirs). Throws
+/// `boost::system::system_error`: `ucx::error::null_allocator` for a null
+/// allocator, `ucx::error::feature_not_enabled` as `set_am_handler`.
 void register_am_allocator(worker& w, std::shared_ptr<am_allocator> allocator);
 
-/// The largest header an active message sent by `w` may carry.
+/// The largest header an active message sent by `w` may carry. Throws
+/// `ucx::error::feature_not_enabled` as `set_am_handler`.
 std::size_t max_am_header(const worker& w);
 
 /// Statistics of the messages queued on `id` of `w` (received, not yet taken).
+/// `am_queue` throws `ucx::error::feature_not_enabled` as `set_am_handler`.
 struct am_queue_stats {
     std::size_t messages = 0;   ///< messages queued
     std::size_t bytes = 0;      ///< data bytes they hold in memory

@@ -27,7 +27,7 @@ public:
     virtual ucx::memory_type memory_type() const noexcept = 0;
 
     /// Returns `size` bytes (`size` may be 0), or null when out of memory:
-    /// the message then completes with `errc::no_memory`.
+    /// the message then completes with `ucx::error::allocation_failed`.
     virtual void* allocate(std::size_t size) noexcept = 0;
 
     /// Gives back memory returned by `allocate(size)`.

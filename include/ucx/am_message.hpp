@@ -66,7 +66,7 @@ public:
     /// The endpoint to answer the sender on: the connected endpoint of that
     /// peer when this worker has one, otherwise an endpoint on the
     /// connection UCX made for the sender (closing it does not disconnect).
-    /// Fails with `errc::not_connected` when the sender did not allow
+    /// Fails with `ucx::error::no_reply_endpoint` when the sender did not allow
     /// replies, and with the endpoint's error once that peer went away.
     /// Call it on the worker's executor (in a handler, say): it looks at the
     /// worker's endpoints.

@@ -23,8 +23,8 @@ void connect_to_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
                          const boost::asio::ip::tcp::endpoint& to) noexcept;
 /// Connects to the address acceptor of the worker at `to`: the endpoint
 /// (peer error mode) and the hello/welcome handshake over it; `op` completes
-/// with the endpoint (`endpoint_result`). Errors: `errc::invalid_addr` (empty
-/// address), `connection_refused` (no address acceptor took it), the
+/// with the endpoint (`endpoint_result`). Errors: `error::empty_address`
+/// (empty address), `connection_refused` (no address acceptor took it), the
 /// endpoint's failure (the peer's worker is gone).
 void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
                         const worker_address& to) noexcept;
@@ -39,7 +39,9 @@ void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
 /// resolver's (`asio::error::host_not_found`, ...), UCX's when nobody
 /// listens or the listener rejects (`errc::unreachable`,
 /// `errc::connection_reset`, `errc::rejected`, ...), `operation_aborted` when
-/// cancelled through the handler's cancellation slot.
+/// cancelled through the handler's cancellation slot. Library errors:
+/// `ucx::error::feature_not_enabled` when the context has no `feature::am`,
+/// `ucx::error::allocation_failed` when the endpoint could not be allocated.
 template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>
 auto async_connect(
     worker& w, std::string host, std::string service,
@@ -60,7 +62,8 @@ auto async_connect(
         });
 }
 
-/// Connects `w` to a `ucx::listener` at `to`; as above, without name resolution.
+/// Connects `w` to a `ucx::listener` at `to`; as above, without name
+/// resolution (same errors, no resolver's).
 template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>
 auto async_connect(
     worker& w, const boost::asio::ip::tcp::endpoint& to,
@@ -76,7 +79,8 @@ auto async_connect(
 /// The IPv4 address of network interface `ifname` (for example "lo" or
 /// "eth0"), as text; with an empty name, the first IPv4 address of an
 /// interface that is up and not loopback. Sets `ec` to
-/// `errc::no_device` when there is none.
+/// `ucx::error::no_interface_address` when there is none (or to the system
+/// error of `getifaddrs`).
 std::string get_address(const std::string& ifname, error_code& ec);
 /// As above; throws `boost::system::system_error`.
 std::string get_address(const std::string& ifname = {});

@@ -85,7 +85,8 @@ struct context_options {
     /// `UCX_MM_SEG_SIZE`, `UCX_POSIX_SEG_SIZE` or `UCX_SYSV_SEG_SIZE`, or
     /// when shared memory is not among the transports; 0 leaves UCX's default.
     /// Out of [min_shared_memory_segment_size, max_shared_memory_segment_size]
-    /// (and not 0), constructing the context fails with `errc::invalid_param`.
+    /// (and not 0), constructing the context fails with
+    /// `ucx::error::invalid_option`.
     std::size_t shared_memory_segment_size = 32832;
     /// Arbitrary UCX settings, by name without the `UCX_` prefix
     /// (e.g. {"RNDV_THRESH", "64k"}); they override the environment.
@@ -117,7 +118,9 @@ class context {
 public:
     /// Creates a context with default options. Throws `boost::system::system_error`.
     context();
-    /// Creates a context with the given options. Throws `boost::system::system_error`.
+    /// Creates a context with the given options. Throws `boost::system::system_error`:
+    /// `ucx::error::invalid_option` for an option out of its bounds, UCX's
+    /// status when UCX refuses the configuration.
     explicit context(const context_options& options);
     /// Creates a context with the given options; reports failure through `ec`.
     context(const context_options& options, error_code& ec);

@@ -57,7 +57,10 @@ public:
     /// Connects `w` to the worker whose address is `remote` (no IP addressing
     /// needed; works over every transport both sides share). The connection
     /// is established in the background; operations may start at once.
-    /// Throws `boost::system::system_error` on failure.
+    /// Throws `boost::system::system_error` on failure:
+    /// `ucx::error::empty_address` for an empty address,
+    /// `asio::error::bad_descriptor` for a closed worker, UCX's status from
+    /// `ucp_ep_create`.
     endpoint(worker& w, const worker_address& remote);
     /// As above; reports failure through `ec`.
     endpoint(worker& w, const worker_address& remote, error_code& ec);
@@ -85,16 +88,18 @@ public:
     /// Force-closes the endpoint. Idempotent.
     void close() noexcept;
 
-    /// The peer's socket address (connected endpoints only).
+    /// The peer's socket address (connected endpoints only:
+    /// `ucx::error::no_socket_address` for an endpoint made from a worker
+    /// address; `asio::error::bad_descriptor` when closed).
     boost::asio::ip::tcp::endpoint remote_endpoint() const;
     boost::asio::ip::tcp::endpoint remote_endpoint(error_code& ec) const;
-    /// This side's socket address (connected endpoints only).
+    /// This side's socket address (connected endpoints only; errors as above).
     boost::asio::ip::tcp::endpoint local_endpoint() const;
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
 
     /// Sends `data` to this endpoint's peer, where only a receive on the
     /// matching endpoint (`async_recv`) gets it, tagged with a 32-bit `tag`.
-    /// Connected endpoints only (`errc::not_connected` otherwise).
+    /// Connected endpoints only (`ucx::error::not_connected` otherwise).
     /// Completion signature: `void(error_code, std::size_t bytes_sent)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
@@ -120,7 +125,8 @@ public:
     /// any). A larger message fails with `errc::message_truncated`.
     /// Cancellable through the handler's cancellation slot. After the peer
     /// closed gracefully, messages it sent before are still received; then
-    /// `asio::error::eof`. Connected endpoints only.
+    /// `asio::error::eof`. Connected endpoints only (`ucx::error::not_connected`
+    /// otherwise).
     /// Completion signature:
     /// `void(error_code, std::size_t bytes_received, std::uint32_t sent_tag)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
@@ -200,7 +206,7 @@ inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep) {
 struct endpoint_result {
     static auto extract(const error_code& ec, const operation& op) {
         if (ec || !op.payload)
-            return std::tuple<error_code, endpoint>(ec ? ec : make_error_code(errc::no_elem),
+            return std::tuple<error_code, endpoint>(ec ? ec : make_error_code(error::no_endpoint),
                                                     endpoint());
         return std::tuple<error_code, endpoint>(
             ec, endpoint(std::static_pointer_cast<endpoint_impl>(op.payload)));

@@ -1,4 +1,5 @@
-// Error codes of ucx-asio: a "ucx" error category over UCX's ucs_status_t.
+// Error codes of ucx-asio: a "ucx" error category over UCX's ucs_status_t, and
+// a "ucx.library" category for the conditions the library detects itself.
 #pragma once
 
 #include <boost/system/error_code.hpp>
@@ -61,9 +62,77 @@ inline error_code make_error_code(errc e) noexcept {
 /// because Asio algorithms and Beast compare against that code.
 error_code make_error_code(ucs_status_t status) noexcept;
 
+/// What the library detects itself, before or without UCX: misuse of the API,
+/// a feature the context was not created with, an endpoint that cannot do the
+/// operation. UCX's own failures keep their `errc` code; cancellation, end of
+/// stream and closed objects keep Asio's codes (`operation_aborted`, `eof`,
+/// `bad_descriptor`, ...), which Asio and Beast callers compare against.
+enum class error : int {
+    /// The endpoint has no connection to the peer (it was made directly from
+    /// a worker address): no per-endpoint messaging, no stream.
+    not_connected = 1,
+    /// An active message whose sender did not allow replies.
+    no_reply_endpoint,
+    /// The endpoint, stream or acceptor has no socket address (it works by
+    /// worker address).
+    no_socket_address,
+    /// An operation of the other kind of acceptor (listener versus address).
+    wrong_acceptor_kind,
+    /// The operation needs a feature the context was created without
+    /// (`feature::am` for active messages and connections).
+    feature_not_enabled,
+    /// An object of another worker than the operation's.
+    wrong_worker,
+    /// A worker was created on a context that is not open.
+    context_closed,
+    /// An empty worker address.
+    empty_address,
+    /// A serialized worker address that is truncated or corrupt.
+    malformed_address,
+    /// No network interface with that name has an IPv4 address.
+    no_interface_address,
+    /// A remote memory access outside the remote region.
+    out_of_bounds,
+    /// A remote atomic on an address not aligned to the operand's size.
+    misaligned_address,
+    /// An active message id above `am_max_id`.
+    invalid_am_id,
+    /// An active message header larger than the worker allows.
+    header_too_large,
+    /// No active message allocator for the message's memory type.
+    no_am_allocator,
+    /// A memory region of zero bytes, or without memory to register.
+    invalid_region,
+    /// A memory type this build does not support (CUDA without CUDA support).
+    memory_type_not_supported,
+    /// UCX's packed remote key is too large for the key blob.
+    key_too_large,
+    /// A context option outside its valid range.
+    invalid_option,
+    /// A null allocator.
+    null_allocator,
+    /// The library could not allocate memory (a queue entry, an active
+    /// message buffer, or the allocator returned null).
+    allocation_failed,
+    /// A connect or accept finished without an endpoint.
+    no_endpoint,
+};
+
+/// The "ucx.library" category of `ucx::error`. `default_error_condition()`
+/// maps to the portable `std::errc` conditions (not connected, operation not
+/// supported, invalid argument, message size, ...) where one fits.
+const boost::system::error_category& library_category() noexcept;
+
+/// Makes an error code of the "ucx.library" category.
+inline error_code make_error_code(error e) noexcept {
+    return error_code(static_cast<int>(e), library_category());
+}
+
 } // namespace ucx
 
 namespace boost::system {
 template <>
 struct is_error_code_enum<ucx::errc> : std::true_type {};
+template <>
+struct is_error_code_enum<ucx::error> : std::true_type {};
 } // namespace boost::system

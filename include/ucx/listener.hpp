@@ -38,7 +38,10 @@ public:
     using executor_type = boost::asio::any_io_executor;
 
     /// Listens on `bind` (port 0 picks a free port; see `local_endpoint()`).
-    /// Throws `boost::system::system_error` (for example when the port is taken).
+    /// Throws `boost::system::system_error`: `ucx::error::feature_not_enabled`
+    /// when the context has no `feature::am`; `asio::error::bad_descriptor`
+    /// for a closed worker; UCX's status from `ucp_listener_create` (for
+    /// example `errc::busy` when the port is taken).
     listener(worker& w, const boost::asio::ip::tcp::endpoint& bind, listener_options options = {});
     /// As above; reports failure through `ec`.
     listener(worker& w, const boost::asio::ip::tcp::endpoint& bind, listener_options options,

@@ -41,7 +41,8 @@ struct region_options {
     ucx::access access = ucx::access::all;
     /// The memory type. `cuda` needs a library built with CUDA support
     /// (`built_with_cuda()`) and a UCX with CUDA transports; otherwise
-    /// registration fails with `errc::unsupported`.
+    /// registration fails with `ucx::error::memory_type_not_supported` (this
+    /// build) or UCX's status (UCX).
     ucx::memory_type memory_type = ucx::memory_type::host;
 };
 
@@ -62,8 +63,10 @@ public:
     memory_region() noexcept = default;
 
     /// Registers `size` bytes at `data`, which the caller owns.
-    /// Throws `boost::system::system_error` on failure (`size` 0 or a null
-    /// `data`: `errc::invalid_param`).
+    /// Throws `boost::system::system_error` on failure: `size` 0 or a null
+    /// `data`: `ucx::error::invalid_region`; a memory type this build lacks:
+    /// `ucx::error::memory_type_not_supported`; a closed context:
+    /// `asio::error::bad_descriptor`; UCX's status from `ucp_mem_map`.
     memory_region(const context& ctx, void* data, std::size_t size,
                   const region_options& options = {});
     /// As above; reports failure through `ec` (and leaves the region empty).
@@ -71,7 +74,8 @@ public:
                   error_code& ec);
 
     /// Lets UCX allocate and register `size` bytes (`UCP_MEM_MAP_ALLOCATE`).
-    /// Throws `boost::system::system_error` on failure.
+    /// Throws `boost::system::system_error` on failure (errors as above;
+    /// `size` 0: `ucx::error::invalid_region`).
     static memory_region allocate(const context& ctx, std::size_t size,
                                   const region_options& options = {});
     /// As above; reports failure through `ec` (and returns an empty region).
@@ -105,7 +109,8 @@ public:
     /// means. Throws `boost::system::system_error` on failure.
     std::vector<std::byte> pack_key() const;
     /// As above; reports failure through `ec` (empty region:
-    /// `asio::error::bad_descriptor`).
+    /// `asio::error::bad_descriptor`; UCX's packed key over the blob's
+    /// limit: `ucx::error::key_too_large`).
     std::vector<std::byte> pack_key(error_code& ec) const;
 
     /// Unregisters now; the region becomes empty. Idempotent.

@@ -82,7 +82,7 @@ auto atomic_fetch(endpoint& ep, ucp_atomic_op_t opcode, std::uint64_t remote_add
 ///
 /// Errors, all reported before UCX sees the operation: `key_errc::no_key`
 /// (empty key), `key_errc::wrong_endpoint` (key of another endpoint),
-/// `errc::out_of_range` (any byte outside the key's region). Then the
+/// `ucx::error::out_of_bounds` (any byte outside the key's region). Then the
 /// endpoint's errors, as for sends. Not cancellable (UCX cannot cancel RMA).
 template <class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 auto async_put(
@@ -141,7 +141,7 @@ auto async_flush(worker& w, CompletionToken&& token =
 
 /// Atomically adds `value` to the 32- or 64-bit integer at `remote_address`
 /// (naturally aligned, inside the region of `key`; misaligned:
-/// `errc::invalid_param`). Completion signature: `void(error_code ec)`; like
+/// `ucx::error::misaligned_address`). Completion signature: `void(error_code ec)`; like
 /// a put, visible at the peer after a flush. Other errors as for `async_put`.
 template <atomic_operand T,
           class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
@@ -171,6 +171,7 @@ auto async_atomic_fetch_add(
 
 /// Atomically stores `value` at `remote_address` and reports the value it
 /// replaced. Completion signature: `void(error_code ec, T old)`.
+/// Errors as for `async_atomic_add`.
 template <atomic_operand T,
           class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 auto async_atomic_swap(
@@ -183,6 +184,7 @@ auto async_atomic_swap(
 /// Atomically stores `desired` at `remote_address` if it holds `expected`,
 /// and reports the value it held (equal to `expected` when the swap
 /// happened). Completion signature: `void(error_code ec, T old)`.
+/// Errors as for `async_atomic_add`.
 template <atomic_operand T,
           class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 auto async_atomic_compare_swap(

@@ -144,9 +144,10 @@ public:
     const lowest_layer_type& lowest_layer() const noexcept { return *this; }
 
     /// Takes over the connected endpoint `ep`; `asio::error::already_open`
-    /// when connected, `errc::unsupported` for an endpoint made directly from
-    /// a worker address (`ucx::endpoint(worker, address)` has no handshake:
-    /// use `async_connect(worker_address)` instead).
+    /// when connected, `ucx::error::not_connected` for an endpoint made
+    /// directly from a worker address (`ucx::endpoint(worker, address)` has no
+    /// handshake: use `async_connect(worker_address)` instead),
+    /// `ucx::error::wrong_worker` for an endpoint of another worker.
     void assign(endpoint&& ep, error_code& ec) {
         if (!impl_ || !ep.impl()) {
             ec = boost::asio::error::bad_descriptor;
@@ -226,8 +227,8 @@ public:
         ec = {};
     }
 
-    /// The peer's address and port (`errc::unsupported` for a connection
-    /// made from a worker address, which has none).
+    /// The peer's address and port (`ucx::error::no_socket_address` for a
+    /// connection made from a worker address, which has none).
     boost::asio::ip::tcp::endpoint remote_endpoint(error_code& ec) const {
         if (!impl_) {
             ec = boost::asio::error::bad_descriptor;
@@ -242,7 +243,7 @@ public:
             throw boost::system::system_error(ec, "ucx::stream::remote_endpoint");
         return e;
     }
-    /// This side's address and port.
+    /// This side's address and port (errors as `remote_endpoint`).
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const {
         if (!impl_) {
             ec = boost::asio::error::bad_descriptor;
@@ -274,8 +275,9 @@ public:
     std::uint64_t bytes_read() const noexcept { return impl_ ? impl_->bytes_read() : 0; }
 
     /// Connects to a `ucx::acceptor` (or `ucx::listener`) at `host`:`service`
-    /// (see `ucx::async_connect`). `asio::error::already_open` when connected.
-    /// Completion signature: `void(error_code)`.
+    /// (see `ucx::async_connect`, whose errors it reports, including
+    /// `ucx::error::feature_not_enabled`). `asio::error::already_open` when
+    /// connected. Completion signature: `void(error_code)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_connect(
         std::string host, std::string service,
@@ -298,11 +300,13 @@ public:
     /// (`ucx::acceptor(worker&)`) of the worker at `to` (from
     /// `worker::address()`, passed over any side channel): creates the
     /// endpoint and runs the library's handshake over it. Errors:
-    /// `errc::invalid_addr` for an empty address, `connection_refused` when
-    /// the peer's worker has no address acceptor open (or its backlog is
-    /// full), `connection_reset` and UCX's errors when the peer's worker is
-    /// gone, `asio::error::already_open` when connected. Cancellable through
-    /// the handler's cancellation slot. Completion signature: `void(error_code)`.
+    /// `ucx::error::empty_address` for an empty address,
+    /// `ucx::error::feature_not_enabled` without `feature::am`,
+    /// `connection_refused` when the peer's worker has no address acceptor
+    /// open (or its backlog is full), `connection_reset` and UCX's errors when
+    /// the peer's worker is gone, `asio::error::already_open` when connected.
+    /// Cancellable through the handler's cancellation slot. Completion
+    /// signature: `void(error_code)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_connect(
         const worker_address& to,
@@ -316,7 +320,8 @@ public:
     /// are filled): completes when at least one byte arrived, with as many as
     /// were available. Errors: `asio::error::eof` after the peer closed and
     /// everything was read, `connection_reset`, `operation_aborted`,
-    /// `timed_out`, `bad_descriptor` after `close()`, `not_connected`.
+    /// `timed_out`, `bad_descriptor` after `close()`, `not_connected`
+    /// (`asio::error`), `ucx::error::allocation_failed`.
     /// Cancellable through the handler's cancellation slot.
     /// Completion signature: `void(error_code, std::size_t bytes_read)`.
     template <class MutableBufferSequence,
@@ -344,7 +349,8 @@ public:
     /// The buffers must stay valid until completion. Errors:
     /// `connection_reset` (the peer failed), `broken_pipe` (the peer closed),
     /// `bad_descriptor` after `close()`, `timed_out`, `operation_aborted`
-    /// after `abort()`. Not cancellable (UCX cannot take a send back).
+    /// after `abort()`, `ucx::error::allocation_failed`. Not cancellable (UCX
+    /// cannot take a send back).
     /// Completion signature: `void(error_code, std::size_t bytes_written)`.
     template <class ConstBufferSequence,
               class CompletionToken = boost::asio::default_completion_token_t<executor_type>>

@@ -23,7 +23,7 @@ namespace detail {
 
 // lib/ucxio.cpp: one RMA operation at `offset` of the key's region, with the
 // device rules (short at the end; eof for reads at or past the end; for
-// writes past the end `errc::out_of_range`; zero bytes complete with 0).
+// writes past the end `error::out_of_bounds`; zero bytes complete with 0).
 void ucxio_read(endpoint_impl& ep, operation* op, const key_ptr& key, std::uint64_t offset,
                 void* data, std::size_t size) noexcept;
 void ucxio_write(endpoint_impl& ep, operation* op, const key_ptr& key, std::uint64_t offset,
@@ -59,7 +59,7 @@ Buffer first_buffer(const BufferSequence& buffers) {
 /// Size rules (like a file of fixed size): an operation that reaches past
 /// the end is shortened to the end; a read starting at or past the end fails
 /// with `asio::error::eof`; a write starting at or past the end fails with
-/// `errc::out_of_range` (the region cannot grow); an empty buffer completes
+/// `ucx::error::out_of_bounds` (the region cannot grow); an empty buffer completes
 /// with 0 bytes. Never a silent clamp: the byte count says what was moved.
 ///
 /// Visibility: a completed write is complete locally; `async_flush` makes
@@ -146,7 +146,7 @@ public:
 
     /// Moves the stream position to `offset` counted from `basis`, and
     /// returns it. A position past the end is allowed (reads there give eof,
-    /// writes `errc::out_of_range`); a negative or overflowing result fails
+    /// writes `ucx::error::out_of_bounds`); a negative or overflowing result fails
     /// with `asio::error::invalid_argument` and leaves the position alone.
     /// Takes effect for operations started afterwards.
     std::uint64_t seek(std::int64_t offset, seek_basis basis, error_code& ec) noexcept;

@@ -86,7 +86,9 @@ public:
     using executor_type = boost::asio::any_io_executor;
 
     /// Creates a worker on `ctx` whose progress runs on `ex`.
-    /// Throws `boost::system::system_error` on failure.
+    /// Throws `boost::system::system_error` on failure:
+    /// `ucx::error::context_closed` if `ctx` is not open, UCX's status from
+    /// `ucp_worker_create` or `ucp_worker_get_efd`.
     worker(const context& ctx, const executor_type& ex, const worker_options& options = {});
     /// Creates a worker on `ctx` whose progress runs on the executor of `exec_ctx`
     /// (for example an `io_context`).

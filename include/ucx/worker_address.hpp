@@ -36,8 +36,8 @@ public:
     std::vector<std::byte> serialize() const;
 
     /// Parses the wire form. On malformed input (bad magic, unknown version,
-    /// length mismatch, CRC mismatch) sets `ec` to `errc::invalid_addr` and
-    /// returns an empty address.
+    /// length mismatch, CRC mismatch) sets `ec` to
+    /// `ucx::error::malformed_address` and returns an empty address.
     static worker_address deserialize(std::span<const std::byte> wire, error_code& ec);
     /// As above; throws `boost::system::system_error` on malformed input.
     static worker_address deserialize(std::span<const std::byte> wire);

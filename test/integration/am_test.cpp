@@ -292,7 +292,7 @@ TEST_P(am_transport, reply_through_message_endpoint) {
     EXPECT_FALSE(r.message.can_reply());
     ucx::error_code ec;
     (void)r.message.reply_endpoint(ec);
-    EXPECT_EQ(ec, ucx::make_error_code(ucx::errc::not_connected));
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::error::no_reply_endpoint));
 }
 
 // A slow consumer with 100,000 rendezvous messages in flight: none is lost or
@@ -378,11 +378,11 @@ TEST_P(am_transport, many_eager_messages_queued) {
 TEST_P(am_transport, bad_input) {
     am_pair f(GetParam(), ucx::progress_mode::event);
     EXPECT_EQ(f.send(f.a_to_b, ucx::am_max_id + 1, {}, {'x'}),
-              ucx::make_error_code(ucx::errc::invalid_param));
+              ucx::make_error_code(ucx::error::invalid_am_id));
     EXPECT_EQ(f.send(f.a_to_b, 1, std::vector<char>(ucx::max_am_header(f.a) + 1), {'x'}),
-              ucx::make_error_code(ucx::errc::invalid_param));
+              ucx::make_error_code(ucx::error::header_too_large));
     auto r = f.recv(f.b, ucx::am_max_id + 1);
-    EXPECT_EQ(r.ec, ucx::make_error_code(ucx::errc::invalid_param));
+    EXPECT_EQ(r.ec, ucx::make_error_code(ucx::error::invalid_am_id));
     EXPECT_THROW(ucx::set_am_handler(f.b, 70000, [](ucx::error_code, ucx::am_message) {}),
                  boost::system::system_error);
     // The pair still works.

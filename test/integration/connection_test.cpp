@@ -281,7 +281,7 @@ TEST_P(connection, address_endpoints_have_no_per_endpoint_messaging) {
     char b = 0;
     ep.async_send(asio::buffer(&b, 1), [&](ucx::error_code ec, std::size_t) { r = ec; });
     ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
-    EXPECT_EQ(*r, ucx::make_error_code(ucx::errc::not_connected));
+    EXPECT_EQ(*r, ucx::make_error_code(ucx::error::not_connected));
 }
 
 INSTANTIATE_TEST_SUITE_P(all, connection, testing::Values(transport::tcp, transport::shared_memory),
@@ -291,7 +291,7 @@ TEST(get_address, loopback_and_unknown_interfaces) {
     EXPECT_EQ(ucx::get_address("lo"), "127.0.0.1");
     ucx::error_code ec;
     EXPECT_EQ(ucx::get_address("no-such-if0", ec), "");
-    EXPECT_EQ(ec, ucx::make_error_code(ucx::errc::no_device));
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::error::no_interface_address));
     EXPECT_THROW(ucx::get_address("no-such-if0"), boost::system::system_error);
 }
 

@@ -292,18 +292,18 @@ TEST_P(rma, out_of_bounds_is_an_error_before_ucx) {
         inline_call = r.has_value();
         EXPECT_FALSE(inline_call) << "completed inside the initiating function";
         ASSERT_TRUE(run_until(f.io, [&] { return r.has_value(); }));
-        EXPECT_EQ(*r, ucx::errc::out_of_range) << r->message();
-        EXPECT_EQ(f.get(buf.data(), b.size, b.addr, key), ucx::errc::out_of_range);
+        EXPECT_EQ(*r, ucx::error::out_of_bounds) << r->message();
+        EXPECT_EQ(f.get(buf.data(), b.size, b.addr, key), ucx::error::out_of_bounds);
     }
     // Atomics: bounds and alignment.
     auto [e1, v1] = wait_for<std::uint64_t>(f.io, [&](auto h) {
         ucx::async_atomic_fetch_add<std::uint64_t>(f.a_to_b, base + len - 4, key, 1, std::move(h));
     });
-    EXPECT_EQ(e1, ucx::errc::out_of_range);
+    EXPECT_EQ(e1, ucx::error::out_of_bounds);
     auto [e2] = wait_for<>(f.io, [&](auto h) {
         ucx::async_atomic_add<std::uint32_t>(f.a_to_b, base + 2, key, 1, std::move(h));
     });
-    EXPECT_EQ(e2, ucx::errc::invalid_param);
+    EXPECT_EQ(e2, ucx::error::misaligned_address);
     // The endpoint still works.
     auto data = pattern(16, 1);
     EXPECT_FALSE(f.put(data.data(), 16, base, key));
@@ -471,7 +471,7 @@ TEST_P(rma_notify, put_then_notify_the_owner) {
                           key, asio::buffer(&message, 8), 77,
                           [&](error_code ec, std::size_t n) { bad.emplace(ec, n); });
     ASSERT_TRUE(run_until(io, [&] { return bad.has_value(); }));
-    EXPECT_EQ(bad->first, ucx::errc::out_of_range);
+    EXPECT_EQ(bad->first, ucx::error::out_of_bounds);
 }
 
 INSTANTIATE_TEST_SUITE_P(all, rma_notify, testing::Values(transport::tcp, transport::shared_memory),
@@ -609,7 +609,7 @@ TEST_P(rma_two_process, put_get_atomics_content_checked) {
         ucx::async_put(o.ep, asio::buffer(all.data(), 2), o.key.address() + size - 1, o.key,
                        std::move(h));
     });
-    EXPECT_EQ(e4, ucx::errc::out_of_range);
+    EXPECT_EQ(e4, ucx::error::out_of_bounds);
     EXPECT_EQ(o.peer_crc(), o.mirror_crc());
     o.child.write_line("QUIT");
     EXPECT_EQ(o.child.wait(), 0);

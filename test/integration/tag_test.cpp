@@ -310,9 +310,9 @@ TEST(tag_api, bad_worker_address_is_rejected_before_ucx) {
     wire.back() = static_cast<std::byte>(~std::to_integer<unsigned>(wire.back()));
     ucx::error_code ec;
     auto addr = ucx::worker_address::deserialize(wire, ec);
-    EXPECT_EQ(ec, ucx::make_error_code(ucx::errc::invalid_addr));
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::error::malformed_address));
     ucx::endpoint ep(w, addr, ec);
-    EXPECT_EQ(ec, ucx::make_error_code(ucx::errc::invalid_addr));
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::error::empty_address));
     EXPECT_FALSE(ep.is_open());
 }
 

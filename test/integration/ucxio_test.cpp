@@ -94,7 +94,7 @@ TEST_P(ucxio_test, random_offsets_and_sizes_against_a_model) {
                 f.dev->async_write_some_at(offset, asio::buffer(data), std::move(h));
             });
             if (n > 0 && offset >= size) {
-                ASSERT_EQ(ec, ucx::errc::out_of_range);
+                ASSERT_EQ(ec, ucx::error::out_of_bounds);
                 ++refused;
                 continue;
             }
@@ -136,7 +136,7 @@ TEST_P(ucxio_test, eof_exactly_at_the_end) {
     EXPECT_FALSE(w1.first);
     EXPECT_EQ(w1.second, 1u);
     auto w2 = f.wait([&](auto h) { f.dev->async_write_some_at(size, asio::buffer(c, 1), h); });
-    EXPECT_EQ(w2.first, ucx::errc::out_of_range);
+    EXPECT_EQ(w2.first, ucx::error::out_of_bounds);
 }
 
 TEST_P(ucxio_test, asio_read_at_and_write_at_in_parallel_chunks) {
@@ -184,7 +184,7 @@ TEST_P(ucxio_test, asio_read_at_and_write_at_in_parallel_chunks) {
     // A composed write across the end writes what fits, then fails.
     auto w = f.wait(
         [&](auto h) { asio::async_write_at(*f.dev, size - 10, asio::buffer(tail), std::move(h)); });
-    EXPECT_EQ(w.first, ucx::errc::out_of_range);
+    EXPECT_EQ(w.first, ucx::error::out_of_bounds);
     EXPECT_EQ(w.second, 10u);
     // A buffer sequence: several buffers, moved one after the other.
     std::vector<char> p1(100), p2(5000), p3(7);
@@ -233,7 +233,7 @@ TEST_P(ucxio_test, stream_face_with_seek_and_tell) {
     auto re = f.wait([&](auto h) { d.async_read_some(asio::buffer(c), std::move(h)); });
     EXPECT_EQ(re.first, asio::error::eof);
     auto we = f.wait([&](auto h) { d.async_write_some(asio::buffer(c), std::move(h)); });
-    EXPECT_EQ(we.first, ucx::errc::out_of_range);
+    EXPECT_EQ(we.first, ucx::error::out_of_bounds);
     EXPECT_EQ(d.tell(), size + 10);
 
     // Write with asio::async_write from a position, read it back as a stream.
@@ -254,7 +254,7 @@ TEST_P(ucxio_test, stream_face_with_seek_and_tell) {
     // A write across the end with async_write: the part that fits, then the error.
     d.seek(-10, basis::end);
     auto wx = f.wait([&](auto h) { asio::async_write(d, asio::buffer(data), std::move(h)); });
-    EXPECT_EQ(wx.first, ucx::errc::out_of_range);
+    EXPECT_EQ(wx.first, ucx::error::out_of_bounds);
     EXPECT_EQ(wx.second, 10u);
     EXPECT_EQ(d.tell(), size);
 }

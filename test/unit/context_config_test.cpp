@@ -252,7 +252,7 @@ TEST(ConfigContext, SegmentSizeOutOfBoundsIsInvalidParam) {
         o.shared_memory_segment_size = bad;
         ucx::error_code ec;
         ucx::context ctx(o, ec);
-        EXPECT_EQ(ec, make_error_code(ucx::errc::invalid_param)) << bad;
+        EXPECT_EQ(ec, make_error_code(ucx::error::invalid_option)) << bad;
         EXPECT_EQ(ctx.native_handle(), nullptr) << bad;
         EXPECT_THROW(ucx::context{o}, boost::system::system_error) << bad;
     }

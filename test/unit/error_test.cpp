@@ -1,4 +1,4 @@
-// Unit tests of the "ucx" error category (no UCX traffic).
+// Unit tests of the "ucx" and "ucx.library" error categories (no UCX traffic).
 #include <ucx/error.hpp>
 
 #include <boost/asio/error.hpp>
@@ -6,7 +6,9 @@
 #include <boost/system/system_error.hpp>
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -124,6 +126,147 @@ TEST(ErrorCategory, CanceledIsOperationAborted) {
     // Other statuses are not operation_aborted.
     EXPECT_NE(ucx::make_error_code(UCS_ERR_CONNECTION_RESET),
               boost::asio::error::operation_aborted);
+}
+
+// Every ucx::error, in declaration order.
+const std::vector<ucx::error> all_library_errors{
+    ucx::error::not_connected,
+    ucx::error::no_reply_endpoint,
+    ucx::error::no_socket_address,
+    ucx::error::wrong_acceptor_kind,
+    ucx::error::feature_not_enabled,
+    ucx::error::wrong_worker,
+    ucx::error::context_closed,
+    ucx::error::empty_address,
+    ucx::error::malformed_address,
+    ucx::error::no_interface_address,
+    ucx::error::out_of_bounds,
+    ucx::error::misaligned_address,
+    ucx::error::invalid_am_id,
+    ucx::error::header_too_large,
+    ucx::error::no_am_allocator,
+    ucx::error::invalid_region,
+    ucx::error::memory_type_not_supported,
+    ucx::error::key_too_large,
+    ucx::error::invalid_option,
+    ucx::error::null_allocator,
+    ucx::error::allocation_failed,
+    ucx::error::no_endpoint,
+};
+
+TEST(LibraryCategory, NameIsUcxLibrary) {
+    EXPECT_STREQ(ucx::library_category().name(), "ucx.library");
+    const ucx::error_code ec = ucx::make_error_code(ucx::error::not_connected);
+    EXPECT_EQ(&ec.category(), &ucx::library_category());
+    EXPECT_STREQ(ec.category().name(), "ucx.library");
+    EXPECT_NE(&ucx::library_category(), &ucx::error_category());
+}
+
+TEST(LibraryCategory, ValuesAreDenseFromOne) {
+    // Zero is success; the list above covers every enumerator.
+    for (std::size_t i = 0; i < all_library_errors.size(); ++i)
+        EXPECT_EQ(static_cast<int>(all_library_errors[i]), static_cast<int>(i) + 1);
+    // One past the last enumerator is an unknown value.
+    const int past = static_cast<int>(all_library_errors.size()) + 1;
+    EXPECT_EQ(ucx::library_category().message(past), "unknown ucx.library error");
+}
+
+TEST(LibraryCategory, EveryCodeHasItsOwnMessage) {
+    std::set<std::string> seen;
+    const std::string unknown = ucx::library_category().message(0);
+    for (const ucx::error e : all_library_errors) {
+        const ucx::error_code ec = ucx::make_error_code(e);
+        EXPECT_TRUE(ec.failed()) << ec.value();
+        EXPECT_FALSE(ec.message().empty()) << ec.value();
+        EXPECT_NE(ec.message(), unknown) << ec.value();
+        EXPECT_TRUE(seen.insert(ec.message()).second) << "duplicate message: " << ec.message();
+    }
+    // system_error carries the message.
+    const boost::system::system_error se(ucx::error::out_of_bounds, "ucx::async_put");
+    EXPECT_NE(std::string(se.what()).find("outside the remote memory region"), std::string::npos)
+        << se.what();
+}
+
+TEST(LibraryCategory, ErrorConvertsImplicitly) {
+    // is_error_code_enum<ucx::error>: an error converts to error_code directly.
+    const ucx::error_code ec = ucx::error::invalid_am_id;
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::error::invalid_am_id));
+    EXPECT_EQ(&ec.category(), &ucx::library_category());
+    EXPECT_EQ(ec.value(), static_cast<int>(ucx::error::invalid_am_id));
+    EXPECT_TRUE(ec == ucx::error::invalid_am_id);
+    EXPECT_FALSE(ec == ucx::error::header_too_large);
+}
+
+TEST(LibraryCategory, DistinctFromTheUcxCodesItReplaces) {
+    // Same names, different categories: a library code never equals a UCX status.
+    EXPECT_NE(ucx::make_error_code(ucx::error::not_connected),
+              ucx::make_error_code(ucx::errc::not_connected));
+    EXPECT_FALSE(ucx::make_error_code(ucx::error::out_of_bounds) == ucx::errc::out_of_range);
+    EXPECT_FALSE(ucx::make_error_code(ucx::errc::invalid_param) == ucx::error::invalid_option);
+    // Nor Asio's codes.
+    EXPECT_NE(ucx::make_error_code(ucx::error::context_closed),
+              ucx::error_code(boost::asio::error::bad_descriptor));
+    EXPECT_NE(ucx::make_error_code(ucx::error::not_connected),
+              ucx::error_code(boost::asio::error::not_connected));
+}
+
+TEST(LibraryCategory, DefaultErrorConditionIsPortable) {
+    const std::vector<std::pair<ucx::error, sys_errc::errc_t>> cases{
+        {ucx::error::not_connected, sys_errc::not_connected},
+        {ucx::error::no_reply_endpoint, sys_errc::not_connected},
+        {ucx::error::no_socket_address, sys_errc::operation_not_supported},
+        {ucx::error::wrong_acceptor_kind, sys_errc::operation_not_supported},
+        {ucx::error::feature_not_enabled, sys_errc::operation_not_supported},
+        {ucx::error::no_am_allocator, sys_errc::operation_not_supported},
+        {ucx::error::memory_type_not_supported, sys_errc::operation_not_supported},
+        {ucx::error::wrong_worker, sys_errc::invalid_argument},
+        {ucx::error::empty_address, sys_errc::invalid_argument},
+        {ucx::error::malformed_address, sys_errc::invalid_argument},
+        {ucx::error::misaligned_address, sys_errc::invalid_argument},
+        {ucx::error::invalid_am_id, sys_errc::invalid_argument},
+        {ucx::error::invalid_region, sys_errc::invalid_argument},
+        {ucx::error::invalid_option, sys_errc::invalid_argument},
+        {ucx::error::null_allocator, sys_errc::invalid_argument},
+        {ucx::error::context_closed, sys_errc::bad_file_descriptor},
+        {ucx::error::no_interface_address, sys_errc::no_such_device},
+        {ucx::error::out_of_bounds, sys_errc::result_out_of_range},
+        {ucx::error::header_too_large, sys_errc::message_size},
+        {ucx::error::key_too_large, sys_errc::value_too_large},
+        {ucx::error::allocation_failed, sys_errc::not_enough_memory},
+    };
+    for (const auto& [e, cond] : cases) {
+        const ucx::error_code ec = ucx::make_error_code(e);
+        EXPECT_TRUE(ec == cond) << ec.message();
+        const auto c = ec.default_error_condition();
+        EXPECT_EQ(c.category(), boost::system::generic_category()) << ec.message();
+        EXPECT_EQ(c.value(), static_cast<int>(cond)) << ec.message();
+    }
+    // And not to the wrong ones.
+    EXPECT_FALSE(ucx::make_error_code(ucx::error::not_connected) == sys_errc::invalid_argument);
+    EXPECT_FALSE(ucx::make_error_code(ucx::error::invalid_am_id) == sys_errc::not_connected);
+    EXPECT_FALSE(ucx::make_error_code(ucx::error::header_too_large) == sys_errc::invalid_argument);
+    EXPECT_FALSE(ucx::make_error_code(ucx::error::allocation_failed) == sys_errc::timed_out);
+
+    // A code without a portable equivalent keeps the "ucx.library" category.
+    const auto own = ucx::make_error_code(ucx::error::no_endpoint).default_error_condition();
+    EXPECT_EQ(&own.category(), &ucx::library_category());
+    EXPECT_EQ(own.value(), static_cast<int>(ucx::error::no_endpoint));
+}
+
+TEST(LibraryCategory, ComparesWithStdErrc) {
+    // boost::system::error_code compares with std::errc conditions as well.
+    const ucx::error_code ec = ucx::error::feature_not_enabled;
+    EXPECT_TRUE(ec == std::errc::operation_not_supported);
+    EXPECT_FALSE(ec == std::errc::invalid_argument);
+    EXPECT_TRUE(ucx::error_code(ucx::error::not_connected) == std::errc::not_connected);
+    EXPECT_TRUE(ucx::error_code(ucx::error::out_of_bounds) == std::errc::result_out_of_range);
+    EXPECT_TRUE(ucx::error_code(ucx::error::header_too_large) == std::errc::message_size);
+    EXPECT_TRUE(ucx::error_code(ucx::error::invalid_option) == std::errc::invalid_argument);
+    EXPECT_TRUE(ucx::error_code(ucx::error::allocation_failed) == std::errc::not_enough_memory);
+    // Converted to std::error_code, the portable condition still matches.
+    const std::error_code sec = ucx::error_code(ucx::error::not_connected);
+    EXPECT_TRUE(sec == std::errc::not_connected);
+    EXPECT_STREQ(sec.category().name(), "ucx.library");
 }
 
 } // namespace

@@ -183,12 +183,12 @@ TEST(memory_region, bad_arguments_are_errors) {
     ucx::error_code ec;
     char c = 0;
     ucx::memory_region a(ctx, &c, 0, {}, ec);
-    EXPECT_EQ(ec, ucx::errc::invalid_param);
+    EXPECT_EQ(ec, ucx::error::invalid_region);
     EXPECT_FALSE(a.is_registered());
     ucx::memory_region b(ctx, nullptr, 16, {}, ec);
-    EXPECT_EQ(ec, ucx::errc::invalid_param);
+    EXPECT_EQ(ec, ucx::error::invalid_region);
     auto z = ucx::memory_region::allocate(ctx, 0, {}, ec);
-    EXPECT_EQ(ec, ucx::errc::invalid_param);
+    EXPECT_EQ(ec, ucx::error::invalid_region);
     EXPECT_THROW(ucx::memory_region(ctx, nullptr, 16), boost::system::system_error);
 }
 

@@ -53,13 +53,13 @@ bool reference_valid(std::span<const std::byte> w) {
 void expect_rejected(const bytes& wire, const char* what) {
     ucx::error_code ec;
     const ucx::worker_address a = ucx::worker_address::deserialize(wire, ec);
-    EXPECT_EQ(ec, ucx::make_error_code(ucx::errc::invalid_addr)) << what;
+    EXPECT_EQ(ec, ucx::make_error_code(ucx::error::malformed_address)) << what;
     EXPECT_TRUE(a.empty()) << what;
     EXPECT_THROW(ucx::worker_address::deserialize(wire), boost::system::system_error) << what;
     try {
         (void)ucx::worker_address::deserialize(wire);
     } catch (const boost::system::system_error& e) {
-        EXPECT_EQ(e.code(), ucx::make_error_code(ucx::errc::invalid_addr)) << what;
+        EXPECT_EQ(e.code(), ucx::make_error_code(ucx::error::malformed_address)) << what;
     }
 }
 
@@ -170,7 +170,7 @@ TEST(WorkerAddress, EverySingleBitFlipIsRejected) {
                 w[byte] ^= static_cast<std::byte>(1u << bit);
                 ucx::error_code ec;
                 const ucx::worker_address a = ucx::worker_address::deserialize(w, ec);
-                ASSERT_EQ(ec, ucx::make_error_code(ucx::errc::invalid_addr))
+                ASSERT_EQ(ec, ucx::make_error_code(ucx::error::malformed_address))
                     << "n=" << n << " byte=" << byte << " bit=" << bit;
                 ASSERT_TRUE(a.empty());
                 ASSERT_THROW(ucx::worker_address::deserialize(w), boost::system::system_error);
@@ -218,7 +218,7 @@ TEST(WorkerAddress, RandomBytesFuzz) {
         const bool valid = reference_valid(w);
         ASSERT_EQ(!ec, valid) << "iteration " << i << " size " << w.size();
         if (ec) {
-            ASSERT_EQ(ec, ucx::make_error_code(ucx::errc::invalid_addr));
+            ASSERT_EQ(ec, ucx::make_error_code(ucx::error::malformed_address));
             ASSERT_TRUE(a.empty());
         } else {
             ++accepted;
