@@ -1,4 +1,5 @@
-// DESIGN.md section 2, point 2, checked with a plain Linux eventfd (no UCX):
+// The progress engine's ordering rule (queue the wait on the event fd before
+// arming the worker), checked with a plain Linux eventfd (no UCX):
 // Asio's epoll reactor registers descriptors edge-triggered (EPOLLET) and
 // async_wait is not speculative. What that means for a wait queued after the
 // edge, with this Boost (1.81), is pinned down by the first tests (see the
@@ -84,7 +85,8 @@ void warm_up(asio::io_context& io, descriptor& sd, int fd) {
 // no wait is queued on the descriptor (Asio drops that event: no operation to
 // complete), then async_wait(wait_read) is queued with the fd still readable.
 //
-// DESIGN.md section 2 point 2 expects this edge to be lost. Observed on this
+// A reading of the reactor's edge-triggered registration expects this edge
+// to be lost. Observed on this
 // machine with Boost 1.81 (Asio 1.26) and its default epoll reactor: it is NOT
 // lost, the late wait completes. The reason is in
 // boost/asio/detail/impl/epoll_reactor.ipp, epoll_reactor::start_op: when a
@@ -110,8 +112,8 @@ TEST(EventfdEdge, LateWaitOnStillReadableFdCompletesWithThisAsio) {
     sd.async_wait(descriptor::wait_read, [&](const boost::system::error_code&) { fired = true; });
     io.restart();
     io.run_for(200ms);
-    EXPECT_TRUE(fired) << "the late wait did not complete: the edge was lost (DESIGN.md 2.2's "
-                          "expectation holds here; Asio did not re-arm the fd)";
+    EXPECT_TRUE(fired) << "the late wait did not complete: the edge was lost (Asio did "
+                          "not re-arm the fd when the wait was queued)";
     EXPECT_EQ(drain_fd(fd), 1u);
 }
 
