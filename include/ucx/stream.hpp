@@ -15,7 +15,6 @@
 #include <boost/asio/compose.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/socket_base.hpp>
-#include <boost/beast/core/role.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <array>
@@ -451,27 +450,5 @@ private:
 
 /// A stream with the type-erased I/O executor (the usual choice).
 using stream = basic_stream<>;
-
-// Boost.Beast customisation points, found by argument-dependent lookup.
-
-/// Beast closes a stream this way on timeouts and errors: a graceful close.
-template <class Executor>
-void beast_close_socket(basic_stream<Executor>& s) {
-    s.close();
-}
-
-/// WebSocket teardown (synchronous WebSocket close): closes gracefully in
-/// the background; the peer reads eof after the close frame.
-template <class Executor>
-void teardown(boost::beast::role_type, basic_stream<Executor>& s, error_code& ec) {
-    s.close(ec);
-}
-
-/// WebSocket teardown (asynchronous WebSocket close): closes gracefully and
-/// completes when the connection is closed.
-template <class Executor, class TeardownHandler>
-void async_teardown(boost::beast::role_type, basic_stream<Executor>& s, TeardownHandler&& handler) {
-    s.async_close(std::forward<TeardownHandler>(handler));
-}
 
 } // namespace ucx
