@@ -1,8 +1,9 @@
 #include <ucx/am.hpp>
-#include <ucx/detail/am_registry.hpp>
-#include <ucx/detail/endpoint_impl.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/log.hpp>
+
+#include "am_registry.hpp"
+#include "endpoint_impl.hpp"
+#include "worker_impl.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
@@ -311,9 +312,10 @@ bool am_registry::deliver_one(id_state& s) {
         am_message_state* m = s.head;
         unlink(s, m, nullptr);
         const error_code ec = m->error;
-        boost::asio::post(executor_, [h = s.handler, ec, msg = am_message(m)]() mutable {
-            (*h)(ec, std::move(msg));
-        });
+        boost::asio::post(executor_,
+                          [h = s.handler, ec, msg = access::construct<am_message>(m)]() mutable {
+                              (*h)(ec, std::move(msg));
+                          });
         return true;
     }
     return false;
@@ -603,7 +605,7 @@ std::tuple<error_code, am_message> am_recv_result::extract(const error_code& ec,
     op.message = nullptr;
     if (!m)
         return {ec, am_message()};
-    return {ec, am_message(m)};
+    return {ec, access::construct<am_message>(m)};
 }
 
 void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
@@ -760,13 +762,13 @@ endpoint am_message::reply_endpoint(error_code& ec) const {
             return {};
         }
         ec = {};
-        return endpoint(std::move(ep));
+        return detail::access::construct<endpoint>(std::move(ep));
     }
     detail::worker_impl* w = state_->registry->worker();
     auto impl = std::make_shared<detail::endpoint_impl>(w->shared_from_this());
     impl->adopt(state_->reply_ep);
     ec = {};
-    return endpoint(std::move(impl));
+    return detail::access::construct<endpoint>(std::move(impl));
 }
 
 endpoint am_message::reply_endpoint() const {

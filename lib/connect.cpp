@@ -1,5 +1,7 @@
 #include <ucx/connect.hpp>
-#include <ucx/detail/endpoint_impl.hpp>
+
+#include "endpoint_impl.hpp"
+#include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
@@ -31,20 +33,14 @@ std::shared_ptr<endpoint_impl> connecting_endpoint(const std::shared_ptr<worker_
         return nullptr;
     }
 }
-} // namespace
 
-void connect_to_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
-                         const boost::asio::ip::tcp::endpoint& to) noexcept {
+void connect_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
+                      const boost::asio::ip::tcp::endpoint& to) noexcept {
     if (auto ep = connecting_endpoint(w, op))
         ep->connect_to(to.data(), static_cast<socklen_t>(to.size()), op);
 }
 
-void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
-                        const worker_address& to) noexcept {
-    if (auto ep = connecting_endpoint(w, op))
-        ep->connect_address(to, op);
-}
-
+/// Starts the connection once the name is resolved (owner thread).
 void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, const error_code& ec,
                       const boost::asio::ip::tcp::resolver::results_type& results) noexcept {
     if (ec || results.empty()) {
@@ -58,7 +54,29 @@ void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, cons
             break;
         }
     }
-    connect_to_endpoint(w, op, chosen->endpoint());
+    connect_endpoint(w, op, chosen->endpoint());
+}
+} // namespace
+
+void connect_by_name(worker_impl& w, operation* op, const std::string& host,
+                     const std::string& service) {
+    auto self = w.shared_from_this();
+    auto resolver = std::make_shared<boost::asio::ip::tcp::resolver>(w.get_executor());
+    resolver->async_resolve(
+        host, service,
+        [self, op, resolver](const error_code& ec, boost::asio::ip::tcp::resolver::results_type r) {
+            connect_resolved(self, op, ec, r);
+        });
+}
+
+void connect_to_endpoint(worker_impl& w, operation* op,
+                         const boost::asio::ip::tcp::endpoint& to) noexcept {
+    connect_endpoint(w.shared_from_this(), op, to);
+}
+
+void connect_to_address(worker_impl& w, operation* op, const worker_address& to) noexcept {
+    if (auto ep = connecting_endpoint(w.shared_from_this(), op))
+        ep->connect_address(to, op);
 }
 
 } // namespace detail

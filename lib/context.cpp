@@ -1,6 +1,7 @@
 #include <ucx/context.hpp>
-#include <ucx/detail/context_impl.hpp>
 #include <ucx/log.hpp>
+
+#include "context_impl.hpp"
 
 #include <boost/system/system_error.hpp>
 

@@ -1,4 +1,4 @@
-#include <ucx/detail/control_message.hpp>
+#include "control_message.hpp"
 
 #include <cstring>
 

@@ -1,10 +1,11 @@
-#include <ucx/detail/am_registry.hpp>
-#include <ucx/detail/endpoint_impl.hpp>
-#include <ucx/detail/listener_impl.hpp>
 #include <ucx/detail/results.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
+
+#include "am_registry.hpp"
+#include "endpoint_impl.hpp"
+#include "listener_impl.hpp"
+#include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>

@@ -1,7 +1,8 @@
-#include <ucx/detail/listener_impl.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/listener.hpp>
 #include <ucx/log.hpp>
+
+#include "listener_impl.hpp"
+#include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>

@@ -1,6 +1,7 @@
-#include <ucx/detail/context_impl.hpp>
 #include <ucx/memory_region.hpp>
 #include <ucx/remote_key.hpp>
+
+#include "context_impl.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
@@ -57,7 +58,7 @@ memory_region memory_region::allocate(const context& ctx, std::size_t size,
 void memory_region::map(const context& ctx, void* data, std::size_t size,
                         const region_options& options, bool allocate, error_code& ec) {
     ec = {};
-    if (!ctx.impl() || !ctx.native_handle()) {
+    if (!detail::access::get_impl(ctx) || !ctx.native_handle()) {
         ec = boost::asio::error::bad_descriptor;
         return;
     }
@@ -96,7 +97,7 @@ void memory_region::map(const context& ctx, void* data, std::size_t size,
         return;
     }
     reset();
-    context_ = ctx.impl();
+    context_ = detail::access::get_impl(ctx);
     memh_ = memh;
     // UCX may register (or allocate) more than asked, rounded to its
     // alignment; the region is what the caller asked for, so that keys never

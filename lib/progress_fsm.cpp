@@ -1,4 +1,4 @@
-#include <ucx/detail/progress_fsm.hpp>
+#include "progress_fsm.hpp"
 
 namespace ucx::detail {
 

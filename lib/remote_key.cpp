@@ -1,7 +1,9 @@
-#include <ucx/detail/endpoint_impl.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/remote_key.hpp>
 #include <ucx/worker_address.hpp>
+
+#include "endpoint_impl.hpp"
+#include "remote_key_impl.hpp"
+#include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
@@ -166,13 +168,38 @@ remote_key::remote_key(const endpoint& ep, std::span<const std::byte> blob, erro
     const key_blob parsed = key_blob::parse(blob, ec);
     if (ec)
         return;
-    if (!ep.impl()) {
+    const auto& ep_impl = detail::access::get_impl(ep);
+    if (!ep_impl) {
         ec = boost::asio::error::bad_descriptor;
         return;
     }
-    auto impl = std::make_shared<detail::remote_key_impl>(ep.impl(), parsed, ec);
+    auto impl = std::make_shared<detail::remote_key_impl>(ep_impl, parsed, ec);
     if (!ec)
         impl_ = std::move(impl);
+}
+
+bool remote_key::valid() const noexcept {
+    return impl_ && impl_->native();
+}
+
+std::uint64_t remote_key::address() const noexcept {
+    return impl_ ? impl_->address() : 0;
+}
+
+std::uint64_t remote_key::length() const noexcept {
+    return impl_ ? impl_->length() : 0;
+}
+
+ucx::memory_type remote_key::memory_type() const noexcept {
+    return impl_ ? impl_->memory_type() : ucx::memory_type::host;
+}
+
+bool remote_key::contains(std::uint64_t addr, std::size_t size) const noexcept {
+    return impl_ && impl_->contains(addr, size);
+}
+
+ucp_rkey_h remote_key::native_handle() const noexcept {
+    return impl_ ? impl_->native() : nullptr;
 }
 
 } // namespace ucx

@@ -1,6 +1,8 @@
-#include <ucx/detail/endpoint_impl.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/rma.hpp>
+
+#include "endpoint_impl.hpp"
+#include "remote_key_impl.hpp"
+#include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
 

@@ -1,7 +1,8 @@
-#include <ucx/detail/stream_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
 #include <ucx/log.hpp>
+
+#include "stream_impl.hpp"
 
 #include <boost/asio/error.hpp>
 

@@ -1,5 +1,9 @@
 #include <ucx/ucxio.hpp>
 
+#include "endpoint_impl.hpp"
+#include "remote_key_impl.hpp"
+#include "worker_impl.hpp"
+
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -9,9 +13,10 @@ namespace ucx {
 namespace detail {
 
 const std::shared_ptr<endpoint_impl>& checked(const remote_key& key) {
-    if (!key.impl())
+    const auto& impl = access::get_impl(key);
+    if (!impl)
         throw boost::system::system_error(make_error_code(key_errc::no_key), "ucx::ucxio");
-    return key.impl()->endpoint();
+    return impl->endpoint();
 }
 
 namespace {

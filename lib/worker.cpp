@@ -1,10 +1,11 @@
-#include <ucx/detail/am_registry.hpp>
-#include <ucx/detail/context_impl.hpp>
-#include <ucx/detail/endpoint_impl.hpp>
-#include <ucx/detail/listener_impl.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/log.hpp>
 #include <ucx/worker.hpp>
+
+#include "am_registry.hpp"
+#include "context_impl.hpp"
+#include "endpoint_impl.hpp"
+#include "listener_impl.hpp"
+#include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
@@ -81,10 +82,8 @@ struct engine_backend {
 
 worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
                          const worker_options& options)
-    : context_(std::move(ctx)), executor_(ex), options_(options), efd_(ex), safety_timer_(ex),
-      fsm_(make_progress_config(options)) {
-    native_executor_ = executor_.target<boost::asio::io_context::executor_type>();
-}
+    : worker_core(ex), context_(std::move(ctx)), options_(options), efd_(ex), safety_timer_(ex),
+      fsm_(make_progress_config(options)) {}
 
 worker_impl::~worker_impl() {
     shutdown();
@@ -642,7 +641,7 @@ void worker_impl::shutdown() {
 // ---- ucx::worker ----
 
 worker::worker(const context& ctx, const executor_type& ex, const worker_options& options)
-    : impl_(std::make_shared<detail::worker_impl>(ctx.impl(), ex, options)) {
+    : impl_(std::make_shared<detail::worker_impl>(detail::access::get_impl(ctx), ex, options)) {
     impl_->open();
 }
 

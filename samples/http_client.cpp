@@ -4,6 +4,7 @@
 // with --print).
 //
 //   http_client [--transport ucx|tcp] [--print] HOST PORT TARGET...
+#include <ucx/beast.hpp>
 #include <ucx/stream.hpp>
 
 #include <boost/asio/co_spawn.hpp>

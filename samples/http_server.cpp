@@ -11,6 +11,7 @@
 #include "sample_args.hpp"
 
 #include <ucx/acceptor.hpp>
+#include <ucx/beast.hpp>
 #include <ucx/stream.hpp>
 
 #include <boost/asio/as_tuple.hpp>

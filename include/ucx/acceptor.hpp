@@ -1,6 +1,9 @@
 // ucx::acceptor: accepts ucx::stream connections, mirroring asio::ip::tcp::acceptor.
 #pragma once
 
+#include <ucx/detail/access.hpp>
+#include <ucx/detail/initiate.hpp>
+#include <ucx/detail/operation.hpp>
 #include <ucx/listener.hpp>
 #include <ucx/stream.hpp>
 #include <ucx/worker.hpp>
@@ -15,6 +18,19 @@
 #include <utility>
 
 namespace ucx {
+
+namespace detail {
+// The address acceptor's functions (lib/operations.cpp).
+/// Makes an address acceptor on `w` and opens it (`ec` says whether that
+/// worked; the acceptor is returned either way).
+std::shared_ptr<address_acceptor_impl> open_address_acceptor(const std::shared_ptr<worker_impl>& w,
+                                                             std::size_t backlog, error_code& ec);
+bool address_acceptor_is_open(const address_acceptor_impl& a) noexcept;
+void address_acceptor_close(address_acceptor_impl& a) noexcept;
+worker_address address_acceptor_address(const address_acceptor_impl& a);
+/// Starts an accept (on the worker's executor).
+void address_acceptor_accept(address_acceptor_impl& a, operation* op) noexcept;
+} // namespace detail
 
 /// Accepts connections from `ucx::stream::async_connect`, as
 /// `asio::ip::tcp::acceptor` does for sockets: porting a TCP server means
@@ -66,7 +82,7 @@ public:
     acceptor& operator=(acceptor&& other) noexcept {
         if (this != &other) {
             if (address_)
-                address_->close();
+                detail::address_acceptor_close(*address_);
             listener_ = std::move(other.listener_);
             address_ = std::move(other.address_);
         }
@@ -75,13 +91,13 @@ public:
     /// Closes the acceptor (see `close()`).
     ~acceptor() {
         if (address_)
-            address_->close();
+            detail::address_acceptor_close(*address_);
     }
 
     executor_type get_executor() const noexcept {
         if (listener_)
             return listener_->get_executor();
-        return address_ ? address_->worker()->get_executor() : executor_type();
+        return address_ ? detail::core_of(*address_).get_executor() : executor_type();
     }
 
     /// The address and port the acceptor listens on
@@ -108,20 +124,21 @@ public:
         if (!address_)
             throw boost::system::system_error(make_error_code(error::wrong_acceptor_kind),
                                               "ucx::acceptor::local_address");
-        return address_->worker()->address();
+        return detail::address_acceptor_address(*address_);
     }
     /// Whether this is an address acceptor.
     bool is_address_acceptor() const noexcept { return address_ != nullptr; }
 
     bool is_open() const noexcept {
-        return listener_ ? listener_->is_open() : address_ && address_->is_open();
+        return listener_ ? listener_->is_open()
+                         : address_ && detail::address_acceptor_is_open(*address_);
     }
     /// Stops accepting; pending accepts fail with `operation_aborted`. Idempotent.
     void close() noexcept {
         if (listener_)
             listener_->close();
         if (address_)
-            address_->close();
+            detail::address_acceptor_close(*address_);
     }
     void close(error_code& ec) noexcept {
         close();
@@ -138,8 +155,9 @@ public:
         basic_stream<Executor>& s,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_compose<CompletionToken, void(error_code)>(
-            accept_into_op{listener_ ? &*listener_ : nullptr, address_, s.impl()}, token,
-            get_executor());
+            accept_into_op{listener_ ? &*listener_ : nullptr, address_,
+                           detail::access::get_impl(s)},
+            token, get_executor());
     }
 
     /// Accepts the next connection as a new stream. Cancellable. Errors as
@@ -163,8 +181,7 @@ public:
 
 private:
     void open_address(worker& w, std::size_t backlog, error_code& ec) {
-        address_ = std::make_shared<detail::address_acceptor_impl>(detail::checked(w), backlog);
-        address_->open(ec);
+        address_ = detail::open_address_acceptor(detail::checked(w), backlog, ec);
     }
 
     /// Starts the accept of an endpoint on whichever kind this is.
@@ -174,9 +191,8 @@ private:
         // `a` is a copy: `self`, which holds the original, moves away below.
         if (a) {
             detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-                a, *a->worker(), std::move(self),
-                [](detail::address_acceptor_impl& impl, detail::operation* op) {
-                    impl.accept(op);
+                a, std::move(self), [](detail::address_acceptor_impl& impl, detail::operation* op) {
+                    detail::address_acceptor_accept(impl, op);
                 });
             return;
         }
@@ -190,7 +206,7 @@ private:
 
         template <class Self>
         void operator()(Self& self) {
-            if (!s || s->endpoint()) {
+            if (!s || detail::stream_has_endpoint(*s)) {
                 const auto ex = self.get_io_executor();
                 return boost::asio::post(ex, [self = std::move(self)]() mutable {
                     self.complete(boost::asio::error::already_open);
@@ -201,7 +217,7 @@ private:
         template <class Self>
         void operator()(Self& self, error_code ec, endpoint ep) {
             if (!ec)
-                s->assign(ep.impl(), ec);
+                detail::stream_assign(*s, detail::access::get_impl(ep), ec);
             self.complete(ec);
         }
     };
@@ -217,8 +233,8 @@ private:
         template <class Self>
         void operator()(Self& self, error_code ec, endpoint ep) {
             if (ec)
-                return self.complete(ec, stream(std::shared_ptr<detail::stream_impl>()));
-            stream s{std::shared_ptr<detail::stream_impl>()};
+                return self.complete(ec, empty_stream());
+            stream s = empty_stream();
             try {
                 s = stream(std::move(ep));
             } catch (const boost::system::system_error& e) {
@@ -227,6 +243,11 @@ private:
             self.complete(ec, std::move(s));
         }
     };
+
+    /// A stream without state (what a failed accept completes with).
+    static stream empty_stream() noexcept {
+        return detail::access::construct<stream>(std::shared_ptr<detail::stream_impl>());
+    }
 
     std::optional<ucx::listener> listener_;
     std::shared_ptr<detail::address_acceptor_impl> address_;

@@ -5,23 +5,43 @@
 
 #include <ucx/am_allocator.hpp>
 #include <ucx/am_message.hpp>
-#include <ucx/detail/am_registry.hpp>
-#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/initiate.hpp>
+#include <ucx/detail/operation.hpp>
 #include <ucx/detail/results.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/worker.hpp>
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
+#include <ucp/api/ucp.h>
 
 #include <cstddef>
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <tuple>
 #include <type_traits>
 
 namespace ucx {
+
+namespace detail {
+
+/// Completion with a received message.
+struct am_recv_result {
+    static std::tuple<error_code, am_message> extract(const error_code& ec, operation& op);
+};
+
+// Submit functions (lib/am.cpp, lib/operations.cpp).
+/// Sends one active message; `buffers` holds `count` IOV entries.
+void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
+             std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
+             unsigned flags) noexcept;
+/// Starts a receive of one active message on `id` from any endpoint of `w`.
+void am_recv(worker_impl& w, operation* op, unsigned id) noexcept;
+/// As above, from the peer of `ep` only.
+void am_recv(endpoint_impl& ep, operation* op, unsigned id) noexcept;
+
+} // namespace detail
 
 /// The largest id an application may use; the ids above are the library's.
 inline constexpr unsigned am_max_id = 4094;
@@ -66,7 +86,7 @@ requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto 
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
     return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-        impl, *impl->worker(), std::forward<CompletionToken>(token),
+        impl, std::forward<CompletionToken>(token),
         [id, header, data, options](detail::endpoint_impl& ep, detail::operation* op) {
             unsigned flags = options.reply ? UCP_AM_SEND_FLAG_REPLY : 0;
             if (options.protocol == am_protocol::eager)
@@ -122,8 +142,8 @@ auto async_am_recv(
     CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
     const auto& impl = detail::checked(w);
     return detail::initiate<void(error_code, am_message), detail::am_recv_result>(
-        impl, *impl, std::forward<CompletionToken>(token),
-        [id](detail::worker_impl& w, detail::operation* op) { w.am_recv(op, id, nullptr); });
+        impl, std::forward<CompletionToken>(token),
+        [id](detail::worker_impl& w, detail::operation* op) { detail::am_recv(w, op, id); });
 }
 
 /// As above, for messages sent by the peer of `ep` only (the sender must
@@ -136,10 +156,8 @@ auto async_am_recv(
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
     return detail::initiate<void(error_code, am_message), detail::am_recv_result>(
-        impl, *impl->worker(), std::forward<CompletionToken>(token),
-        [id](detail::endpoint_impl& ep, detail::operation* op) {
-            ep.worker()->am_recv(op, id, &ep);
-        });
+        impl, std::forward<CompletionToken>(token),
+        [id](detail::endpoint_impl& ep, detail::operation* op) { detail::am_recv(ep, op, id); });
 }
 
 /// Sets the handler called for each message on `id` that no waiting

@@ -1,6 +1,7 @@
 // ucx::am_message: one received active message.
 #pragma once
 
+#include <ucx/detail/access.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/memory_type.hpp>
 
@@ -74,10 +75,12 @@ public:
     /// As above; throws `boost::system::system_error`.
     endpoint reply_endpoint() const;
 
-    /// Internal: takes ownership of a received message.
+private:
+    friend struct detail::access;
+
+    /// Takes ownership of a received message.
     explicit am_message(detail::am_message_state* state) noexcept : state_(state) {}
 
-private:
     void reset() noexcept;
 
     // The state knows its registry. While the worker is open the worker

@@ -1,7 +1,8 @@
 // ucx::async_connect: a client/server connection by host and port.
 #pragma once
 
-#include <ucx/detail/worker_impl.hpp>
+#include <ucx/detail/initiate.hpp>
+#include <ucx/detail/operation.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>
@@ -15,19 +16,19 @@
 namespace ucx {
 
 namespace detail {
-/// Starts the connection once the name is resolved (owner thread).
-void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, const error_code& ec,
-                      const boost::asio::ip::tcp::resolver::results_type& results) noexcept;
-/// Connects to one address (owner thread).
-void connect_to_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
+// Submit functions (lib/connect.cpp); `op` completes with the endpoint
+// (`endpoint_result`). They run on the worker's executor.
+/// Resolves `host`:`service`, then connects to the first usable address.
+void connect_by_name(worker_impl& w, operation* op, const std::string& host,
+                     const std::string& service);
+/// Connects to one address.
+void connect_to_endpoint(worker_impl& w, operation* op,
                          const boost::asio::ip::tcp::endpoint& to) noexcept;
 /// Connects to the address acceptor of the worker at `to`: the endpoint
-/// (peer error mode) and the hello/welcome handshake over it; `op` completes
-/// with the endpoint (`endpoint_result`). Errors: `error::empty_address`
-/// (empty address), `connection_refused` (no address acceptor took it), the
-/// endpoint's failure (the peer's worker is gone).
-void connect_to_address(const std::shared_ptr<worker_impl>& w, operation* op,
-                        const worker_address& to) noexcept;
+/// (peer error mode) and the hello/welcome handshake over it. Errors:
+/// `error::empty_address` (empty address), `connection_refused` (no address
+/// acceptor took it), the endpoint's failure (the peer's worker is gone).
+void connect_to_address(worker_impl& w, operation* op, const worker_address& to) noexcept;
 } // namespace detail
 
 /// Connects `w` to a `ucx::listener` at `host`:`service` (a port number or
@@ -48,17 +49,10 @@ auto async_connect(
     CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
     const auto& impl = detail::checked(w);
     return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-        impl, *impl, std::forward<CompletionToken>(token),
+        impl, std::forward<CompletionToken>(token),
         [host = std::move(host), service = std::move(service)](detail::worker_impl& w,
                                                                detail::operation* op) {
-            auto self = w.shared_from_this();
-            auto resolver = std::make_shared<boost::asio::ip::tcp::resolver>(w.get_executor());
-            resolver->async_resolve(
-                host, service,
-                [self, op, resolver](const error_code& ec,
-                                     boost::asio::ip::tcp::resolver::results_type results) {
-                    detail::connect_resolved(self, op, ec, results);
-                });
+            detail::connect_by_name(w, op, host, service);
         });
 }
 
@@ -70,9 +64,9 @@ auto async_connect(
     CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
     const auto& impl = detail::checked(w);
     return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-        impl, *impl, std::forward<CompletionToken>(token),
+        impl, std::forward<CompletionToken>(token),
         [to](detail::worker_impl& w, detail::operation* op) {
-            detail::connect_to_endpoint(w.shared_from_this(), op, to);
+            detail::connect_to_endpoint(w, op, to);
         });
 }
 

@@ -1,6 +1,7 @@
 // ucx::context: a UCP context (the UCX library instance) and its options.
 #pragma once
 
+#include <ucx/detail/access.hpp>
 #include <ucx/error.hpp>
 
 #include <ucp/api/ucp.h>
@@ -134,10 +135,9 @@ public:
     /// are not UCP-level (transport settings like "MM_ERROR_HANDLING" included).
     std::optional<std::string> config_value(const std::string& name) const;
 
-    /// The implementation (for library internals).
-    const std::shared_ptr<detail::context_impl>& impl() const noexcept { return impl_; }
-
 private:
+    friend struct detail::access;
+
     std::shared_ptr<detail::context_impl> impl_;
 };
 

@@ -1,9 +1,9 @@
 // ucx::endpoint: a connection from a worker to a remote worker.
 #pragma once
 
-#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/access.hpp>
+#include <ucx/detail/initiate.hpp>
 #include <ucx/detail/results.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/error.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>
@@ -11,7 +11,11 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/system/system_error.hpp>
 
+#include <sys/socket.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <tuple>
@@ -24,6 +28,19 @@ class endpoint;
 namespace detail {
 /// The implementation of `ep`; throws if `ep` was never connected.
 inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep);
+
+// Submit functions of the endpoint's operations (lib/operations.cpp); they
+// run on the worker's executor.
+void endpoint_send(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+                   std::uint32_t tag) noexcept;
+void endpoint_recv(endpoint_impl& ep, operation* op, void* data, std::size_t size,
+                   std::uint32_t tag, std::uint32_t mask) noexcept;
+void endpoint_wait_error(endpoint_impl& ep, operation* op) noexcept;
+void endpoint_close(endpoint_impl& ep, operation* op) noexcept;
+/// Whether `ep` is usable (connected, not closed, not failed).
+bool endpoint_is_open(const endpoint_impl& ep) noexcept;
+/// The worker `ep` belongs to.
+const std::shared_ptr<worker_impl>& endpoint_worker(const endpoint_impl& ep) noexcept;
 } // namespace detail
 
 /// A UCP endpoint: one side of a connection between two workers. Every
@@ -65,10 +82,6 @@ public:
     /// As above; reports failure through `ec`.
     endpoint(worker& w, const worker_address& remote, error_code& ec);
 
-    /// Wraps an implementation (used by accept and connect).
-    explicit endpoint(std::shared_ptr<detail::endpoint_impl> impl) noexcept
-        : impl_(std::move(impl)) {}
-
     endpoint(endpoint&&) noexcept = default;
     endpoint& operator=(endpoint&& other) noexcept;
     ~endpoint();
@@ -106,9 +119,9 @@ public:
     async_send(boost::asio::const_buffer data, std::uint32_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
+            detail::checked(*this), std::forward<CompletionToken>(token),
             [data, tag](detail::endpoint_impl& ep, detail::operation* op) {
-                ep.send(op, data.data(), data.size(), tag);
+                detail::endpoint_send(ep, op, data.data(), data.size(), tag);
             });
     }
 
@@ -135,9 +148,9 @@ public:
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code, std::size_t, std::uint32_t),
                                 detail::endpoint_recv_result>(
-            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
+            detail::checked(*this), std::forward<CompletionToken>(token),
             [data, tag, mask](detail::endpoint_impl& ep, detail::operation* op) {
-                ep.recv(op, data.data(), data.size(), tag, mask);
+                detail::endpoint_recv(ep, op, data.data(), data.size(), tag, mask);
             });
     }
 
@@ -148,9 +161,9 @@ public:
     async_recv(boost::asio::mutable_buffer data,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
+            detail::checked(*this), std::forward<CompletionToken>(token),
             [data](detail::endpoint_impl& ep, detail::operation* op) {
-                ep.recv(op, data.data(), data.size(), 0, 0);
+                detail::endpoint_recv(ep, op, data.data(), data.size(), 0, 0);
             });
     }
 
@@ -164,8 +177,10 @@ public:
     auto async_wait_error(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code), detail::error_result>(
-            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
-            [](detail::endpoint_impl& ep, detail::operation* op) { ep.wait_error(op); });
+            detail::checked(*this), std::forward<CompletionToken>(token),
+            [](detail::endpoint_impl& ep, detail::operation* op) {
+                detail::endpoint_wait_error(ep, op);
+            });
     }
 
     /// Closes gracefully: lets the sends in flight complete (a rendezvous
@@ -179,27 +194,33 @@ public:
     auto async_close(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code), detail::error_result>(
-            detail::checked(*this), *impl_->worker(), std::forward<CompletionToken>(token),
-            [](detail::endpoint_impl& ep, detail::operation* op) { ep.close_gracefully(op); });
+            detail::checked(*this), std::forward<CompletionToken>(token),
+            [](detail::endpoint_impl& ep, detail::operation* op) {
+                detail::endpoint_close(ep, op);
+            });
     }
 
     /// The UCP handle (null when not open).
     ucp_ep_h native_handle() const noexcept;
 
-    /// The implementation (for library internals).
-    const std::shared_ptr<detail::endpoint_impl>& impl() const noexcept { return impl_; }
-
 private:
+    friend struct detail::access;
+
+    /// Wraps an implementation (accept and connect make endpoints this way).
+    explicit endpoint(std::shared_ptr<detail::endpoint_impl> impl) noexcept
+        : impl_(std::move(impl)) {}
+
     std::shared_ptr<detail::endpoint_impl> impl_;
 };
 
 namespace detail {
 
 inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep) {
-    if (!ep.impl())
+    const auto& impl = access::get_impl(ep);
+    if (!impl)
         throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                           "ucx: operation on an endpoint that was never connected");
-    return ep.impl();
+    return impl;
 }
 
 /// Completion with a new endpoint (connect, accept).
@@ -209,7 +230,7 @@ struct endpoint_result {
             return std::tuple<error_code, endpoint>(ec ? ec : make_error_code(error::no_endpoint),
                                                     endpoint());
         return std::tuple<error_code, endpoint>(
-            ec, endpoint(std::static_pointer_cast<endpoint_impl>(op.payload)));
+            ec, access::construct<endpoint>(std::static_pointer_cast<endpoint_impl>(op.payload)));
     }
 };
 

@@ -1,8 +1,9 @@
 // ucx::listener: accepts client/server connections on an address and port.
 #pragma once
 
-#include <ucx/detail/listener_impl.hpp>
-#include <ucx/detail/worker_impl.hpp>
+#include <ucx/detail/access.hpp>
+#include <ucx/detail/initiate.hpp>
+#include <ucx/detail/operation.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/worker.hpp>
 
@@ -14,6 +15,11 @@
 #include <string>
 
 namespace ucx {
+
+namespace detail {
+/// Starts an accept (lib/operations.cpp; on the worker's executor).
+void listener_accept(listener_impl& l, operation* op) noexcept;
+} // namespace detail
 
 /// Options of a listener.
 struct listener_options {
@@ -74,14 +80,15 @@ public:
             throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                               "ucx::listener::async_accept");
         return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-            impl_, *impl_->worker(), std::forward<CompletionToken>(token),
-            [](detail::listener_impl& l, detail::operation* op) { l.accept(op); });
+            impl_, std::forward<CompletionToken>(token),
+            [](detail::listener_impl& l, detail::operation* op) {
+                detail::listener_accept(l, op);
+            });
     }
 
-    /// The implementation (for library internals).
-    const std::shared_ptr<detail::listener_impl>& impl() const noexcept { return impl_; }
-
 private:
+    friend struct detail::access;
+
     std::shared_ptr<detail::listener_impl> impl_;
 };
 

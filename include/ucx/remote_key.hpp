@@ -2,6 +2,7 @@
 // the portable blob a region's key travels in.
 #pragma once
 
+#include <ucx/detail/access.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
 #include <ucx/memory_type.hpp>
@@ -88,41 +89,7 @@ struct key_blob {
 };
 
 namespace detail {
-
-class worker_impl;
-
-/// An unpacked rkey, owned jointly by remote_key handles and the operations
-/// using it. Released before its UCP worker is destroyed.
-class remote_key_impl final : public worker_resource {
-public:
-    remote_key_impl(std::shared_ptr<endpoint_impl> ep, const key_blob& blob, error_code& ec);
-    ~remote_key_impl();
-    remote_key_impl(const remote_key_impl&) = delete;
-    remote_key_impl& operator=(const remote_key_impl&) = delete;
-
-    void release_worker_resource() noexcept override;
-
-    ucp_rkey_h native() const noexcept { return rkey_; }
-    const std::shared_ptr<endpoint_impl>& endpoint() const noexcept { return ep_; }
-    std::uint64_t address() const noexcept { return address_; }
-    std::uint64_t length() const noexcept { return length_; }
-    ucx::memory_type memory_type() const noexcept { return type_; }
-    /// Whether [addr, addr + size) lies inside the region (size 0: addr may be
-    /// the end).
-    bool contains(std::uint64_t addr, std::size_t size) const noexcept {
-        return addr >= address_ && addr - address_ <= length_ &&
-               size <= length_ - (addr - address_);
-    }
-
-private:
-    std::shared_ptr<endpoint_impl> ep_;
-    worker_impl* worker_ = nullptr;
-    ucp_rkey_h rkey_ = nullptr;
-    std::uint64_t address_ = 0;
-    std::uint64_t length_ = 0;
-    ucx::memory_type type_ = ucx::memory_type::host;
-};
-
+class remote_key_impl;
 } // namespace detail
 
 /// A peer's registered region, unpacked on one endpoint to that peer
@@ -151,32 +118,28 @@ public:
     remote_key(const endpoint& ep, std::span<const std::byte> blob, error_code& ec);
 
     /// Whether the key holds an unpacked rkey.
-    bool valid() const noexcept { return impl_ && impl_->native(); }
+    bool valid() const noexcept;
     explicit operator bool() const noexcept { return valid(); }
 
     /// The region's base address on the peer.
-    std::uint64_t address() const noexcept { return impl_ ? impl_->address() : 0; }
+    std::uint64_t address() const noexcept;
     /// The region's length.
-    std::uint64_t length() const noexcept { return impl_ ? impl_->length() : 0; }
+    std::uint64_t length() const noexcept;
     /// The region's memory type on the peer.
-    ucx::memory_type memory_type() const noexcept {
-        return impl_ ? impl_->memory_type() : ucx::memory_type::host;
-    }
+    ucx::memory_type memory_type() const noexcept;
     /// Whether [addr, addr + size) lies inside the region.
-    bool contains(std::uint64_t addr, std::size_t size) const noexcept {
-        return impl_ && impl_->contains(addr, size);
-    }
+    bool contains(std::uint64_t addr, std::size_t size) const noexcept;
 
     /// Drops this handle (the rkey is destroyed when the last operation using
     /// it completes).
     void reset() noexcept { impl_.reset(); }
 
     /// The UCP rkey (null when empty or released).
-    ucp_rkey_h native_handle() const noexcept { return impl_ ? impl_->native() : nullptr; }
-    /// The implementation (for library internals).
-    const std::shared_ptr<detail::remote_key_impl>& impl() const noexcept { return impl_; }
+    ucp_rkey_h native_handle() const noexcept;
 
 private:
+    friend struct detail::access;
+
     std::shared_ptr<detail::remote_key_impl> impl_;
 };
 

@@ -2,10 +2,10 @@
 // put-then-notify pattern.
 #pragma once
 
-#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/access.hpp>
+#include <ucx/detail/initiate.hpp>
 #include <ucx/detail/operation.hpp>
 #include <ucx/detail/results.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/remote_key.hpp>
 #include <ucx/worker.hpp>
@@ -62,9 +62,9 @@ auto atomic_fetch(endpoint& ep, ucp_atomic_op_t opcode, std::uint64_t remote_add
                   const remote_key& key, T operand, T swap_value, CompletionToken&& token) {
     const auto& impl = checked(ep);
     return initiate<void(error_code, T), atomic_result<T>>(
-        impl, *impl->worker(), std::forward<CompletionToken>(token),
-        [opcode, remote_address, k = key.impl(), operand, swap_value](endpoint_impl& e,
-                                                                      operation* op) {
+        impl, std::forward<CompletionToken>(token),
+        [opcode, remote_address, k = detail::access::get_impl(key), operand,
+         swap_value](endpoint_impl& e, operation* op) {
             std::memcpy(&op->value, &swap_value, sizeof swap_value);
             rma_atomic(e, op, opcode, operand, sizeof(T), true, remote_address, k);
         });
@@ -91,8 +91,9 @@ auto async_put(
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
     return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-        impl, *impl->worker(), std::forward<CompletionToken>(token),
-        [data, remote_address, k = key.impl()](detail::endpoint_impl& e, detail::operation* op) {
+        impl, std::forward<CompletionToken>(token),
+        [data, remote_address, k = detail::access::get_impl(key)](detail::endpoint_impl& e,
+                                                                  detail::operation* op) {
             detail::rma_put(e, op, data.data(), data.size(), remote_address, k);
         });
 }
@@ -109,8 +110,9 @@ auto async_get(
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
     return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-        impl, *impl->worker(), std::forward<CompletionToken>(token),
-        [data, remote_address, k = key.impl()](detail::endpoint_impl& e, detail::operation* op) {
+        impl, std::forward<CompletionToken>(token),
+        [data, remote_address, k = detail::access::get_impl(key)](detail::endpoint_impl& e,
+                                                                  detail::operation* op) {
             detail::rma_get(e, op, data.data(), data.size(), remote_address, k);
         });
 }
@@ -124,7 +126,7 @@ auto async_flush(
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
     return detail::initiate<void(error_code), detail::error_result>(
-        impl, *impl->worker(), std::forward<CompletionToken>(token),
+        impl, std::forward<CompletionToken>(token),
         [](detail::endpoint_impl& e, detail::operation* op) { detail::rma_flush(e, op); });
 }
 
@@ -135,7 +137,7 @@ auto async_flush(worker& w, CompletionToken&& token =
                                 boost::asio::default_completion_token_t<worker::executor_type>()) {
     const auto& impl = detail::checked(w);
     return detail::initiate<void(error_code), detail::error_result>(
-        impl, *impl, std::forward<CompletionToken>(token),
+        impl, std::forward<CompletionToken>(token),
         [](detail::worker_impl& wi, detail::operation* op) { detail::rma_flush(wi, op); });
 }
 
@@ -150,8 +152,9 @@ auto async_atomic_add(
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
     return detail::initiate<void(error_code), detail::error_result>(
-        impl, *impl->worker(), std::forward<CompletionToken>(token),
-        [remote_address, k = key.impl(), value](detail::endpoint_impl& e, detail::operation* op) {
+        impl, std::forward<CompletionToken>(token),
+        [remote_address, k = detail::access::get_impl(key), value](detail::endpoint_impl& e,
+                                                                   detail::operation* op) {
             detail::rma_atomic(e, op, UCP_ATOMIC_OP_ADD, value, sizeof(T), false, remote_address,
                                k);
         });
@@ -213,7 +216,7 @@ struct put_notify_op {
         case starting:
             state = putting;
             initiate<void(error_code, std::size_t), bytes_result>(
-                ep, *ep->worker(), std::move(self),
+                ep, std::move(self),
                 [d = data, a = remote_address, k = key](endpoint_impl& e, operation* op) {
                     rma_put(e, op, d.data(), d.size(), a, k);
                 });
@@ -224,17 +227,15 @@ struct put_notify_op {
             written = n;
             state = flushing;
             initiate<void(error_code), error_result>(
-                ep, *ep->worker(), std::move(self),
-                [](endpoint_impl& e, operation* op) { rma_flush(e, op); });
+                ep, std::move(self), [](endpoint_impl& e, operation* op) { rma_flush(e, op); });
             return;
         case flushing:
             if (ec)
                 return self.complete(ec, 0);
             state = notifying;
             initiate<void(error_code, std::size_t), bytes_result>(
-                ep, *ep->worker(), std::move(self),
-                [m = notification, t = tag](endpoint_impl& e, operation* op) {
-                    e.send(op, m.data(), m.size(), t);
+                ep, std::move(self), [m = notification, t = tag](endpoint_impl& e, operation* op) {
+                    endpoint_send(e, op, m.data(), m.size(), t);
                 });
             return;
         case notifying:
@@ -264,8 +265,9 @@ auto async_put_notify(
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
     return boost::asio::async_compose<CompletionToken, void(error_code, std::size_t)>(
-        detail::put_notify_op{impl, data, remote_address, key.impl(), notification, tag}, token,
-        impl->worker()->get_executor());
+        detail::put_notify_op{impl, data, remote_address, detail::access::get_impl(key),
+                              notification, tag},
+        token, detail::core_of(*impl).get_executor());
 }
 
 } // namespace ucx

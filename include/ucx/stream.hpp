@@ -2,8 +2,9 @@
 #pragma once
 
 #include <ucx/connect.hpp>
-#include <ucx/detail/stream_impl.hpp>
-#include <ucx/detail/worker_impl.hpp>
+#include <ucx/detail/access.hpp>
+#include <ucx/detail/initiate.hpp>
+#include <ucx/detail/operation.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
 #include <ucx/worker.hpp>
@@ -15,18 +16,63 @@
 #include <boost/asio/compose.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/socket_base.hpp>
-#include <boost/beast/core/role.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
 namespace ucx {
+
+namespace detail {
+
+/// Maps an error to the code a socket would give (UCX's connection reset and
+/// endpoint timeout, the ways a vanished peer shows, as
+/// `asio::error::connection_reset`), so code written for TCP sockets matches it.
+error_code socket_error(const error_code& ec) noexcept;
+
+/// Completion of a stream read or write: `void(error_code, std::size_t)`.
+struct stream_result {
+    static auto extract(const error_code& ec, const operation& op) {
+        return std::tuple<error_code, std::size_t>(socket_error(ec), ec ? 0 : op.bytes);
+    }
+};
+
+/// Most buffers of a sequence one write takes (like writev).
+inline constexpr std::size_t stream_max_buffers = 64;
+/// Most buffers of a sequence one pending read keeps.
+inline constexpr std::size_t stream_max_read_buffers = 16;
+
+// The stream's functions (lib/operations.cpp); the templates below call them.
+std::shared_ptr<stream_impl> make_stream(const std::shared_ptr<worker_impl>& w);
+const std::shared_ptr<worker_impl>& stream_worker(const stream_impl& s) noexcept;
+/// Whether the stream has an endpoint (connected or connecting).
+bool stream_has_endpoint(const stream_impl& s) noexcept;
+void stream_assign(stream_impl& s, const std::shared_ptr<endpoint_impl>& ep,
+                   error_code& ec) noexcept;
+bool stream_is_open(const stream_impl& s) noexcept;
+void stream_close(stream_impl& s) noexcept;
+void stream_close(stream_impl& s, operation* op) noexcept;
+void stream_abort(stream_impl& s) noexcept;
+void stream_cancel(stream_impl& s) noexcept;
+void stream_shutdown_send(stream_impl& s, error_code& ec) noexcept;
+boost::asio::ip::tcp::endpoint stream_address(const stream_impl& s, bool remote, error_code& ec);
+void stream_expires_at(stream_impl& s, std::chrono::steady_clock::time_point t);
+void stream_expires_never(stream_impl& s) noexcept;
+std::uint64_t stream_bytes_written(const stream_impl& s) noexcept;
+std::uint64_t stream_bytes_read(const stream_impl& s) noexcept;
+void stream_read(stream_impl& s, operation* op, const boost::asio::mutable_buffer* bufs,
+                 std::size_t n) noexcept;
+void stream_write(stream_impl& s, operation* op, const boost::asio::const_buffer* bufs,
+                  std::size_t n) noexcept;
+
+} // namespace detail
 
 /// A connected byte stream over UCX's stream API that satisfies Asio's
 /// AsyncReadStream and AsyncWriteStream requirements, so
@@ -92,24 +138,19 @@ public:
     using clock_type = std::chrono::steady_clock;
 
     /// A stream on `w`, not connected yet (see `async_connect`).
-    explicit basic_stream(worker& w)
-        : impl_(std::make_shared<detail::stream_impl>(detail::checked(w))) {}
+    explicit basic_stream(worker& w) : impl_(detail::make_stream(detail::checked(w))) {}
 
     /// A stream over the connected endpoint `ep` (from `ucx::async_connect`
     /// or `ucx::listener`). Throws `boost::system::system_error` when `ep`
     /// is not a client/server endpoint.
     explicit basic_stream(endpoint&& ep)
-        : impl_(std::make_shared<detail::stream_impl>(detail::checked(ep)->worker())) {
+        : impl_(detail::make_stream(detail::endpoint_worker(*detail::checked(ep)))) {
         error_code ec;
-        impl_->assign(ep.impl(), ec);
+        detail::stream_assign(*impl_, detail::access::get_impl(ep), ec);
         if (ec)
             throw boost::system::system_error(ec, "ucx::stream");
         ep = endpoint();
     }
-
-    /// Wraps an implementation (used by the acceptor).
-    explicit basic_stream(std::shared_ptr<detail::stream_impl> impl) noexcept
-        : impl_(std::move(impl)) {}
 
     /// Converts from a stream with another executor type.
     template <class Executor1>
@@ -122,7 +163,7 @@ public:
     basic_stream& operator=(basic_stream&& other) noexcept {
         if (this != &other) {
             if (impl_)
-                impl_->close();
+                detail::stream_close(*impl_);
             impl_ = std::move(other.impl_);
         }
         return *this;
@@ -130,12 +171,12 @@ public:
     /// Closes gracefully (see the class description).
     ~basic_stream() {
         if (impl_)
-            impl_->close();
+            detail::stream_close(*impl_);
     }
 
     /// The executor of the stream's worker.
     executor_type get_executor() const noexcept {
-        return executor_type(impl_ ? impl_->worker()->get_executor()
+        return executor_type(impl_ ? detail::core_of(*impl_).get_executor()
                                    : boost::asio::any_io_executor());
     }
 
@@ -149,11 +190,12 @@ public:
     /// handshake: use `async_connect(worker_address)` instead),
     /// `ucx::error::wrong_worker` for an endpoint of another worker.
     void assign(endpoint&& ep, error_code& ec) {
-        if (!impl_ || !ep.impl()) {
+        const auto& ep_impl = detail::access::get_impl(ep);
+        if (!impl_ || !ep_impl) {
             ec = boost::asio::error::bad_descriptor;
             return;
         }
-        impl_->assign(ep.impl(), ec);
+        detail::stream_assign(*impl_, ep_impl, ec);
         if (!ec)
             ep = endpoint();
     }
@@ -166,12 +208,12 @@ public:
     }
 
     /// Whether the stream is connected and not closed here.
-    bool is_open() const noexcept { return impl_ && impl_->is_open(); }
+    bool is_open() const noexcept { return impl_ && detail::stream_is_open(*impl_); }
 
     /// Closes gracefully in the background (see the class description). Idempotent.
     void close() noexcept {
         if (impl_)
-            impl_->close();
+            detail::stream_close(*impl_);
     }
     /// Closes gracefully and completes when the connection is closed: the
     /// peer was sent everything written and the goodbye that makes it read
@@ -181,8 +223,8 @@ public:
     auto async_close(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code), detail::error_result>(
-            impl_ptr(), *checked_impl().worker(), std::forward<CompletionToken>(token),
-            [](detail::stream_impl& s, detail::operation* op) { s.close(op); });
+            impl_ptr(), std::forward<CompletionToken>(token),
+            [](detail::stream_impl& s, detail::operation* op) { detail::stream_close(s, op); });
     }
     /// As above (for code written against sockets).
     void close(error_code& ec) noexcept {
@@ -193,7 +235,7 @@ public:
     /// the peer sees `asio::error::connection_reset`.
     void abort() noexcept {
         if (impl_)
-            impl_->abort();
+            detail::stream_abort(*impl_);
     }
     /// Shuts down one direction, as on a socket. `shutdown_send` is a half
     /// close: the peer reads `asio::error::eof` after everything written so
@@ -207,9 +249,9 @@ public:
         }
         ec = {};
         if (what != boost::asio::socket_base::shutdown_receive)
-            impl_->shutdown_send(ec);
+            detail::stream_shutdown_send(*impl_, ec);
         if (!ec && what != boost::asio::socket_base::shutdown_send)
-            impl_->cancel();
+            detail::stream_cancel(*impl_);
     }
     void shutdown(boost::asio::socket_base::shutdown_type what) {
         error_code ec;
@@ -220,7 +262,7 @@ public:
     /// Pending reads complete with `operation_aborted` (writes cannot be cancelled).
     void cancel() noexcept {
         if (impl_)
-            impl_->cancel();
+            detail::stream_cancel(*impl_);
     }
     void cancel(error_code& ec) noexcept {
         cancel();
@@ -234,7 +276,7 @@ public:
             ec = boost::asio::error::bad_descriptor;
             return {};
         }
-        return impl_->address(true, ec);
+        return detail::stream_address(*impl_, true, ec);
     }
     boost::asio::ip::tcp::endpoint remote_endpoint() const {
         error_code ec;
@@ -249,7 +291,7 @@ public:
             ec = boost::asio::error::bad_descriptor;
             return {};
         }
-        return impl_->address(false, ec);
+        return detail::stream_address(*impl_, false, ec);
     }
     boost::asio::ip::tcp::endpoint local_endpoint() const {
         error_code ec;
@@ -261,18 +303,24 @@ public:
 
     /// Operations pending after `d` from now, or started later, time out
     /// (see the class description).
-    void expires_after(clock_type::duration d) { checked_impl().expires_at(clock_type::now() + d); }
+    void expires_after(clock_type::duration d) {
+        detail::stream_expires_at(checked_impl(), clock_type::now() + d);
+    }
     /// As above, at the time point `t`.
-    void expires_at(clock_type::time_point t) { checked_impl().expires_at(t); }
+    void expires_at(clock_type::time_point t) { detail::stream_expires_at(checked_impl(), t); }
     /// No deadline (the default).
     void expires_never() noexcept {
         if (impl_)
-            impl_->expires_never();
+            detail::stream_expires_never(*impl_);
     }
 
     /// Bytes written (handed to UCX) and bytes read so far on this connection.
-    std::uint64_t bytes_written() const noexcept { return impl_ ? impl_->bytes_written() : 0; }
-    std::uint64_t bytes_read() const noexcept { return impl_ ? impl_->bytes_read() : 0; }
+    std::uint64_t bytes_written() const noexcept {
+        return impl_ ? detail::stream_bytes_written(*impl_) : 0;
+    }
+    std::uint64_t bytes_read() const noexcept {
+        return impl_ ? detail::stream_bytes_read(*impl_) : 0;
+    }
 
     /// Connects to a `ucx::acceptor` (or `ucx::listener`) at `host`:`service`
     /// (see `ucx::async_connect`, whose errors it reports, including
@@ -282,7 +330,7 @@ public:
     auto async_connect(
         std::string host, std::string service,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        auto& w = *checked_impl().worker();
+        auto& w = detail::core_of(checked_impl());
         return boost::asio::async_compose<CompletionToken, void(error_code)>(
             connect_op{impl_, std::move(host), std::move(service), {}, {}, connect_by::name}, token,
             w.get_executor());
@@ -292,7 +340,7 @@ public:
     auto async_connect(
         const boost::asio::ip::tcp::endpoint& to,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        auto& w = *checked_impl().worker();
+        auto& w = detail::core_of(checked_impl());
         return boost::asio::async_compose<CompletionToken, void(error_code)>(
             connect_op{impl_, {}, {}, to, {}, connect_by::endpoint}, token, w.get_executor());
     }
@@ -311,7 +359,7 @@ public:
     auto async_connect(
         const worker_address& to,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        auto& w = *checked_impl().worker();
+        auto& w = detail::core_of(checked_impl());
         return boost::asio::async_compose<CompletionToken, void(error_code)>(
             connect_op{impl_, {}, {}, {}, to, connect_by::address}, token, w.get_executor());
     }
@@ -330,15 +378,15 @@ public:
         const MutableBufferSequence& buffers,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code, std::size_t), detail::stream_result>(
-            impl_ptr(), *checked_impl().worker(), std::forward<CompletionToken>(token),
+            impl_ptr(), std::forward<CompletionToken>(token),
             [buffers](detail::stream_impl& s, detail::operation* op) {
-                std::array<boost::asio::mutable_buffer, detail::stream_impl::max_read_buffers> b;
+                std::array<boost::asio::mutable_buffer, detail::stream_max_read_buffers> b;
                 std::size_t n = 0;
                 for (auto it = boost::asio::buffer_sequence_begin(buffers),
                           end = boost::asio::buffer_sequence_end(buffers);
                      it != end && n < b.size(); ++it)
                     b[n++] = boost::asio::mutable_buffer(*it);
-                s.read(op, b.data(), n);
+                detail::stream_read(s, op, b.data(), n);
             });
     }
 
@@ -358,9 +406,9 @@ public:
         const ConstBufferSequence& buffers,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code, std::size_t), detail::stream_result>(
-            impl_ptr(), *checked_impl().worker(), std::forward<CompletionToken>(token),
+            impl_ptr(), std::forward<CompletionToken>(token),
             [buffers](detail::stream_impl& s, detail::operation* op) {
-                std::array<boost::asio::const_buffer, detail::stream_impl::max_buffers> b;
+                std::array<boost::asio::const_buffer, detail::stream_max_buffers> b;
                 std::size_t n = 0;
                 for (auto it = boost::asio::buffer_sequence_begin(buffers),
                           end = boost::asio::buffer_sequence_end(buffers);
@@ -369,16 +417,18 @@ public:
                     if (cb.size() > 0)
                         b[n++] = cb;
                 }
-                s.write(op, b.data(), n);
+                detail::stream_write(s, op, b.data(), n);
             });
     }
-
-    /// The implementation (for library internals).
-    const std::shared_ptr<detail::stream_impl>& impl() const noexcept { return impl_; }
 
 private:
     template <class>
     friend class basic_stream;
+    friend struct detail::access;
+
+    /// Wraps an implementation (the acceptor makes streams this way).
+    explicit basic_stream(std::shared_ptr<detail::stream_impl> impl) noexcept
+        : impl_(std::move(impl)) {}
 
     detail::stream_impl& checked_impl() const {
         if (!impl_)
@@ -405,49 +455,39 @@ private:
         template <class Self>
         void operator()(Self& self) {
             started = true;
-            auto w = impl->worker();
-            if (impl->endpoint()) {
-                const auto ex = w->get_executor();
+            const auto& w = detail::stream_worker(*impl);
+            if (detail::stream_has_endpoint(*impl)) {
+                const auto ex = detail::core_of(*w).get_executor();
                 return boost::asio::post(ex, [self = std::move(self)]() mutable {
                     self.complete(boost::asio::error::already_open);
                 });
             }
             if (by == connect_by::address) {
                 detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-                    w, *w, std::move(self),
+                    w, std::move(self),
                     [address = address](detail::worker_impl& wi, detail::operation* op) {
-                        detail::connect_to_address(wi.shared_from_this(), op, address);
+                        detail::connect_to_address(wi, op, address);
                     });
                 return;
             }
             if (by == connect_by::endpoint) {
                 detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-                    w, *w, std::move(self),
-                    [to = to](detail::worker_impl& wi, detail::operation* op) {
-                        detail::connect_to_endpoint(wi.shared_from_this(), op, to);
+                    w, std::move(self), [to = to](detail::worker_impl& wi, detail::operation* op) {
+                        detail::connect_to_endpoint(wi, op, to);
                     });
                 return;
             }
             detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-                w, *w, std::move(self),
+                w, std::move(self),
                 [host = host, service = service](detail::worker_impl& wi, detail::operation* op) {
-                    auto self_w = wi.shared_from_this();
-                    auto resolver =
-                        std::make_shared<boost::asio::ip::tcp::resolver>(wi.get_executor());
-                    resolver->async_resolve(
-                        host, service,
-                        [self_w, op,
-                         resolver](const error_code& ec,
-                                   boost::asio::ip::tcp::resolver::results_type results) {
-                            detail::connect_resolved(self_w, op, ec, results);
-                        });
+                    detail::connect_by_name(wi, op, host, service);
                 });
         }
 
         template <class Self>
         void operator()(Self& self, error_code ec, endpoint ep) {
             if (!ec)
-                impl->assign(ep.impl(), ec);
+                detail::stream_assign(*impl, detail::access::get_impl(ep), ec);
             self.complete(ec);
         }
     };
@@ -457,27 +497,5 @@ private:
 
 /// A stream with the type-erased I/O executor (the usual choice).
 using stream = basic_stream<>;
-
-// Boost.Beast customisation points, found by argument-dependent lookup.
-
-/// Beast closes a stream this way on timeouts and errors: a graceful close.
-template <class Executor>
-void beast_close_socket(basic_stream<Executor>& s) {
-    s.close();
-}
-
-/// WebSocket teardown (synchronous WebSocket close): closes gracefully in
-/// the background; the peer reads eof after the close frame.
-template <class Executor>
-void teardown(boost::beast::role_type, basic_stream<Executor>& s, error_code& ec) {
-    s.close(ec);
-}
-
-/// WebSocket teardown (asynchronous WebSocket close): closes gracefully and
-/// completes when the connection is closed.
-template <class Executor, class TeardownHandler>
-void async_teardown(boost::beast::role_type, basic_stream<Executor>& s, TeardownHandler&& handler) {
-    s.async_close(std::forward<TeardownHandler>(handler));
-}
 
 } // namespace ucx

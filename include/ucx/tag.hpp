@@ -1,10 +1,9 @@
 // Tag-matched messaging: async_tag_send and async_tag_recv.
 #pragma once
 
-#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/initiate.hpp>
 #include <ucx/detail/operation.hpp>
 #include <ucx/detail/results.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
@@ -15,10 +14,19 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <tuple>
 
 namespace ucx {
+
+namespace detail {
+// Submit functions (lib/operations.cpp).
+void tag_send(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+              tag_t tag) noexcept;
+void tag_recv(worker_impl& w, operation* op, void* data, std::size_t size, tag_t tag,
+              tag_t mask) noexcept;
+} // namespace detail
 
 /// Sends `data` to the peer of `ep`, tagged `tag`.
 ///
@@ -40,9 +48,9 @@ auto async_tag_send(
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
     return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-        impl, *impl->worker(), std::forward<CompletionToken>(token),
+        impl, std::forward<CompletionToken>(token),
         [data, tag](detail::endpoint_impl& ep, detail::operation* op) {
-            ep.tag_send(op, data.data(), data.size(), tag);
+            detail::tag_send(ep, op, data.data(), data.size(), tag);
         });
 }
 
@@ -67,9 +75,9 @@ auto async_tag_recv(
     CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
     const auto& impl = detail::checked(w);
     return detail::initiate<void(error_code, std::size_t, tag_t), detail::tag_recv_result>(
-        impl, *impl, std::forward<CompletionToken>(token),
+        impl, std::forward<CompletionToken>(token),
         [data, tag, mask](detail::worker_impl& w, detail::operation* op) {
-            w.tag_recv(op, data.data(), data.size(), tag, mask);
+            detail::tag_recv(w, op, data.data(), data.size(), tag, mask);
         });
 }
 

@@ -2,10 +2,10 @@
 // stream with a position.
 #pragma once
 
-#include <ucx/detail/endpoint_impl.hpp>
+#include <ucx/detail/access.hpp>
+#include <ucx/detail/initiate.hpp>
 #include <ucx/detail/operation.hpp>
 #include <ucx/detail/results.hpp>
-#include <ucx/detail/worker_impl.hpp>
 #include <ucx/remote_key.hpp>
 #include <ucx/rma.hpp>
 
@@ -86,13 +86,13 @@ public:
     explicit ucxio(remote_key key) : key_(std::move(key)), ep_(detail::checked(key_)) {}
 
     /// The executor of the key's endpoint's worker.
-    executor_type get_executor() const noexcept { return ep_->worker()->get_executor(); }
+    executor_type get_executor() const noexcept { return detail::core_of(*ep_).get_executor(); }
     /// The region's size in bytes.
     std::uint64_t size() const noexcept { return key_.length(); }
     /// The key this device works on.
     const remote_key& key() const noexcept { return key_; }
     /// Whether the endpoint is usable.
-    bool is_open() const noexcept { return ep_->is_open(); }
+    bool is_open() const noexcept { return detail::endpoint_is_open(*ep_); }
 
     // --- random access ---
 
@@ -106,8 +106,9 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         auto b = detail::first_buffer<boost::asio::mutable_buffer>(buffers);
         return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-            ep_, *ep_->worker(), std::forward<CompletionToken>(token),
-            [k = key_.impl(), offset, b](detail::endpoint_impl& e, detail::operation* op) {
+            ep_, std::forward<CompletionToken>(token),
+            [k = detail::access::get_impl(key_), offset, b](detail::endpoint_impl& e,
+                                                            detail::operation* op) {
                 detail::ucxio_read(e, op, k, offset, b.data(), b.size());
             });
     }
@@ -123,8 +124,9 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         auto b = detail::first_buffer<boost::asio::const_buffer>(buffers);
         return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-            ep_, *ep_->worker(), std::forward<CompletionToken>(token),
-            [k = key_.impl(), offset, b](detail::endpoint_impl& e, detail::operation* op) {
+            ep_, std::forward<CompletionToken>(token),
+            [k = detail::access::get_impl(key_), offset, b](detail::endpoint_impl& e,
+                                                            detail::operation* op) {
                 detail::ucxio_write(e, op, k, offset, b.data(), b.size());
             });
     }
@@ -135,7 +137,7 @@ public:
     auto async_flush(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code), detail::error_result>(
-            ep_, *ep_->worker(), std::forward<CompletionToken>(token),
+            ep_, std::forward<CompletionToken>(token),
             [](detail::endpoint_impl& e, detail::operation* op) { detail::rma_flush(e, op); });
     }
 

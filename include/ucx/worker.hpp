@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ucx/context.hpp>
+#include <ucx/detail/access.hpp>
 #include <ucx/error.hpp>
 #include <ucx/progress_mode.hpp>
 #include <ucx/worker_address.hpp>
@@ -128,20 +129,20 @@ public:
     /// The UCP handle (null once closed).
     ucp_worker_h native_handle() const noexcept;
 
-    /// The implementation (for library internals).
-    const std::shared_ptr<detail::worker_impl>& impl() const noexcept { return impl_; }
-
 private:
+    friend struct detail::access;
+
     std::shared_ptr<detail::worker_impl> impl_;
 };
 
 namespace detail {
 /// The implementation of `w`; throws if `w` was moved from.
 inline const std::shared_ptr<worker_impl>& checked(const worker& w) {
-    if (!w.impl())
+    const auto& impl = access::get_impl(w);
+    if (!impl)
         throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                           "ucx: operation on a moved-from worker");
-    return w.impl();
+    return impl;
 }
 } // namespace detail
 

@@ -9,6 +9,15 @@ function(run)
   endif()
 endfunction()
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+# Installed headers include only installed headers (<ucx/...>, never the
+# implementation's headers, which stay in the source tree's lib/).
+file(GLOB_RECURSE headers "${WORK_DIR}/prefix/include/ucx/*.hpp")
+foreach(h IN LISTS headers)
+  file(STRINGS "${h}" quoted REGEX "^#include \"")
+  if(quoted)
+    message(FATAL_ERROR "${h} includes a header outside the installed tree: ${quoted}")
+  endif()
+endforeach()
 set(flags "")
 if(SANITIZE)
   # A sanitized static library needs the sanitizer runtimes in the consumer.

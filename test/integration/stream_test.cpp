@@ -3,6 +3,7 @@
 // stream versus reset, cancellation, timeouts, queued reads, the acceptor;
 // connections from a worker address (the address acceptor).
 #include "child_process.hpp"
+#include "stream_impl.hpp"
 #include "stream_pattern.hpp"
 #include "test_support.hpp"
 

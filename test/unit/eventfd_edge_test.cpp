@@ -6,7 +6,7 @@
 // comment on LateWaitOnStillReadableFdCompletesWithThisAsio). The last tests
 // drive the real progress_fsm with an eventfd backend whose arm() drains the
 // fd, and check that no signal is lost.
-#include <ucx/detail/progress_fsm.hpp>
+#include "progress_fsm.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>

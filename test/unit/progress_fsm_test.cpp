@@ -1,6 +1,6 @@
 // Unit tests of the progress engine's decisions (ucx::detail::progress_fsm and
 // run_progress_pass) against a scripted fake worker: no UCX, no I/O.
-#include <ucx/detail/progress_fsm.hpp>
+#include "progress_fsm.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The control messages ucx::stream relies on: a goodbye and a stream_end carry
 // the sender's 64-bit stream byte count; goodbye_ack has none; anything else
 // is rejected. Sans-io: encoding and decoding only.
-#include <ucx/detail/control_message.hpp>
+#include "control_message.hpp"
 
 #include <gtest/gtest.h>
 

@@ -20,9 +20,11 @@
 // until an ack makes room.
 #pragma once
 
-#include <ucx/detail/endpoint_impl.hpp>
 #include <ucx/detail/operation.hpp>
-#include <ucx/detail/worker_impl.hpp>
+#include <ucx/stream.hpp>
+
+#include "endpoint_impl.hpp"
+#include "worker_impl.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -81,13 +83,6 @@ private:
     address_hello_hook* hook_ = nullptr;
     std::vector<std::shared_ptr<endpoint_impl>> ready_;
     std::vector<operation*> accepts_;
-};
-
-/// Completion of a stream read or write: `void(error_code, std::size_t)`.
-struct stream_result {
-    static auto extract(const error_code& ec, const operation& op) {
-        return std::tuple<error_code, std::size_t>(socket_error(ec), ec ? 0 : op.bytes);
-    }
 };
 
 class stream_impl final : public progress_observer,

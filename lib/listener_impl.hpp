@@ -1,8 +1,9 @@
 // Internal: the state behind ucx::listener.
 #pragma once
 
-#include <ucx/detail/endpoint_impl.hpp>
 #include <ucx/detail/operation.hpp>
+
+#include "endpoint_impl.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 

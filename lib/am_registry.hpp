@@ -8,10 +8,12 @@
 // receives or posts them to the id's handler.
 #pragma once
 
+#include <ucx/am.hpp>
 #include <ucx/am_allocator.hpp>
 #include <ucx/am_message.hpp>
 #include <ucx/detail/operation.hpp>
-#include <ucx/detail/worker_impl.hpp>
+
+#include "worker_impl.hpp"
 
 #include <ucp/api/ucp.h>
 
@@ -176,16 +178,5 @@ private:
     std::size_t fetches_in_flight_ = 0;
     std::size_t peak_bytes_ = 0;
 };
-
-/// Completion with a received message.
-struct am_recv_result {
-    static std::tuple<error_code, am_message> extract(const error_code& ec, operation& op);
-};
-
-/// Sends one active message; `data` is `count` IOV entries (`iov` true) or
-/// one contiguous buffer.
-void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
-             std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
-             unsigned flags) noexcept;
 
 } // namespace ucx::detail

@@ -1,10 +1,12 @@
 // Internal: the state behind ucx::worker, and its progress engine.
 #pragma once
 
-#include <ucx/detail/control_message.hpp>
+#include <ucx/detail/initiate.hpp>
 #include <ucx/detail/operation.hpp>
-#include <ucx/detail/progress_fsm.hpp>
 #include <ucx/worker.hpp>
+
+#include "control_message.hpp"
+#include "progress_fsm.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/io_context.hpp>
@@ -47,10 +49,8 @@ protected:
     ~worker_resource() = default;
 };
 
-class worker_impl : public std::enable_shared_from_this<worker_impl> {
+class worker_impl : public worker_core, public std::enable_shared_from_this<worker_impl> {
 public:
-    using executor_type = boost::asio::any_io_executor;
-
     worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
                 const worker_options& options);
     ~worker_impl();
@@ -61,7 +61,6 @@ public:
     void open();
 
     ucp_worker_h native() const noexcept { return worker_; }
-    const executor_type& get_executor() const noexcept { return executor_; }
     const worker_options& options() const noexcept { return options_; }
     bool is_open() const noexcept { return worker_ != nullptr && !stopping_; }
     const worker_stats& stats() const noexcept { return stats_; }
@@ -152,22 +151,6 @@ public:
     void remove_listener(listener_impl* l) noexcept;
     /// A listener got connection requests: process them after progress.
     void listener_has_requests(listener_impl* l);
-    /// Whether the calling thread runs the worker's executor now (known only
-    /// for a plain io_context executor; false otherwise).
-    bool running_in_owner() const noexcept {
-        return native_executor_ && native_executor_->running_in_this_thread();
-    }
-    /// Runs `fn` on the owner executor: now if already there, else posted.
-    template <class Fn>
-    void run_on_owner(Fn&& fn) {
-        // The common case, an operation started from a handler of the same
-        // io_context, skips the type-erased dispatch.
-        if (running_in_owner())
-            fn();
-        else
-            boost::asio::dispatch(executor_, std::forward<Fn>(fn));
-    }
-
     /// The worker's address.
     worker_address address() const;
 
@@ -204,9 +187,6 @@ private:
     void cancel_safety_timer() noexcept;
 
     std::shared_ptr<context_impl> context_;
-    executor_type executor_;
-    /// executor_'s target when it is a plain io_context executor.
-    const boost::asio::io_context::executor_type* native_executor_ = nullptr;
     worker_options options_;
     ucp_worker_h worker_ = nullptr;
     boost::asio::posix::stream_descriptor efd_;
@@ -241,80 +221,5 @@ private:
     unsigned timer_generation_ = 0;
     bool arm_error_logged_ = false;
 };
-
-/// Installed in a handler's cancellation slot.
-class operation_canceller {
-public:
-    explicit operation_canceller(operation* op) noexcept : op_(op) {}
-    void operator()(boost::asio::cancellation_type type) const noexcept {
-        using ct = boost::asio::cancellation_type;
-        if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none)
-            return;
-        if (op_->owner)
-            op_->owner->cancel(op_);
-        else
-            op_->cancel_requested = true; // not yet submitted
-    }
-
-private:
-    operation* op_;
-};
-
-/// Allocates the operation for `handler`, connects its cancellation slot, and
-/// runs `submit(op)` on the worker's executor (at once when already there).
-template <class Result, class Handler, class Submit>
-void start_operation(Handler&& handler, worker_impl& w, Submit&& submit) {
-    using op_type = handler_operation<std::decay_t<Handler>, worker_impl::executor_type, Result>;
-    auto* op = op_type::create(std::move(handler), w.get_executor());
-    auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
-    if (slot.is_connected())
-        slot.template emplace<operation_canceller>(op);
-    w.run_on_owner([op, submit = std::forward<Submit>(submit)]() mutable { submit(op); });
-}
-
-/// Allocates the operation for `handler`, connects its cancellation slot, and
-/// runs `submit(*target, op)` on the worker's executor: at once when already
-/// there (without copying `target`), else dispatched with a copy of it.
-///
-/// `target` may live inside `handler` (a composed operation passing its own
-/// member): everything needed from it is taken before `handler` is moved.
-template <class Result, class Handler, class Target, class Submit>
-void start_target_operation(Handler&& handler, worker_impl& w,
-                            const std::shared_ptr<Target>& target, const Submit& submit) {
-    using op_type = handler_operation<std::decay_t<Handler>, worker_impl::executor_type, Result>;
-    if (w.running_in_owner()) {
-        // The handler, now inside the operation, keeps whatever owns *t.
-        Target* t = target.get();
-        auto* op = op_type::create(std::move(handler), w.get_executor());
-        auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
-        if (slot.is_connected())
-            slot.template emplace<operation_canceller>(op);
-        submit(*t, op);
-        return;
-    }
-    std::shared_ptr<Target> keep = target;
-    auto* op = op_type::create(std::move(handler), w.get_executor());
-    auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
-    if (slot.is_connected())
-        slot.template emplace<operation_canceller>(op);
-    boost::asio::dispatch(w.get_executor(),
-                          [op, keep = std::move(keep), submit]() mutable { submit(*keep, op); });
-}
-
-/// async_initiate for an operation of the object `target` (an endpoint,
-/// worker or listener implementation): `submit(target, op)` runs on the
-/// worker's executor. `target` stays alive until then (a deferred initiation,
-/// such as a coroutine's, holds its own copy).
-template <class Signature, class Result, class Target, class CompletionToken, class Submit>
-auto initiate(const std::shared_ptr<Target>& target, worker_impl& w, CompletionToken&& token,
-              Submit submit) {
-    return boost::asio::async_initiate<CompletionToken, Signature>(
-        [](auto&& handler, const std::shared_ptr<Target>& target, worker_impl* w,
-           const Submit& submit) {
-            start_target_operation<Result>(std::forward<decltype(handler)>(handler), *w, target,
-                                           submit);
-        },
-        token, target, &w, std::move(submit));
-}
 
 } // namespace ucx::detail

@@ -1,9 +1,10 @@
 // Internal: the state behind ucx::endpoint.
 #pragma once
 
-#include <ucx/detail/control_message.hpp>
 #include <ucx/detail/operation.hpp>
 #include <ucx/worker_address.hpp>
+
+#include "control_message.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 

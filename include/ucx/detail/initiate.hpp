@@ -1,0 +1,163 @@
+// Internal: starting an operation of an implementation object.
+//
+// The public templates need only forward declarations of the implementation
+// classes: the worker's executor and its "am I on the owner thread" test live
+// in `worker_core`, a small base of the worker's implementation whose members
+// are inline, and everything else is a non-template function of the library.
+#pragma once
+
+#include <ucx/detail/operation.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+namespace ucx::detail {
+
+class worker_impl;
+class endpoint_impl;
+class listener_impl;
+class stream_impl;
+class address_acceptor_impl;
+
+/// What initiating an operation needs of a worker: its executor, and whether
+/// the calling thread runs it now (then the operation is submitted at once).
+class worker_core {
+public:
+    using executor_type = boost::asio::any_io_executor;
+
+    worker_core(const worker_core&) = delete;
+    worker_core& operator=(const worker_core&) = delete;
+
+    const executor_type& get_executor() const noexcept { return executor_; }
+
+    /// Whether the calling thread runs the worker's executor now (known only
+    /// for a plain io_context executor; false otherwise).
+    bool running_in_owner() const noexcept {
+        return native_executor_ && native_executor_->running_in_this_thread();
+    }
+
+    /// Runs `fn` on the owner executor: now if already there, else dispatched.
+    template <class Fn>
+    void run_on_owner(Fn&& fn) {
+        // The common case, an operation started from a handler of the same
+        // io_context, skips the type-erased dispatch.
+        if (running_in_owner())
+            fn();
+        else
+            boost::asio::dispatch(executor_, std::forward<Fn>(fn));
+    }
+
+protected:
+    explicit worker_core(const executor_type& ex)
+        : executor_(ex),
+          native_executor_(executor_.target<boost::asio::io_context::executor_type>()) {}
+    ~worker_core() = default;
+
+    executor_type executor_;
+    /// executor_'s target when it is a plain io_context executor.
+    const boost::asio::io_context::executor_type* native_executor_ = nullptr;
+};
+
+/// The worker an object belongs to (lib/operations.cpp).
+worker_core& core_of(worker_impl& w) noexcept;
+worker_core& core_of(const endpoint_impl& ep) noexcept;
+worker_core& core_of(const listener_impl& l) noexcept;
+worker_core& core_of(const stream_impl& s) noexcept;
+worker_core& core_of(const address_acceptor_impl& a) noexcept;
+
+/// Cancels an operation from its cancellation slot: tag receives through
+/// UCX, library-owned operations through their hook; sends cannot be
+/// (lib/worker.cpp).
+void cancel(operation* op) noexcept;
+
+/// Installed in a handler's cancellation slot.
+class operation_canceller {
+public:
+    explicit operation_canceller(operation* op) noexcept : op_(op) {}
+    void operator()(boost::asio::cancellation_type type) const noexcept {
+        using ct = boost::asio::cancellation_type;
+        if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none)
+            return;
+        if (op_->owner)
+            cancel(op_);
+        else
+            op_->cancel_requested = true; // not yet submitted
+    }
+
+private:
+    operation* op_;
+};
+
+/// Allocates the operation for `handler`, connects its cancellation slot, and
+/// runs `submit(op)` on the worker's executor (at once when already there).
+template <class Result, class Handler, class Submit>
+void start_operation(Handler&& handler, worker_core& w, Submit&& submit) {
+    using op_type = handler_operation<std::decay_t<Handler>, worker_core::executor_type, Result>;
+    auto* op = op_type::create(std::move(handler), w.get_executor());
+    auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
+    if (slot.is_connected())
+        slot.template emplace<operation_canceller>(op);
+    w.run_on_owner([op, submit = std::forward<Submit>(submit)]() mutable { submit(op); });
+}
+
+/// Allocates the operation for `handler`, connects its cancellation slot, and
+/// runs `submit(*target, op)` on the worker's executor: at once when already
+/// there (without copying `target`), else dispatched with a copy of it.
+///
+/// `target` may live inside `handler` (a composed operation passing its own
+/// member): everything needed from it is taken before `handler` is moved.
+template <class Result, class Handler, class Target, class Submit>
+void start_target_operation(Handler&& handler, worker_core& w,
+                            const std::shared_ptr<Target>& target, const Submit& submit) {
+    using op_type = handler_operation<std::decay_t<Handler>, worker_core::executor_type, Result>;
+    if (w.running_in_owner()) {
+        // The handler, now inside the operation, keeps whatever owns *t.
+        Target* t = target.get();
+        auto* op = op_type::create(std::move(handler), w.get_executor());
+        auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
+        if (slot.is_connected())
+            slot.template emplace<operation_canceller>(op);
+        submit(*t, op);
+        return;
+    }
+    std::shared_ptr<Target> keep = target;
+    auto* op = op_type::create(std::move(handler), w.get_executor());
+    auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
+    if (slot.is_connected())
+        slot.template emplace<operation_canceller>(op);
+    boost::asio::dispatch(w.get_executor(),
+                          [op, keep = std::move(keep), submit]() mutable { submit(*keep, op); });
+}
+
+/// async_initiate for an operation of the object `target` (an endpoint,
+/// worker or listener implementation) of the worker `w`: `submit(target, op)`
+/// runs on the worker's executor. `target` stays alive until then (a deferred
+/// initiation, such as a coroutine's, holds its own copy).
+template <class Signature, class Result, class Target, class CompletionToken, class Submit>
+auto initiate(const std::shared_ptr<Target>& target, worker_core& w, CompletionToken&& token,
+              Submit submit) {
+    return boost::asio::async_initiate<CompletionToken, Signature>(
+        [](auto&& handler, const std::shared_ptr<Target>& target, worker_core* w,
+           const Submit& submit) {
+            start_target_operation<Result>(std::forward<decltype(handler)>(handler), *w, target,
+                                           submit);
+        },
+        token, target, &w, std::move(submit));
+}
+
+/// As above, for the worker that `target` belongs to.
+template <class Signature, class Result, class Target, class CompletionToken, class Submit>
+auto initiate(const std::shared_ptr<Target>& target, CompletionToken&& token, Submit submit) {
+    return initiate<Signature, Result>(target, core_of(*target),
+                                       std::forward<CompletionToken>(token), std::move(submit));
+}
+
+} // namespace ucx::detail
