@@ -147,6 +147,10 @@ void check(std::span<const std::byte> b, std::uint64_t seq, const char* what) {
                       std::to_string(b.size()) + " bytes) has the wrong content");
 }
 
+void throw_error(const boost::system::error_code& ec, const char* what) {
+    throw failure(std::string(what) + ": " + ec.message());
+}
+
 std::size_t allocations() noexcept {
     return allocation_count.load(std::memory_order_relaxed);
 }

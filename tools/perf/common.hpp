@@ -71,6 +71,27 @@ void check(std::span<const std::byte> b, std::uint64_t seq, const char* what);
 std::size_t allocations() noexcept;
 void counting(bool on) noexcept;
 
+/// The allocation count of one side's measured phase.
+struct measurement {
+    std::size_t alloc_start = 0, alloc_end = 0;
+    void begin() noexcept {
+        alloc_start = allocations();
+        counting(true);
+    }
+    void end() noexcept {
+        counting(false);
+        alloc_end = allocations();
+    }
+    std::size_t counted() const noexcept { return alloc_end - alloc_start; }
+};
+
+/// Throws `failure` ("what: message") if `ec` is an error.
+[[noreturn]] void throw_error(const boost::system::error_code& ec, const char* what);
+inline void throw_if(const boost::system::error_code& ec, const char* what) {
+    if (ec) [[unlikely]]
+        throw_error(ec, what);
+}
+
 /// Tags used by the tag tests: latency pings carry `data_bit | seq`, latency
 /// replies `reply_bit | seq`, the end-of-round acknowledgement `ack_tag`.
 /// Bandwidth tests send every message with the tag `data_bit` and receive

@@ -1,6 +1,8 @@
 // ucx-asio-perf over the library: ucx::worker, ucx::endpoint (from a worker
-// address) and ucx::async_tag_send / async_tag_recv, with callback or
-// coroutine completions.
+// address) and the tag, active-message, stream and RMA operations, with
+// callback or coroutine completions. Each pattern (latency, bandwidth) is
+// written once for both completion styles; `tag_ops` and `am_ops` say how a
+// message of each role (ping, reply, data, acknowledgement) travels.
 #include "byte_stream.hpp"
 #include "common.hpp"
 
@@ -25,11 +27,14 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <tuple>
 
 namespace perf {
 
 namespace {
 
+using asio::awaitable;
+using asio::use_awaitable;
 using ucx::tag_mask_full;
 
 ucx::context make_context(const settings& s) {
@@ -55,122 +60,273 @@ ucx::worker_options worker_options_for(const settings& s) {
     return o;
 }
 
-void throw_if(const ucx::error_code& ec, const char* what) {
-    if (ec)
-        throw failure(std::string(what) + ": " + ec.message());
+// The connected pair every test but the streams runs on.
+struct peer {
+    ucx::worker& w;
+    ucx::endpoint& ep;
+};
+
+// ---- message kinds ----
+//
+// Each kind sends a message of a role with `send_*` and receives one with
+// `recv_*`, completing with `(error_code, std::size_t)` and with the
+// operation's own results, which `received` turns into the kind's
+// `message` (its payload and, where it travels with it, its number).
+// `own_buffers`: receives land in the caller's buffers. `numbered_data`:
+// bandwidth data carry their number (otherwise it is their place in the
+// order). `receivers`: the bandwidth server's receives in flight.
+
+// A tag message in the caller's buffer.
+struct tag_message {
+    std::span<const std::byte> bytes;
+    ucx::tag_t tag = 0;
+};
+
+// Tags: pings `data_bit | seq`, replies `reply_bit | seq`, bandwidth data
+// `data_bit` received with the full mask (see common.hpp).
+struct tag_ops : peer {
+    using message = tag_message;
+    static constexpr const char* send_what = "tag send";
+    static constexpr const char* recv_what = "tag receive";
+    static constexpr bool own_buffers = true;
+    static constexpr bool numbered_data = false;
+    static std::size_t receivers(const settings& s) { return s.check ? buffer_slots(s) : s.window; }
+
+    template <class T>
+    auto send_ping(std::uint64_t& seq, asio::const_buffer b, T&& token) {
+        return ucx::async_tag_send(ep, b, data_bit | seq, std::forward<T>(token));
+    }
+    template <class T>
+    auto send_reply(std::uint64_t& seq, asio::const_buffer b, T&& token) {
+        return ucx::async_tag_send(ep, b, reply_bit | seq, std::forward<T>(token));
+    }
+    template <class T>
+    auto send_data(std::uint64_t&, asio::const_buffer b, T&& token) {
+        return ucx::async_tag_send(ep, b, data_bit, std::forward<T>(token));
+    }
+    template <class T>
+    auto send_ack(std::uint64_t& ack, T&& token) {
+        return ucx::async_tag_send(ep, asio::buffer(&ack, sizeof ack), ack_tag,
+                                   std::forward<T>(token));
+    }
+    template <class T>
+    auto recv_ping(asio::mutable_buffer b, T&& token) {
+        return ucx::async_tag_recv(w, b, data_bit, data_bit, std::forward<T>(token));
+    }
+    template <class T>
+    auto recv_reply(std::uint64_t seq, asio::mutable_buffer b, T&& token) {
+        return ucx::async_tag_recv(w, b, reply_bit | seq, tag_mask_full, std::forward<T>(token));
+    }
+    template <class T>
+    auto recv_data(asio::mutable_buffer b, T&& token) {
+        return ucx::async_tag_recv(w, b, data_bit, tag_mask_full, std::forward<T>(token));
+    }
+    template <class T>
+    auto recv_ack(std::uint64_t& ack, T&& token) {
+        return ucx::async_tag_recv(w, asio::buffer(&ack, sizeof ack), ack_tag, tag_mask_full,
+                                   std::forward<T>(token));
+    }
+
+    static message received(asio::mutable_buffer b, std::size_t n, ucx::tag_t tag) {
+        return {{static_cast<const std::byte*>(b.data()), n}, tag};
+    }
+    static message received(asio::mutable_buffer b, std::tuple<std::size_t, ucx::tag_t> r) {
+        return received(b, std::get<0>(r), std::get<1>(r));
+    }
+    static std::uint64_t seq(const message& m) { return m.tag & seq_mask; }
+    static asio::const_buffer payload(const message& m) { return asio::buffer(m.bytes); }
+};
+
+// Active messages: ids 1 data (pings too), 2 replies, 3 acknowledgements;
+// the header carries the message number.
+struct am_ops : peer {
+    using message = ucx::am_message;
+    static constexpr const char* send_what = "active message send";
+    static constexpr const char* recv_what = "active message receive";
+    static constexpr bool own_buffers = false;
+    static constexpr bool numbered_data = true;
+    static std::size_t receivers(const settings& s) { return buffer_slots(s); }
+    static constexpr unsigned data_id = 1, reply_id = 2, ack_id = 3;
+    static constexpr ucx::am_send_options options{ucx::am_protocol::automatic, false};
+
+    template <class T>
+    auto send_ping(std::uint64_t& seq, asio::const_buffer b, T&& token) {
+        return send_data(seq, b, std::forward<T>(token));
+    }
+    template <class T>
+    auto send_reply(std::uint64_t& seq, asio::const_buffer b, T&& token) {
+        return ucx::async_am_send(ep, reply_id, asio::buffer(&seq, sizeof seq), b, options,
+                                  std::forward<T>(token));
+    }
+    template <class T>
+    auto send_data(std::uint64_t& seq, asio::const_buffer b, T&& token) {
+        return ucx::async_am_send(ep, data_id, asio::buffer(&seq, sizeof seq), b, options,
+                                  std::forward<T>(token));
+    }
+    template <class T>
+    auto send_ack(std::uint64_t& ack, T&& token) {
+        return ucx::async_am_send(ep, ack_id, asio::buffer(&ack, sizeof ack), asio::const_buffer(),
+                                  options, std::forward<T>(token));
+    }
+    template <class T>
+    auto recv_ping(asio::mutable_buffer, T&& token) {
+        return ucx::async_am_recv(w, data_id, std::forward<T>(token));
+    }
+    template <class T>
+    auto recv_reply(std::uint64_t, asio::mutable_buffer, T&& token) {
+        return ucx::async_am_recv(w, reply_id, std::forward<T>(token));
+    }
+    template <class T>
+    auto recv_data(asio::mutable_buffer, T&& token) {
+        return ucx::async_am_recv(w, data_id, std::forward<T>(token));
+    }
+    template <class T>
+    auto recv_ack(std::uint64_t&, T&& token) {
+        return ucx::async_am_recv(w, ack_id, std::forward<T>(token));
+    }
+
+    static message received(asio::mutable_buffer, message m) { return m; }
+    static std::uint64_t seq(const message& m) {
+        std::uint64_t seq = 0;
+        if (m.header().size() != sizeof seq)
+            throw failure("active message with a bad header");
+        std::memcpy(&seq, m.header().data(), sizeof seq);
+        return seq;
+    }
+    static asio::const_buffer payload(const message& m) { return m.data(); }
+};
+
+// Throws unless `m` has the test's size and (with --check) message `seq`'s content.
+template <class Ops>
+void expect(const settings& s, const typename Ops::message& m, std::uint64_t seq,
+            const char* what) {
+    const asio::const_buffer p = Ops::payload(m);
+    if (p.size() != s.size)
+        throw failure(std::string(what) + " of the wrong size");
+    if (s.check)
+        check({static_cast<const std::byte*>(p.data()), p.size()}, seq, what);
+}
+
+// A receive buffer of `n` bytes where the kind receives into the caller's.
+template <class Ops>
+std::vector<std::byte> recv_buffer(std::size_t n) {
+    return std::vector<std::byte>(Ops::own_buffers ? n : 0);
 }
 
 // Everything one side of a run needs.
+template <class Ops>
 struct session {
     const settings& s;
     asio::io_context& io;
-    ucx::worker& w;
-    ucx::endpoint& ep;
+    Ops ops;
     std::size_t warmup = s.warmup_iters();
     std::size_t total = s.warmup_iters() + s.measured_iters();
-    std::size_t alloc_start = 0;
-    std::size_t alloc_end = 0;
+    measurement m{};
     std::exception_ptr error{};
 
-    void begin_measuring() {
-        alloc_start = allocations();
-        counting(true);
-    }
-    void end_measuring() {
-        counting(false);
-        alloc_end = allocations();
+    void begin_measuring() { m.begin(); }
+    void end_measuring() { m.end(); }
+    // The last completion of a callback run.
+    void finish() {
+        end_measuring();
+        io.stop();
     }
 };
 
+double one_way_us(clock_type::time_point t0, clock_type::time_point t1) {
+    return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
+}
+
 // ---- latency: callbacks ----
 
-struct lat_client_cb : session {
+template <class Ops>
+struct lat_client_cb {
+    session<Ops>& ss;
     result& r;
-    std::vector<std::byte> out = std::vector<std::byte>(s.size);
-    std::vector<std::byte> in = std::vector<std::byte>(s.size);
-    std::size_t i = 0;
+    std::vector<std::byte> out = std::vector<std::byte>(ss.s.size);
+    std::vector<std::byte> in = recv_buffer<Ops>(ss.s.size);
+    std::uint64_t i = 0;
     int pending = 0;
     clock_type::time_point t0{}, t_recv{};
 
     void start() {
-        if (i == warmup)
-            begin_measuring();
-        if (s.check)
+        if (i == ss.warmup)
+            ss.begin_measuring();
+        if (ss.s.check)
             fill(out, i);
         pending = 2;
         t0 = clock_type::now();
         // Send first, then post the receive, as ucx_perftest does: nothing
         // can arrive in between (no progress runs inside an initiation), and
         // the receive's set-up stays off the message's path.
-        ucx::async_tag_send(ep, asio::buffer(out), data_bit | i,
-                            [this](ucx::error_code ec, std::size_t) {
-                                throw_if(ec, "tag send");
-                                done_one();
-                            });
-        ucx::async_tag_recv(w, asio::buffer(in), reply_bit | i, tag_mask_full,
-                            [this](ucx::error_code ec, std::size_t n, ucx::tag_t) {
-                                t_recv = clock_type::now();
-                                throw_if(ec, "tag receive");
-                                if (n != s.size)
-                                    throw failure("reply of the wrong size");
-                                done_one();
-                            });
+        ss.ops.send_ping(i, asio::buffer(out), [this](ucx::error_code ec, std::size_t) {
+            throw_if(ec, Ops::send_what);
+            done_one();
+        });
+        ss.ops.recv_reply(i, asio::buffer(in), [this](ucx::error_code ec, auto&&... got) {
+            t_recv = clock_type::now();
+            throw_if(ec, Ops::recv_what);
+            const auto m = Ops::received(asio::buffer(in), std::move(got)...);
+            if (Ops::seq(m) != i)
+                throw failure("reply out of order");
+            expect<Ops>(ss.s, m, i, "reply");
+            done_one();
+        });
     }
     void done_one() {
         if (--pending != 0)
             return;
-        if (s.check)
-            check(in, i, "reply");
-        if (i >= warmup)
-            r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t_recv - t0).count() /
-                                   2);
-        if (++i < total)
+        if (i >= ss.warmup)
+            r.one_way_us.push_back(one_way_us(t0, t_recv));
+        if (++i < ss.total)
             return start();
-        end_measuring();
-        io.stop();
+        ss.finish();
     }
 };
 
-struct lat_server_cb : session {
-    std::vector<std::byte> buf[2] = {std::vector<std::byte>(s.size),
-                                     std::vector<std::byte>(s.size)};
+template <class Ops>
+struct lat_server_cb {
+    session<Ops>& ss;
+    // Two of each: the reply to one ping may be in flight when the next arrives.
+    std::vector<std::byte> buf[2] = {recv_buffer<Ops>(ss.s.size), recv_buffer<Ops>(ss.s.size)};
+    typename Ops::message held[2]{};
+    std::uint64_t seq[2] = {0, 0};
     std::size_t received = 0, sent = 0;
 
-    void post_recv() {
-        auto& b = buf[received % 2];
-        ucx::async_tag_recv(w, asio::buffer(b), data_bit, data_bit,
-                            [this, &b](ucx::error_code ec, std::size_t n, ucx::tag_t tag) {
-                                throw_if(ec, "tag receive");
-                                const std::uint64_t seq = tag & seq_mask;
-                                if (n != s.size)
-                                    throw failure("message of the wrong size");
-                                if (s.check)
-                                    check(b, seq, "ping");
-                                if (++received == warmup)
-                                    begin_measuring();
-                                // The reply first, then the next receive (the
-                                // other buffer), as in the client.
-                                ucx::async_tag_send(ep, asio::buffer(b.data(), n), reply_bit | seq,
-                                                    [this](ucx::error_code ec, std::size_t) {
-                                                        throw_if(ec, "tag send");
-                                                        if (++sent == total) {
-                                                            end_measuring();
-                                                            io.stop();
-                                                        }
-                                                    });
-                                if (received < total)
-                                    post_recv();
-                            });
-    }
     void start() { post_recv(); }
+    void post_recv() {
+        const std::size_t k = received % 2;
+        ss.ops.recv_ping(asio::buffer(buf[k]), [this, k](ucx::error_code ec, auto&&... got) {
+            throw_if(ec, Ops::recv_what);
+            held[k] = Ops::received(asio::buffer(buf[k]), std::move(got)...);
+            seq[k] = Ops::seq(held[k]);
+            expect<Ops>(ss.s, held[k], seq[k], "ping");
+            if (++received == ss.warmup)
+                ss.begin_measuring();
+            // The reply first, then the next receive (the other buffer), as
+            // in the client.
+            ss.ops.send_reply(seq[k], Ops::payload(held[k]),
+                              [this, k](ucx::error_code ec, std::size_t) {
+                                  throw_if(ec, Ops::send_what);
+                                  held[k] = {};
+                                  if (++sent == ss.total)
+                                      ss.finish();
+                              });
+            if (received < ss.total)
+                post_recv();
+        });
+    }
 };
 
 // ---- bandwidth: callbacks ----
 
-struct bw_client_cb : session {
+template <class Ops>
+struct bw_client_cb {
+    session<Ops>& ss;
     result& r;
-    std::size_t slots = s.check ? buffer_slots(s) : s.window;
+    std::size_t slots = ss.s.check ? buffer_slots(ss.s) : ss.s.window;
     std::vector<std::vector<std::byte>> bufs{};
+    std::vector<std::uint64_t> seqs{}; // each slot's message number (headers)
     std::vector<std::size_t> free_slots{};
     std::uint64_t next = 0;
     std::size_t remaining = 0, inflight = 0;
@@ -180,66 +336,66 @@ struct bw_client_cb : session {
     clock_type::time_point t0{};
 
     void start() {
-        bufs.resize(s.check ? slots : 1, std::vector<std::byte>(s.size));
-        if (!s.check)
+        bufs.resize(ss.s.check ? slots : 1, std::vector<std::byte>(ss.s.size));
+        seqs.resize(slots);
+        if (!ss.s.check)
             fill(bufs[0], 0);
         for (std::size_t k = 0; k < slots; ++k)
             free_slots.push_back(k);
-        start_round(warmup);
+        start_round(ss.warmup);
     }
     void start_round(std::size_t n) {
         remaining = n;
         acked = false;
         if (round == 1) {
-            begin_measuring();
+            ss.begin_measuring();
             t0 = clock_type::now();
         }
-        ucx::async_tag_recv(
-            w, asio::buffer(&ack, sizeof ack), ack_tag, tag_mask_full,
-            [this](ucx::error_code ec, std::size_t, ucx::tag_t) {
-                throw_if(ec, "acknowledgement receive");
-                acked = true;
-                if (round == 1)
-                    r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-                maybe_end_round();
-            });
+        ss.ops.recv_ack(ack, [this](ucx::error_code ec, auto&&...) {
+            throw_if(ec, "acknowledgement receive");
+            acked = true;
+            if (round == 1)
+                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+            maybe_end_round();
+        });
         while (remaining > 0 && !free_slots.empty())
             send_one();
     }
     void send_one() {
         const std::size_t slot = free_slots.back();
         free_slots.pop_back();
-        const std::uint64_t seq = next++;
+        seqs[slot] = next++;
         --remaining;
         ++inflight;
-        auto& b = bufs[s.check ? slot : 0];
-        if (s.check)
-            fill(b, seq);
-        ucx::async_tag_send(ep, asio::buffer(b), data_bit,
-                            [this, slot](ucx::error_code ec, std::size_t) {
-                                throw_if(ec, "tag send");
-                                --inflight;
-                                free_slots.push_back(slot);
-                                if (remaining > 0)
-                                    send_one();
-                                else
-                                    maybe_end_round();
-                            });
+        auto& b = bufs[ss.s.check ? slot : 0];
+        if (ss.s.check)
+            fill(b, seqs[slot]);
+        ss.ops.send_data(seqs[slot], asio::buffer(b),
+                         [this, slot](ucx::error_code ec, std::size_t) {
+                             throw_if(ec, Ops::send_what);
+                             --inflight;
+                             free_slots.push_back(slot);
+                             if (remaining > 0)
+                                 send_one();
+                             else
+                                 maybe_end_round();
+                         });
     }
     void maybe_end_round() {
         if (!acked || inflight != 0)
             return;
         if (round++ == 0)
-            return start_round(s.measured_iters());
-        end_measuring();
-        io.stop();
+            return start_round(ss.s.measured_iters());
+        ss.finish();
     }
 };
 
-struct bw_server_cb : session {
-    // --window receives, as the sender keeps --window sends in flight (with
-    // --check fewer, one buffer each, within 64 MiB).
-    std::size_t slots = s.check ? buffer_slots(s) : s.window;
+template <class Ops>
+struct bw_server_cb {
+    session<Ops>& ss;
+    // As many receives as the sender keeps sends in flight (with --check
+    // fewer, one buffer each, within 64 MiB).
+    std::size_t slots = Ops::receivers(ss.s);
     std::vector<std::vector<std::byte>> bufs{};
     std::vector<std::uint64_t> seqs{}; // the message each slot's receive gets
     std::size_t posted = 0, received = 0;
@@ -248,83 +404,74 @@ struct bw_server_cb : session {
     void start() {
         // Without --check every receive lands in one buffer, as in
         // ucx_perftest (and as the sender sends from one buffer).
-        bufs.resize(s.check ? slots : 1, std::vector<std::byte>(s.size));
+        bufs.resize(ss.s.check ? slots : 1, recv_buffer<Ops>(ss.s.size));
         seqs.resize(slots);
-        for (std::size_t k = 0; k < slots && posted < total; ++k)
+        for (std::size_t k = 0; k < slots && posted < ss.total; ++k)
             post_recv(k);
     }
     void post_recv(std::size_t slot) {
         seqs[slot] = posted++;
-        ucx::async_tag_recv(w, asio::buffer(bufs[s.check ? slot : 0]), data_bit, tag_mask_full,
-                            [this, slot](ucx::error_code ec, std::size_t n, ucx::tag_t) {
-                                throw_if(ec, "tag receive");
-                                if (n != s.size)
-                                    throw failure("message of the wrong size");
-                                if (s.check)
-                                    check(bufs[slot], seqs[slot], "data");
-                                ++received;
-                                if (posted < total)
-                                    post_recv(slot);
-                                if (received == warmup || received == total)
-                                    send_ack(received == total);
-                            });
+        ss.ops.recv_data(asio::buffer(bufs[ss.s.check ? slot : 0]), [this, slot](ucx::error_code ec,
+                                                                                 auto&&... got) {
+            throw_if(ec, Ops::recv_what);
+            auto& b = bufs[ss.s.check ? slot : 0];
+            auto m = Ops::received(asio::buffer(b), std::move(got)...);
+            expect<Ops>(ss.s, m, Ops::numbered_data ? Ops::seq(m) : seqs[slot], "data");
+            m = {};
+            ++received;
+            if (posted < ss.total)
+                post_recv(slot);
+            if (received == ss.warmup || received == ss.total)
+                send_ack(received == ss.total);
+        });
     }
     void send_ack(bool last) {
         if (!last)
-            begin_measuring();
-        ucx::async_tag_send(ep, asio::buffer(&ack, sizeof ack), ack_tag,
-                            [this, last](ucx::error_code ec, std::size_t) {
-                                throw_if(ec, "acknowledgement send");
-                                if (last) {
-                                    end_measuring();
-                                    io.stop();
-                                }
-                            });
+            ss.begin_measuring();
+        ss.ops.send_ack(ack, [this, last](ucx::error_code ec, std::size_t) {
+            throw_if(ec, "acknowledgement send");
+            if (last)
+                ss.finish();
+        });
     }
 };
 
 // ---- coroutines ----
 
-using asio::awaitable;
-using asio::use_awaitable;
-
-awaitable<void> lat_client_co(session& ss, result& r) {
+template <class Ops>
+awaitable<void> lat_client_co(session<Ops>& ss, result& r) {
     const settings& s = ss.s;
-    std::vector<std::byte> out(s.size), in(s.size);
-    for (std::size_t i = 0; i < ss.total; ++i) {
+    std::vector<std::byte> out(s.size), in = recv_buffer<Ops>(s.size);
+    for (std::uint64_t i = 0; i < ss.total; ++i) {
         if (i == ss.warmup)
             ss.begin_measuring();
         if (s.check)
             fill(out, i);
         const auto t0 = clock_type::now();
-        co_await ucx::async_tag_send(ss.ep, asio::buffer(out), data_bit | i, use_awaitable);
-        auto [n, tag] = co_await ucx::async_tag_recv(ss.w, asio::buffer(in), reply_bit | i,
-                                                     tag_mask_full, use_awaitable);
+        co_await ss.ops.send_ping(i, asio::buffer(out), use_awaitable);
+        auto got = co_await ss.ops.recv_reply(i, asio::buffer(in), use_awaitable);
         const auto t1 = clock_type::now();
-        if (n != s.size)
-            throw failure("reply of the wrong size");
-        if (s.check)
-            check(in, i, "reply");
+        const auto m = Ops::received(asio::buffer(in), std::move(got));
+        if (Ops::seq(m) != i)
+            throw failure("reply out of order");
+        expect<Ops>(s, m, i, "reply");
         if (i >= ss.warmup)
-            r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+            r.one_way_us.push_back(one_way_us(t0, t1));
     }
     ss.end_measuring();
 }
 
-awaitable<void> lat_server_co(session& ss) {
-    const settings& s = ss.s;
-    std::vector<std::byte> buf(s.size);
+template <class Ops>
+awaitable<void> lat_server_co(session<Ops>& ss) {
+    std::vector<std::byte> buf = recv_buffer<Ops>(ss.s.size);
     for (std::size_t i = 0; i < ss.total; ++i) {
-        auto [n, tag] = co_await ucx::async_tag_recv(ss.w, asio::buffer(buf), data_bit, data_bit,
-                                                     use_awaitable);
-        if (n != s.size)
-            throw failure("message of the wrong size");
-        if (s.check)
-            check(buf, tag & seq_mask, "ping");
+        const auto m = Ops::received(asio::buffer(buf),
+                                     co_await ss.ops.recv_ping(asio::buffer(buf), use_awaitable));
+        std::uint64_t seq = Ops::seq(m);
+        expect<Ops>(ss.s, m, seq, "ping");
         if (i + 1 == ss.warmup)
             ss.begin_measuring();
-        co_await ucx::async_tag_send(ss.ep, asio::buffer(buf), reply_bit | (tag & seq_mask),
-                                     use_awaitable);
+        co_await ss.ops.send_reply(seq, Ops::payload(m), use_awaitable);
     }
     ss.end_measuring();
 }
@@ -336,17 +483,19 @@ struct bw_round {
     std::size_t active = 0;
 };
 
-awaitable<void> bw_sender_co(session& ss, bw_round& round, std::vector<std::byte>& buf) {
+template <class Ops>
+awaitable<void> bw_sender_co(session<Ops>& ss, bw_round& round, std::vector<std::byte>& buf) {
     while (round.remaining > 0) {
         --round.remaining;
-        const std::uint64_t seq = round.next++;
+        std::uint64_t seq = round.next++;
         if (ss.s.check)
             fill(buf, seq);
-        co_await ucx::async_tag_send(ss.ep, asio::buffer(buf), data_bit, use_awaitable);
+        co_await ss.ops.send_data(seq, asio::buffer(buf), use_awaitable);
     }
 }
 
-awaitable<void> bw_client_co(session& ss, result& r) {
+template <class Ops>
+awaitable<void> bw_client_co(session<Ops>& ss, result& r) {
     const settings& s = ss.s;
     const std::size_t senders = s.check ? buffer_slots(s) : s.window;
     std::vector<std::vector<std::byte>> bufs(s.check ? senders : 1, std::vector<std::byte>(s.size));
@@ -370,8 +519,7 @@ awaitable<void> bw_client_co(session& ss, result& r) {
                                    std::rethrow_exception(e);
                            });
         }
-        co_await ucx::async_tag_recv(ss.w, asio::buffer(&ack, sizeof ack), ack_tag, tag_mask_full,
-                                     use_awaitable);
+        co_await ss.ops.recv_ack(ack, use_awaitable);
         if (k == 1)
             r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
         while (round.active > 0)
@@ -380,25 +528,96 @@ awaitable<void> bw_client_co(session& ss, result& r) {
     ss.end_measuring();
 }
 
-awaitable<void> bw_receiver_co(session& ss, std::size_t& posted, std::size_t& received,
+template <class Ops>
+awaitable<void> bw_receiver_co(session<Ops>& ss, std::size_t& posted, std::size_t& received,
                                std::vector<std::byte>& buf) {
     std::uint64_t ack = 0;
     while (posted < ss.total) {
         const std::uint64_t seq = posted++;
-        auto [n, tag] = co_await ucx::async_tag_recv(ss.w, asio::buffer(buf), data_bit,
-                                                     tag_mask_full, use_awaitable);
-        if (n != ss.s.size)
-            throw failure("message of the wrong size");
-        if (ss.s.check)
-            check(buf, seq, "data");
+        auto m = Ops::received(asio::buffer(buf),
+                               co_await ss.ops.recv_data(asio::buffer(buf), use_awaitable));
+        expect<Ops>(ss.s, m, Ops::numbered_data ? Ops::seq(m) : seq, "data");
+        m = {};
         ++received;
         if (received == ss.warmup || received == ss.total) {
             if (received == ss.warmup)
                 ss.begin_measuring();
-            co_await ucx::async_tag_send(ss.ep, asio::buffer(&ack, sizeof ack), ack_tag,
-                                         use_awaitable);
+            co_await ss.ops.send_ack(ack, use_awaitable);
         }
     }
+}
+
+template <class Ops>
+void spawn_and_run(session<Ops>& ss, awaitable<void> a) {
+    asio::co_spawn(ss.io, std::move(a), [&ss](std::exception_ptr e) {
+        ss.error = e;
+        ss.io.stop();
+    });
+    ss.io.run();
+    ss.io.restart();
+    if (ss.error)
+        std::rethrow_exception(ss.error);
+}
+
+// Runs a callback-style client or server `T` to completion.
+template <class T, class Ops, class... Extra>
+void run_callbacks(session<Ops>& ss, Extra&... extra) {
+    T c{ss, extra...};
+    c.start();
+    ss.io.run();
+    ss.io.restart();
+}
+
+// Runs the receiving coroutines of a bandwidth server to completion.
+template <class Ops>
+void run_receivers(session<Ops>& ss) {
+    const settings& s = ss.s;
+    const std::size_t count = Ops::receivers(s);
+    // One buffer for every receive without --check, as in ucx_perftest.
+    std::vector<std::vector<std::byte>> bufs(s.check ? count : 1, recv_buffer<Ops>(s.size));
+    std::size_t posted = 0, received = 0, active = 0;
+    for (std::size_t j = 0; j < count; ++j) {
+        ++active;
+        asio::co_spawn(ss.io, bw_receiver_co(ss, posted, received, bufs[s.check ? j : 0]),
+                       [&ss, &active](std::exception_ptr e) {
+                           if (e && !ss.error)
+                               ss.error = e;
+                           if (--active == 0 || e) {
+                               ss.end_measuring();
+                               ss.io.stop();
+                           }
+                       });
+    }
+    ss.io.run();
+    ss.io.restart();
+    if (ss.error)
+        std::rethrow_exception(ss.error);
+}
+
+template <class Ops>
+void run_client(session<Ops>& ss, result& r) {
+    const bool lat = find_test(ss.s.test)->kind == kind::latency;
+    if (ss.s.style == style::callback)
+        lat ? run_callbacks<lat_client_cb<Ops>>(ss, r) : run_callbacks<bw_client_cb<Ops>>(ss, r);
+    else
+        spawn_and_run(ss, lat ? lat_client_co(ss, r) : bw_client_co(ss, r));
+}
+
+template <class Ops>
+void run_server(session<Ops>& ss) {
+    const bool lat = find_test(ss.s.test)->kind == kind::latency;
+    if (ss.s.style == style::callback)
+        lat ? run_callbacks<lat_server_cb<Ops>>(ss) : run_callbacks<bw_server_cb<Ops>>(ss);
+    else if (lat)
+        spawn_and_run(ss, lat_server_co(ss));
+    else
+        run_receivers(ss);
+}
+
+std::size_t ops_per_measured_run(const settings& s) {
+    if (find_test(s.test)->kind == kind::latency)
+        return 2 * s.measured_iters(); // a send and a receive per iteration
+    return s.measured_iters() + 1;     // the messages, and the acknowledgement
 }
 
 // ---- RMA: put_bw, get_bw (see common.hpp for the layout and --check) ----
@@ -457,25 +676,26 @@ struct rma_client_state {
     }
 };
 
-struct rma_client_cb : session {
+struct rma_client_cb {
+    session<peer>& ss;
     result& r;
     rma_client_state& st;
     std::size_t remaining = 0, inflight = 0;
     int round = 0;
     clock_type::time_point t0{};
 
-    void start() { start_round(warmup); }
+    void start() { start_round(ss.warmup); }
     void start_round(std::size_t n) {
         remaining = n;
         if (round == 1) {
             st.ctl.send("measure");
-            begin_measuring();
+            ss.begin_measuring();
             t0 = clock_type::now();
         }
         issue();
     }
     bool can_start() const {
-        return remaining > 0 && (s.check ? !st.free_slots.empty() : inflight < s.window);
+        return remaining > 0 && (ss.s.check ? !st.free_slots.empty() : inflight < ss.s.window);
     }
     void issue() {
         while (can_start())
@@ -485,7 +705,7 @@ struct rma_client_cb : session {
     }
     void start_one() {
         std::size_t slot = 0;
-        if (s.check) {
+        if (ss.s.check) {
             slot = st.free_slots.back();
             st.free_slots.pop_back();
         }
@@ -495,21 +715,21 @@ struct rma_client_cb : session {
         st.prepare(slot, seq);
         auto done = [this, slot](ucx::error_code ec, std::size_t n) {
             throw_if(ec, st.put ? "put" : "get");
-            if (n != s.size)
+            if (n != ss.s.size)
                 throw failure("RMA operation of the wrong size");
             --inflight;
             st.completed(slot);
-            if (s.check && !st.put)
+            if (ss.s.check && !st.put)
                 st.free_slots.push_back(slot);
             issue();
         };
         if (st.put)
-            ucx::async_put(ep, asio::buffer(st.bufs[slot]), st.address(slot), st.key, done);
+            ucx::async_put(st.ep, asio::buffer(st.bufs[slot]), st.address(slot), st.key, done);
         else
-            ucx::async_get(ep, asio::buffer(st.bufs[slot]), st.address(slot), st.key, done);
+            ucx::async_get(st.ep, asio::buffer(st.bufs[slot]), st.address(slot), st.key, done);
     }
     void flush() {
-        ucx::async_flush(ep, [this](ucx::error_code ec) {
+        ucx::async_flush(st.ep, [this](ucx::error_code ec) {
             throw_if(ec, "flush");
             st.verify_written();
             if (remaining > 0)
@@ -517,9 +737,8 @@ struct rma_client_cb : session {
             if (round == 1)
                 r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
             if (round++ == 0)
-                return start_round(s.measured_iters());
-            end_measuring();
-            io.stop();
+                return start_round(ss.s.measured_iters());
+            ss.finish();
         });
     }
 };
@@ -533,17 +752,18 @@ struct rma_wave {
     asio::steady_timer* all_done = nullptr;
 };
 
-awaitable<void> rma_loop_co(session& ss, rma_client_state& st, rma_wave& wave, std::size_t slot) {
+awaitable<void> rma_loop_co(session<peer>& ss, rma_client_state& st, rma_wave& wave,
+                            std::size_t slot) {
     while (wave.left > 0) {
         --wave.left;
         const std::uint64_t seq = st.next++;
         st.prepare(slot, seq);
         std::size_t n = 0;
         if (st.put)
-            n = co_await ucx::async_put(ss.ep, asio::buffer(st.bufs[slot]), st.address(slot),
+            n = co_await ucx::async_put(ss.ops.ep, asio::buffer(st.bufs[slot]), st.address(slot),
                                         st.key, use_awaitable);
         else
-            n = co_await ucx::async_get(ss.ep, asio::buffer(st.bufs[slot]), st.address(slot),
+            n = co_await ucx::async_get(ss.ops.ep, asio::buffer(st.bufs[slot]), st.address(slot),
                                         st.key, use_awaitable);
         if (n != ss.s.size)
             throw failure("RMA operation of the wrong size");
@@ -553,7 +773,7 @@ awaitable<void> rma_loop_co(session& ss, rma_client_state& st, rma_wave& wave, s
     }
 }
 
-awaitable<void> rma_client_co(session& ss, rma_client_state& st, result& r) {
+awaitable<void> rma_client_co(session<peer>& ss, rma_client_state& st, result& r) {
     const settings& s = ss.s;
     asio::steady_timer all_done(ss.io);
     rma_wave wave;
@@ -595,367 +815,16 @@ awaitable<void> rma_client_co(session& ss, rma_client_state& st, result& r) {
                 (void)ec; // cancelled by the last loop
             }
             if (st.put && s.check) {
-                co_await ucx::async_flush(ss.ep, use_awaitable);
+                co_await ucx::async_flush(ss.ops.ep, use_awaitable);
                 st.verify_written();
             }
         }
-        co_await ucx::async_flush(ss.ep, use_awaitable);
+        co_await ucx::async_flush(ss.ops.ep, use_awaitable);
         if (k == 1)
             r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     }
     ss.end_measuring();
 }
-
-// ---- active messages (ids: 1 data, 2 replies, 3 acknowledgements; the
-// header carries the message number) ----
-
-constexpr unsigned am_data = 1, am_reply = 2, am_ack = 3;
-const ucx::am_send_options am_options{ucx::am_protocol::automatic, false};
-
-std::uint64_t am_seq(const ucx::am_message& m) {
-    std::uint64_t seq = 0;
-    if (m.header().size() != sizeof seq)
-        throw failure("active message with a bad header");
-    std::memcpy(&seq, m.header().data(), sizeof seq);
-    return seq;
-}
-
-void check_am(const settings& s, const ucx::am_message& m, std::uint64_t seq, const char* what) {
-    if (m.size() != s.size)
-        throw failure(std::string(what) + " of the wrong size");
-    if (s.check)
-        check({static_cast<const std::byte*>(m.data().data()), m.size()}, seq, what);
-}
-
-struct am_lat_client_cb : session {
-    result& r;
-    std::vector<std::byte> out = std::vector<std::byte>(s.size);
-    std::size_t i = 0;
-    std::uint64_t header = 0;
-    int pending = 0;
-    clock_type::time_point t0{}, t_recv{};
-
-    void start() {
-        if (i == warmup)
-            begin_measuring();
-        if (s.check)
-            fill(out, i);
-        pending = 2;
-        header = i;
-        t0 = clock_type::now();
-        ucx::async_am_send(ep, am_data, asio::buffer(&header, sizeof header), asio::buffer(out),
-                           am_options, [this](ucx::error_code ec, std::size_t) {
-                               throw_if(ec, "active message send");
-                               done_one();
-                           });
-        ucx::async_am_recv(w, am_reply, [this](ucx::error_code ec, ucx::am_message m) {
-            t_recv = clock_type::now();
-            throw_if(ec, "active message receive");
-            if (am_seq(m) != i)
-                throw failure("reply out of order");
-            check_am(s, m, i, "reply");
-            done_one();
-        });
-    }
-    void done_one() {
-        if (--pending != 0)
-            return;
-        if (i >= warmup)
-            r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t_recv - t0).count() /
-                                   2);
-        if (++i < total)
-            return start();
-        end_measuring();
-        io.stop();
-    }
-};
-
-struct am_lat_server_cb : session {
-    ucx::am_message held[2]{};
-    std::uint64_t header[2] = {0, 0};
-    std::size_t received = 0, sent = 0;
-
-    void start() { post_recv(); }
-    void post_recv() {
-        ucx::async_am_recv(w, am_data, [this](ucx::error_code ec, ucx::am_message m) {
-            throw_if(ec, "active message receive");
-            const std::uint64_t seq = am_seq(m);
-            check_am(s, m, seq, "ping");
-            const std::size_t k = received % 2;
-            held[k] = std::move(m);
-            header[k] = seq;
-            if (++received == warmup)
-                begin_measuring();
-            ucx::async_am_send(ep, am_reply, asio::buffer(&header[k], sizeof header[k]),
-                               held[k].data(), am_options,
-                               [this, k](ucx::error_code ec, std::size_t) {
-                                   throw_if(ec, "active message send");
-                                   held[k] = ucx::am_message();
-                                   if (++sent == total) {
-                                       end_measuring();
-                                       io.stop();
-                                   }
-                               });
-            if (received < total)
-                post_recv();
-        });
-    }
-};
-
-struct am_bw_client_cb : session {
-    result& r;
-    std::size_t slots = s.check ? buffer_slots(s) : s.window;
-    std::vector<std::vector<std::byte>> bufs{};
-    std::vector<std::uint64_t> headers{};
-    std::vector<std::size_t> free_slots{};
-    std::uint64_t next = 0;
-    std::size_t remaining = 0, inflight = 0;
-    bool acked = false;
-    int round = 0;
-    clock_type::time_point t0{};
-
-    void start() {
-        bufs.resize(s.check ? slots : 1, std::vector<std::byte>(s.size));
-        headers.resize(slots);
-        if (!s.check)
-            fill(bufs[0], 0);
-        for (std::size_t k = 0; k < slots; ++k)
-            free_slots.push_back(k);
-        start_round(warmup);
-    }
-    void start_round(std::size_t n) {
-        remaining = n;
-        acked = false;
-        if (round == 1) {
-            begin_measuring();
-            t0 = clock_type::now();
-        }
-        ucx::async_am_recv(w, am_ack, [this](ucx::error_code ec, ucx::am_message) {
-            throw_if(ec, "acknowledgement receive");
-            acked = true;
-            if (round == 1)
-                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-            maybe_end_round();
-        });
-        while (remaining > 0 && !free_slots.empty())
-            send_one();
-    }
-    void send_one() {
-        const std::size_t slot = free_slots.back();
-        free_slots.pop_back();
-        const std::uint64_t seq = next++;
-        --remaining;
-        ++inflight;
-        auto& b = bufs[s.check ? slot : 0];
-        if (s.check)
-            fill(b, seq);
-        headers[slot] = seq;
-        ucx::async_am_send(ep, am_data, asio::buffer(&headers[slot], sizeof(std::uint64_t)),
-                           asio::buffer(b), am_options,
-                           [this, slot](ucx::error_code ec, std::size_t) {
-                               throw_if(ec, "active message send");
-                               --inflight;
-                               free_slots.push_back(slot);
-                               if (remaining > 0)
-                                   send_one();
-                               else
-                                   maybe_end_round();
-                           });
-    }
-    void maybe_end_round() {
-        if (!acked || inflight != 0)
-            return;
-        if (round++ == 0)
-            return start_round(s.measured_iters());
-        end_measuring();
-        io.stop();
-    }
-};
-
-struct am_bw_server_cb : session {
-    std::size_t slots = buffer_slots(s);
-    std::size_t posted = 0, received = 0;
-    std::uint64_t ack = 0;
-
-    void start() {
-        for (std::size_t k = 0; k < slots && posted < total; ++k)
-            post_recv();
-    }
-    void post_recv() {
-        ++posted;
-        ucx::async_am_recv(w, am_data, [this](ucx::error_code ec, ucx::am_message m) {
-            throw_if(ec, "active message receive");
-            check_am(s, m, am_seq(m), "data");
-            m = ucx::am_message();
-            ++received;
-            if (posted < total)
-                post_recv();
-            if (received == warmup || received == total)
-                send_ack(received == total);
-        });
-    }
-    void send_ack(bool last) {
-        if (!last)
-            begin_measuring();
-        ucx::async_am_send(ep, am_ack, asio::buffer(&ack, sizeof ack), asio::const_buffer(),
-                           am_options, [this, last](ucx::error_code ec, std::size_t) {
-                               throw_if(ec, "acknowledgement send");
-                               if (last) {
-                                   end_measuring();
-                                   io.stop();
-                               }
-                           });
-    }
-};
-
-awaitable<void> am_lat_client_co(session& ss, result& r) {
-    const settings& s = ss.s;
-    std::vector<std::byte> out(s.size);
-    for (std::uint64_t i = 0; i < ss.total; ++i) {
-        if (i == ss.warmup)
-            ss.begin_measuring();
-        if (s.check)
-            fill(out, i);
-        const auto t0 = clock_type::now();
-        co_await ucx::async_am_send(ss.ep, am_data, asio::buffer(&i, sizeof i), asio::buffer(out),
-                                    am_options, use_awaitable);
-        ucx::am_message m = co_await ucx::async_am_recv(ss.w, am_reply, use_awaitable);
-        const auto t1 = clock_type::now();
-        if (am_seq(m) != i)
-            throw failure("reply out of order");
-        check_am(s, m, i, "reply");
-        if (i >= ss.warmup)
-            r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
-    }
-    ss.end_measuring();
-}
-
-awaitable<void> am_lat_server_co(session& ss) {
-    for (std::size_t i = 0; i < ss.total; ++i) {
-        ucx::am_message m = co_await ucx::async_am_recv(ss.w, am_data, use_awaitable);
-        std::uint64_t seq = am_seq(m);
-        check_am(ss.s, m, seq, "ping");
-        if (i + 1 == ss.warmup)
-            ss.begin_measuring();
-        co_await ucx::async_am_send(ss.ep, am_reply, asio::buffer(&seq, sizeof seq), m.data(),
-                                    am_options, use_awaitable);
-    }
-    ss.end_measuring();
-}
-
-awaitable<void> am_bw_sender_co(session& ss, bw_round& round, std::vector<std::byte>& buf) {
-    while (round.remaining > 0) {
-        --round.remaining;
-        std::uint64_t seq = round.next++;
-        if (ss.s.check)
-            fill(buf, seq);
-        co_await ucx::async_am_send(ss.ep, am_data, asio::buffer(&seq, sizeof seq),
-                                    asio::buffer(buf), am_options, use_awaitable);
-    }
-}
-
-awaitable<void> am_bw_client_co(session& ss, result& r) {
-    const settings& s = ss.s;
-    const std::size_t senders = s.check ? buffer_slots(s) : s.window;
-    std::vector<std::vector<std::byte>> bufs(s.check ? senders : 1, std::vector<std::byte>(s.size));
-    if (!s.check)
-        fill(bufs[0], 0);
-    bw_round round;
-    for (int k = 0; k < 2; ++k) {
-        clock_type::time_point t0{};
-        if (k == 1) {
-            ss.begin_measuring();
-            t0 = clock_type::now();
-        }
-        round.remaining = k == 0 ? ss.warmup : s.measured_iters();
-        for (std::size_t j = 0; j < senders; ++j) {
-            ++round.active;
-            asio::co_spawn(ss.io, am_bw_sender_co(ss, round, bufs[s.check ? j : 0]),
-                           [&round](std::exception_ptr e) {
-                               --round.active;
-                               if (e)
-                                   std::rethrow_exception(e);
-                           });
-        }
-        co_await ucx::async_am_recv(ss.w, am_ack, use_awaitable);
-        if (k == 1)
-            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-        while (round.active > 0)
-            co_await asio::post(ss.io, use_awaitable);
-    }
-    ss.end_measuring();
-}
-
-awaitable<void> am_bw_receiver_co(session& ss, std::size_t& posted, std::size_t& received) {
-    std::uint64_t ack = 0;
-    while (posted < ss.total) {
-        ++posted;
-        ucx::am_message m = co_await ucx::async_am_recv(ss.w, am_data, use_awaitable);
-        check_am(ss.s, m, am_seq(m), "data");
-        m = ucx::am_message();
-        ++received;
-        if (received == ss.warmup || received == ss.total) {
-            if (received == ss.warmup)
-                ss.begin_measuring();
-            co_await ucx::async_am_send(ss.ep, am_ack, asio::buffer(&ack, sizeof ack),
-                                        asio::const_buffer(), am_options, use_awaitable);
-        }
-    }
-}
-
-void spawn_and_run(session& ss, awaitable<void> a) {
-    asio::co_spawn(ss.io, std::move(a), [&ss](std::exception_ptr e) {
-        ss.error = e;
-        ss.io.stop();
-    });
-    ss.io.run();
-    ss.io.restart();
-    if (ss.error)
-        std::rethrow_exception(ss.error);
-}
-
-std::size_t ops_per_measured_run(const settings& s, bool client) {
-    const test_info* t = find_test(s.test);
-    if (t->kind == kind::latency)
-        return 2 * s.measured_iters(); // a send and a receive per iteration
-    (void)client;
-    return s.measured_iters() + 1; // the messages, and the acknowledgement
-}
-
-// Runs a callback-style client or server `T` to completion.
-template <class T, class... Extra>
-void run_callbacks(session& ss, Extra&... extra) {
-    T c{ss, extra...};
-    c.start();
-    ss.io.run();
-    ss.io.restart();
-    ss.alloc_start = c.alloc_start;
-    ss.alloc_end = c.alloc_end;
-}
-
-// Runs the receiving coroutines of a bandwidth server to completion.
-template <class Spawn>
-void run_receivers(session& ss, std::size_t count, Spawn spawn) {
-    std::size_t active = 0;
-    for (std::size_t j = 0; j < count; ++j) {
-        ++active;
-        asio::co_spawn(ss.io, spawn(j), [&ss, &active](std::exception_ptr e) {
-            if (e && !ss.error)
-                ss.error = e;
-            if (--active == 0 || e) {
-                ss.end_measuring();
-                ss.io.stop();
-            }
-        });
-    }
-    ss.io.run();
-    ss.io.restart();
-    if (ss.error)
-        std::rethrow_exception(ss.error);
-}
-
-// ---- ucx::stream (connected through ucx::acceptor, by worker address or by
-// host:port; the byte-stream tests shared with Asio TCP) ----
 
 result stream_client(const settings& s, control& ctl) {
     asio::io_context io(1);
@@ -1015,7 +884,7 @@ result rma_client(const settings& s, control& ctl) {
     ctl.expect("ready");
 
     result r;
-    session ss{s, io, w, ep};
+    session<peer> ss{s, io, {w, ep}};
     rma_client_state st(s, ctl, ep, key);
     if (s.style == style::callback)
         run_callbacks<rma_client_cb>(ss, r, st);
@@ -1023,7 +892,7 @@ result rma_client(const settings& s, control& ctl) {
         spawn_and_run(ss, rma_client_co(ss, st, r));
     r.messages = s.measured_iters();
     r.bytes = r.messages * s.size;
-    r.allocations = ss.alloc_end - ss.alloc_start;
+    r.allocations = ss.m.counted();
     r.operations = s.measured_iters() + 1; // the puts or gets, and the flush
     finish_client(ctl, r);
     return r;
@@ -1063,9 +932,10 @@ void rma_server(const settings& s, control& ctl) {
 } // namespace
 
 result library_client(const settings& s, control& ctl) {
-    if (find_test(s.test)->api == api::rma)
+    const api a = find_test(s.test)->api;
+    if (a == api::rma)
         return rma_client(s, ctl);
-    if (find_test(s.test)->api == api::stream)
+    if (a == api::stream)
         return stream_client(s, ctl);
     asio::io_context io(1);
     ucx::context ctx = make_context(s);
@@ -1077,31 +947,29 @@ result library_client(const settings& s, control& ctl) {
 
     result r;
     r.one_way_us.reserve(s.measured_iters());
-    session ss{s, io, w, ep};
-    const test_info* t = find_test(s.test);
-    const bool lat = t->kind == kind::latency, am = t->api == api::am;
-    if (s.style == style::callback) {
-        if (am)
-            lat ? run_callbacks<am_lat_client_cb>(ss, r) : run_callbacks<am_bw_client_cb>(ss, r);
-        else
-            lat ? run_callbacks<lat_client_cb>(ss, r) : run_callbacks<bw_client_cb>(ss, r);
-    } else if (am) {
-        spawn_and_run(ss, lat ? am_lat_client_co(ss, r) : am_bw_client_co(ss, r));
+    std::size_t allocs = 0;
+    if (a == api::am) {
+        session<am_ops> ss{s, io, {{w, ep}}};
+        run_client(ss, r);
+        allocs = ss.m.counted();
     } else {
-        spawn_and_run(ss, lat ? lat_client_co(ss, r) : bw_client_co(ss, r));
+        session<tag_ops> ss{s, io, {{w, ep}}};
+        run_client(ss, r);
+        allocs = ss.m.counted();
     }
     r.messages = s.measured_iters();
     r.bytes = r.messages * s.size;
-    r.allocations = ss.alloc_end - ss.alloc_start;
-    r.operations = ops_per_measured_run(s, true);
+    r.allocations = allocs;
+    r.operations = ops_per_measured_run(s);
     finish_client(ctl, r);
     return r;
 }
 
 void library_server(const settings& s, control& ctl) {
-    if (find_test(s.test)->api == api::rma)
+    const api a = find_test(s.test)->api;
+    if (a == api::rma)
         return rma_server(s, ctl);
-    if (find_test(s.test)->api == api::stream)
+    if (a == api::stream)
         return stream_server(s, ctl);
     asio::io_context io(1);
     ucx::context ctx = make_context(s);
@@ -1113,30 +981,17 @@ void library_server(const settings& s, control& ctl) {
     // in the library's queue (active messages), so "ready" may go first.
     ctl.send("ready go");
 
-    session ss{s, io, w, ep};
-    const test_info* t = find_test(s.test);
-    const bool lat = t->kind == kind::latency, am = t->api == api::am;
-    if (s.style == style::callback) {
-        if (am)
-            lat ? run_callbacks<am_lat_server_cb>(ss) : run_callbacks<am_bw_server_cb>(ss);
-        else
-            lat ? run_callbacks<lat_server_cb>(ss) : run_callbacks<bw_server_cb>(ss);
-    } else if (lat) {
-        spawn_and_run(ss, am ? am_lat_server_co(ss) : lat_server_co(ss));
-    } else if (am) {
-        std::size_t posted = 0, received = 0;
-        run_receivers(ss, buffer_slots(s),
-                      [&](std::size_t) { return am_bw_receiver_co(ss, posted, received); });
+    std::size_t allocs = 0;
+    if (a == api::am) {
+        session<am_ops> ss{s, io, {{w, ep}}};
+        run_server(ss);
+        allocs = ss.m.counted();
     } else {
-        // One buffer for every receive without --check, as in ucx_perftest.
-        std::vector<std::vector<std::byte>> bufs(s.check ? buffer_slots(s) : 1,
-                                                 std::vector<std::byte>(s.size));
-        std::size_t posted = 0, received = 0;
-        run_receivers(ss, s.check ? buffer_slots(s) : s.window, [&](std::size_t j) {
-            return bw_receiver_co(ss, posted, received, bufs[s.check ? j : 0]);
-        });
+        session<tag_ops> ss{s, io, {{w, ep}}};
+        run_server(ss);
+        allocs = ss.m.counted();
     }
-    finish_server(ctl, ss.alloc_end - ss.alloc_start, ops_per_measured_run(s, false));
+    finish_server(ctl, allocs, ops_per_measured_run(s));
 }
 
 } // namespace perf
