@@ -4,7 +4,7 @@
 // written once for both completion styles; `tag_ops` and `am_ops` say how a
 // message of each role (ping, reply, data, acknowledgement) travels.
 #include "byte_stream.hpp"
-#include "common.hpp"
+#include "patterns.hpp"
 
 #include <ucx/acceptor.hpp>
 #include <ucx/am.hpp>
@@ -60,36 +60,24 @@ ucx::worker_options worker_options_for(const settings& s) {
     return o;
 }
 
-// The connected pair every test but the streams runs on.
+// The connected pair every test but the streams runs on; a worker runs
+// its io_context itself in every progress mode.
 struct peer {
     ucx::worker& w;
     ucx::endpoint& ep;
+    static void run(asio::io_context& io, const settings&, const bool&) { io.run(); }
 };
 
-// ---- message kinds ----
-//
-// Each kind sends a message of a role with `send_*` and receives one with
-// `recv_*`, completing with `(error_code, std::size_t)` and with the
-// operation's own results, which `received` turns into the kind's
-// `message` (its payload and, where it travels with it, its number).
-// `own_buffers`: receives land in the caller's buffers. `numbered_data`:
-// bandwidth data carry their number (otherwise it is their place in the
-// order). `receivers`: the bandwidth server's receives in flight.
-
-// A tag message in the caller's buffer.
-struct tag_message {
-    std::span<const std::byte> bytes;
-    ucx::tag_t tag = 0;
-};
+// ---- message kinds (see patterns.hpp) ----
 
 // Tags: pings `data_bit | seq`, replies `reply_bit | seq`, bandwidth data
 // `data_bit` received with the full mask (see common.hpp).
 struct tag_ops : peer {
-    using message = tag_message;
+    using message = received_bytes;
     static constexpr const char* send_what = "tag send";
     static constexpr const char* recv_what = "tag receive";
-    static constexpr bool own_buffers = true;
-    static constexpr bool numbered_data = false;
+    static constexpr bool own_buffers = true, numbered = true, numbered_data = false;
+    static constexpr bool one_at_a_time = false, reply_posted_first = false;
     static std::size_t receivers(const settings& s) { return s.check ? buffer_slots(s) : s.window; }
 
     template <class T>
@@ -128,13 +116,13 @@ struct tag_ops : peer {
     }
 
     static message received(asio::mutable_buffer b, std::size_t n, ucx::tag_t tag) {
-        return {{static_cast<const std::byte*>(b.data()), n}, tag};
+        return {asio::buffer(b, n), tag};
     }
     static message received(asio::mutable_buffer b, std::tuple<std::size_t, ucx::tag_t> r) {
         return received(b, std::get<0>(r), std::get<1>(r));
     }
     static std::uint64_t seq(const message& m) { return m.tag & seq_mask; }
-    static asio::const_buffer payload(const message& m) { return asio::buffer(m.bytes); }
+    static asio::const_buffer payload(const message& m) { return m.bytes; }
 };
 
 // Active messages: ids 1 data (pings too), 2 replies, 3 acknowledgements;
@@ -143,8 +131,8 @@ struct am_ops : peer {
     using message = ucx::am_message;
     static constexpr const char* send_what = "active message send";
     static constexpr const char* recv_what = "active message receive";
-    static constexpr bool own_buffers = false;
-    static constexpr bool numbered_data = true;
+    static constexpr bool own_buffers = false, numbered = true, numbered_data = true;
+    static constexpr bool one_at_a_time = false, reply_posted_first = false;
     static std::size_t receivers(const settings& s) { return buffer_slots(s); }
     static constexpr unsigned data_id = 1, reply_id = 2, ack_id = 3;
     static constexpr ucx::am_send_options options{ucx::am_protocol::automatic, false};
@@ -195,430 +183,6 @@ struct am_ops : peer {
     }
     static asio::const_buffer payload(const message& m) { return m.data(); }
 };
-
-// Throws unless `m` has the test's size and (with --check) message `seq`'s content.
-template <class Ops>
-void expect(const settings& s, const typename Ops::message& m, std::uint64_t seq,
-            const char* what) {
-    const asio::const_buffer p = Ops::payload(m);
-    if (p.size() != s.size)
-        throw failure(std::string(what) + " of the wrong size");
-    if (s.check)
-        check({static_cast<const std::byte*>(p.data()), p.size()}, seq, what);
-}
-
-// A receive buffer of `n` bytes where the kind receives into the caller's.
-template <class Ops>
-std::vector<std::byte> recv_buffer(std::size_t n) {
-    return std::vector<std::byte>(Ops::own_buffers ? n : 0);
-}
-
-// Everything one side of a run needs.
-template <class Ops>
-struct session {
-    const settings& s;
-    asio::io_context& io;
-    Ops ops;
-    std::size_t warmup = s.warmup_iters();
-    std::size_t total = s.warmup_iters() + s.measured_iters();
-    measurement m{};
-    std::exception_ptr error{};
-
-    void begin_measuring() { m.begin(); }
-    void end_measuring() { m.end(); }
-    // The last completion of a callback run.
-    void finish() {
-        end_measuring();
-        io.stop();
-    }
-};
-
-double one_way_us(clock_type::time_point t0, clock_type::time_point t1) {
-    return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
-}
-
-// ---- latency: callbacks ----
-
-template <class Ops>
-struct lat_client_cb {
-    session<Ops>& ss;
-    result& r;
-    std::vector<std::byte> out = std::vector<std::byte>(ss.s.size);
-    std::vector<std::byte> in = recv_buffer<Ops>(ss.s.size);
-    std::uint64_t i = 0;
-    int pending = 0;
-    clock_type::time_point t0{}, t_recv{};
-
-    void start() {
-        if (i == ss.warmup)
-            ss.begin_measuring();
-        if (ss.s.check)
-            fill(out, i);
-        pending = 2;
-        t0 = clock_type::now();
-        // Send first, then post the receive, as ucx_perftest does: nothing
-        // can arrive in between (no progress runs inside an initiation), and
-        // the receive's set-up stays off the message's path.
-        ss.ops.send_ping(i, asio::buffer(out), [this](ucx::error_code ec, std::size_t) {
-            throw_if(ec, Ops::send_what);
-            done_one();
-        });
-        ss.ops.recv_reply(i, asio::buffer(in), [this](ucx::error_code ec, auto&&... got) {
-            t_recv = clock_type::now();
-            throw_if(ec, Ops::recv_what);
-            const auto m = Ops::received(asio::buffer(in), std::move(got)...);
-            if (Ops::seq(m) != i)
-                throw failure("reply out of order");
-            expect<Ops>(ss.s, m, i, "reply");
-            done_one();
-        });
-    }
-    void done_one() {
-        if (--pending != 0)
-            return;
-        if (i >= ss.warmup)
-            r.one_way_us.push_back(one_way_us(t0, t_recv));
-        if (++i < ss.total)
-            return start();
-        ss.finish();
-    }
-};
-
-template <class Ops>
-struct lat_server_cb {
-    session<Ops>& ss;
-    // Two of each: the reply to one ping may be in flight when the next arrives.
-    std::vector<std::byte> buf[2] = {recv_buffer<Ops>(ss.s.size), recv_buffer<Ops>(ss.s.size)};
-    typename Ops::message held[2]{};
-    std::uint64_t seq[2] = {0, 0};
-    std::size_t received = 0, sent = 0;
-
-    void start() { post_recv(); }
-    void post_recv() {
-        const std::size_t k = received % 2;
-        ss.ops.recv_ping(asio::buffer(buf[k]), [this, k](ucx::error_code ec, auto&&... got) {
-            throw_if(ec, Ops::recv_what);
-            held[k] = Ops::received(asio::buffer(buf[k]), std::move(got)...);
-            seq[k] = Ops::seq(held[k]);
-            expect<Ops>(ss.s, held[k], seq[k], "ping");
-            if (++received == ss.warmup)
-                ss.begin_measuring();
-            // The reply first, then the next receive (the other buffer), as
-            // in the client.
-            ss.ops.send_reply(seq[k], Ops::payload(held[k]),
-                              [this, k](ucx::error_code ec, std::size_t) {
-                                  throw_if(ec, Ops::send_what);
-                                  held[k] = {};
-                                  if (++sent == ss.total)
-                                      ss.finish();
-                              });
-            if (received < ss.total)
-                post_recv();
-        });
-    }
-};
-
-// ---- bandwidth: callbacks ----
-
-template <class Ops>
-struct bw_client_cb {
-    session<Ops>& ss;
-    result& r;
-    std::size_t slots = ss.s.check ? buffer_slots(ss.s) : ss.s.window;
-    std::vector<std::vector<std::byte>> bufs{};
-    std::vector<std::uint64_t> seqs{}; // each slot's message number (headers)
-    std::vector<std::size_t> free_slots{};
-    std::uint64_t next = 0;
-    std::size_t remaining = 0, inflight = 0;
-    std::uint64_t ack = 0;
-    bool acked = false;
-    int round = 0;
-    clock_type::time_point t0{};
-
-    void start() {
-        bufs.resize(ss.s.check ? slots : 1, std::vector<std::byte>(ss.s.size));
-        seqs.resize(slots);
-        if (!ss.s.check)
-            fill(bufs[0], 0);
-        for (std::size_t k = 0; k < slots; ++k)
-            free_slots.push_back(k);
-        start_round(ss.warmup);
-    }
-    void start_round(std::size_t n) {
-        remaining = n;
-        acked = false;
-        if (round == 1) {
-            ss.begin_measuring();
-            t0 = clock_type::now();
-        }
-        ss.ops.recv_ack(ack, [this](ucx::error_code ec, auto&&...) {
-            throw_if(ec, "acknowledgement receive");
-            acked = true;
-            if (round == 1)
-                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-            maybe_end_round();
-        });
-        while (remaining > 0 && !free_slots.empty())
-            send_one();
-    }
-    void send_one() {
-        const std::size_t slot = free_slots.back();
-        free_slots.pop_back();
-        seqs[slot] = next++;
-        --remaining;
-        ++inflight;
-        auto& b = bufs[ss.s.check ? slot : 0];
-        if (ss.s.check)
-            fill(b, seqs[slot]);
-        ss.ops.send_data(seqs[slot], asio::buffer(b),
-                         [this, slot](ucx::error_code ec, std::size_t) {
-                             throw_if(ec, Ops::send_what);
-                             --inflight;
-                             free_slots.push_back(slot);
-                             if (remaining > 0)
-                                 send_one();
-                             else
-                                 maybe_end_round();
-                         });
-    }
-    void maybe_end_round() {
-        if (!acked || inflight != 0)
-            return;
-        if (round++ == 0)
-            return start_round(ss.s.measured_iters());
-        ss.finish();
-    }
-};
-
-template <class Ops>
-struct bw_server_cb {
-    session<Ops>& ss;
-    // As many receives as the sender keeps sends in flight (with --check
-    // fewer, one buffer each, within 64 MiB).
-    std::size_t slots = Ops::receivers(ss.s);
-    std::vector<std::vector<std::byte>> bufs{};
-    std::vector<std::uint64_t> seqs{}; // the message each slot's receive gets
-    std::size_t posted = 0, received = 0;
-    std::uint64_t ack = 0;
-
-    void start() {
-        // Without --check every receive lands in one buffer, as in
-        // ucx_perftest (and as the sender sends from one buffer).
-        bufs.resize(ss.s.check ? slots : 1, recv_buffer<Ops>(ss.s.size));
-        seqs.resize(slots);
-        for (std::size_t k = 0; k < slots && posted < ss.total; ++k)
-            post_recv(k);
-    }
-    void post_recv(std::size_t slot) {
-        seqs[slot] = posted++;
-        ss.ops.recv_data(asio::buffer(bufs[ss.s.check ? slot : 0]), [this, slot](ucx::error_code ec,
-                                                                                 auto&&... got) {
-            throw_if(ec, Ops::recv_what);
-            auto& b = bufs[ss.s.check ? slot : 0];
-            auto m = Ops::received(asio::buffer(b), std::move(got)...);
-            expect<Ops>(ss.s, m, Ops::numbered_data ? Ops::seq(m) : seqs[slot], "data");
-            m = {};
-            ++received;
-            if (posted < ss.total)
-                post_recv(slot);
-            if (received == ss.warmup || received == ss.total)
-                send_ack(received == ss.total);
-        });
-    }
-    void send_ack(bool last) {
-        if (!last)
-            ss.begin_measuring();
-        ss.ops.send_ack(ack, [this, last](ucx::error_code ec, std::size_t) {
-            throw_if(ec, "acknowledgement send");
-            if (last)
-                ss.finish();
-        });
-    }
-};
-
-// ---- coroutines ----
-
-template <class Ops>
-awaitable<void> lat_client_co(session<Ops>& ss, result& r) {
-    const settings& s = ss.s;
-    std::vector<std::byte> out(s.size), in = recv_buffer<Ops>(s.size);
-    for (std::uint64_t i = 0; i < ss.total; ++i) {
-        if (i == ss.warmup)
-            ss.begin_measuring();
-        if (s.check)
-            fill(out, i);
-        const auto t0 = clock_type::now();
-        co_await ss.ops.send_ping(i, asio::buffer(out), use_awaitable);
-        auto got = co_await ss.ops.recv_reply(i, asio::buffer(in), use_awaitable);
-        const auto t1 = clock_type::now();
-        const auto m = Ops::received(asio::buffer(in), std::move(got));
-        if (Ops::seq(m) != i)
-            throw failure("reply out of order");
-        expect<Ops>(s, m, i, "reply");
-        if (i >= ss.warmup)
-            r.one_way_us.push_back(one_way_us(t0, t1));
-    }
-    ss.end_measuring();
-}
-
-template <class Ops>
-awaitable<void> lat_server_co(session<Ops>& ss) {
-    std::vector<std::byte> buf = recv_buffer<Ops>(ss.s.size);
-    for (std::size_t i = 0; i < ss.total; ++i) {
-        const auto m = Ops::received(asio::buffer(buf),
-                                     co_await ss.ops.recv_ping(asio::buffer(buf), use_awaitable));
-        std::uint64_t seq = Ops::seq(m);
-        expect<Ops>(ss.s, m, seq, "ping");
-        if (i + 1 == ss.warmup)
-            ss.begin_measuring();
-        co_await ss.ops.send_reply(seq, Ops::payload(m), use_awaitable);
-    }
-    ss.end_measuring();
-}
-
-// Shared by the sending coroutines of one round.
-struct bw_round {
-    std::uint64_t next = 0;
-    std::size_t remaining = 0;
-    std::size_t active = 0;
-};
-
-template <class Ops>
-awaitable<void> bw_sender_co(session<Ops>& ss, bw_round& round, std::vector<std::byte>& buf) {
-    while (round.remaining > 0) {
-        --round.remaining;
-        std::uint64_t seq = round.next++;
-        if (ss.s.check)
-            fill(buf, seq);
-        co_await ss.ops.send_data(seq, asio::buffer(buf), use_awaitable);
-    }
-}
-
-template <class Ops>
-awaitable<void> bw_client_co(session<Ops>& ss, result& r) {
-    const settings& s = ss.s;
-    const std::size_t senders = s.check ? buffer_slots(s) : s.window;
-    std::vector<std::vector<std::byte>> bufs(s.check ? senders : 1, std::vector<std::byte>(s.size));
-    if (!s.check)
-        fill(bufs[0], 0);
-    bw_round round;
-    std::uint64_t ack = 0;
-    for (int k = 0; k < 2; ++k) {
-        clock_type::time_point t0{};
-        if (k == 1) {
-            ss.begin_measuring();
-            t0 = clock_type::now();
-        }
-        round.remaining = k == 0 ? ss.warmup : s.measured_iters();
-        for (std::size_t j = 0; j < senders; ++j) {
-            ++round.active;
-            asio::co_spawn(ss.io, bw_sender_co(ss, round, bufs[s.check ? j : 0]),
-                           [&round](std::exception_ptr e) {
-                               --round.active;
-                               if (e)
-                                   std::rethrow_exception(e);
-                           });
-        }
-        co_await ss.ops.recv_ack(ack, use_awaitable);
-        if (k == 1)
-            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-        while (round.active > 0)
-            co_await asio::post(ss.io, use_awaitable);
-    }
-    ss.end_measuring();
-}
-
-template <class Ops>
-awaitable<void> bw_receiver_co(session<Ops>& ss, std::size_t& posted, std::size_t& received,
-                               std::vector<std::byte>& buf) {
-    std::uint64_t ack = 0;
-    while (posted < ss.total) {
-        const std::uint64_t seq = posted++;
-        auto m = Ops::received(asio::buffer(buf),
-                               co_await ss.ops.recv_data(asio::buffer(buf), use_awaitable));
-        expect<Ops>(ss.s, m, Ops::numbered_data ? Ops::seq(m) : seq, "data");
-        m = {};
-        ++received;
-        if (received == ss.warmup || received == ss.total) {
-            if (received == ss.warmup)
-                ss.begin_measuring();
-            co_await ss.ops.send_ack(ack, use_awaitable);
-        }
-    }
-}
-
-template <class Ops>
-void spawn_and_run(session<Ops>& ss, awaitable<void> a) {
-    asio::co_spawn(ss.io, std::move(a), [&ss](std::exception_ptr e) {
-        ss.error = e;
-        ss.io.stop();
-    });
-    ss.io.run();
-    ss.io.restart();
-    if (ss.error)
-        std::rethrow_exception(ss.error);
-}
-
-// Runs a callback-style client or server `T` to completion.
-template <class T, class Ops, class... Extra>
-void run_callbacks(session<Ops>& ss, Extra&... extra) {
-    T c{ss, extra...};
-    c.start();
-    ss.io.run();
-    ss.io.restart();
-}
-
-// Runs the receiving coroutines of a bandwidth server to completion.
-template <class Ops>
-void run_receivers(session<Ops>& ss) {
-    const settings& s = ss.s;
-    const std::size_t count = Ops::receivers(s);
-    // One buffer for every receive without --check, as in ucx_perftest.
-    std::vector<std::vector<std::byte>> bufs(s.check ? count : 1, recv_buffer<Ops>(s.size));
-    std::size_t posted = 0, received = 0, active = 0;
-    for (std::size_t j = 0; j < count; ++j) {
-        ++active;
-        asio::co_spawn(ss.io, bw_receiver_co(ss, posted, received, bufs[s.check ? j : 0]),
-                       [&ss, &active](std::exception_ptr e) {
-                           if (e && !ss.error)
-                               ss.error = e;
-                           if (--active == 0 || e) {
-                               ss.end_measuring();
-                               ss.io.stop();
-                           }
-                       });
-    }
-    ss.io.run();
-    ss.io.restart();
-    if (ss.error)
-        std::rethrow_exception(ss.error);
-}
-
-template <class Ops>
-void run_client(session<Ops>& ss, result& r) {
-    const bool lat = find_test(ss.s.test)->kind == kind::latency;
-    if (ss.s.style == style::callback)
-        lat ? run_callbacks<lat_client_cb<Ops>>(ss, r) : run_callbacks<bw_client_cb<Ops>>(ss, r);
-    else
-        spawn_and_run(ss, lat ? lat_client_co(ss, r) : bw_client_co(ss, r));
-}
-
-template <class Ops>
-void run_server(session<Ops>& ss) {
-    const bool lat = find_test(ss.s.test)->kind == kind::latency;
-    if (ss.s.style == style::callback)
-        lat ? run_callbacks<lat_server_cb<Ops>>(ss) : run_callbacks<bw_server_cb<Ops>>(ss);
-    else if (lat)
-        spawn_and_run(ss, lat_server_co(ss));
-    else
-        run_receivers(ss);
-}
-
-std::size_t ops_per_measured_run(const settings& s) {
-    if (find_test(s.test)->kind == kind::latency)
-        return 2 * s.measured_iters(); // a send and a receive per iteration
-    return s.measured_iters() + 1;     // the messages, and the acknowledgement
-}
 
 // ---- RMA: put_bw, get_bw (see common.hpp for the layout and --check) ----
 
@@ -844,7 +408,7 @@ result stream_client(const settings& s, control& ctl) {
     }
     throw_if(connect_ec, "stream connect");
     ctl.expect("ready");
-    result r = bytes::run_client(io, s, st);
+    result r = run_client(io, s, byte_ops<ucx::stream>{st});
     finish_client(ctl, r);
     return r;
 }
@@ -869,7 +433,8 @@ void stream_server(const settings& s, control& ctl) {
     while (accept_ec == asio::error::would_block && io.run_one() != 0) {
     }
     throw_if(accept_ec, "stream accept");
-    auto [allocs, ops] = bytes::run_server(io, s, st, [&] { ctl.send("ready go"); });
+    auto [allocs, ops] =
+        run_server(io, s, byte_ops<ucx::stream>{st}, [&] { ctl.send("ready go"); });
     finish_server(ctl, allocs, ops);
 }
 
@@ -887,7 +452,8 @@ result rma_client(const settings& s, control& ctl) {
     session<peer> ss{s, io, {w, ep}};
     rma_client_state st(s, ctl, ep, key);
     if (s.style == style::callback)
-        run_callbacks<rma_client_cb>(ss, r, st);
+        run_callbacks<rma_client_cb>(
+            ss, [] {}, r, st);
     else
         spawn_and_run(ss, rma_client_co(ss, st, r));
     r.messages = s.measured_iters();
@@ -945,22 +511,8 @@ result library_client(const settings& s, control& ctl) {
     ctl.send("address " + to_hex(w.address().serialize()));
     ctl.expect("ready");
 
-    result r;
-    r.one_way_us.reserve(s.measured_iters());
-    std::size_t allocs = 0;
-    if (a == api::am) {
-        session<am_ops> ss{s, io, {{w, ep}}};
-        run_client(ss, r);
-        allocs = ss.m.counted();
-    } else {
-        session<tag_ops> ss{s, io, {{w, ep}}};
-        run_client(ss, r);
-        allocs = ss.m.counted();
-    }
-    r.messages = s.measured_iters();
-    r.bytes = r.messages * s.size;
-    r.allocations = allocs;
-    r.operations = ops_per_measured_run(s);
+    result r =
+        a == api::am ? run_client(io, s, am_ops{{w, ep}}) : run_client(io, s, tag_ops{{w, ep}});
     finish_client(ctl, r);
     return r;
 }
@@ -981,17 +533,10 @@ void library_server(const settings& s, control& ctl) {
     // in the library's queue (active messages), so "ready" may go first.
     ctl.send("ready go");
 
-    std::size_t allocs = 0;
-    if (a == api::am) {
-        session<am_ops> ss{s, io, {{w, ep}}};
-        run_server(ss);
-        allocs = ss.m.counted();
-    } else {
-        session<tag_ops> ss{s, io, {{w, ep}}};
-        run_server(ss);
-        allocs = ss.m.counted();
-    }
-    finish_server(ctl, allocs, ops_per_measured_run(s));
+    const auto ready = [] {};
+    auto [allocs, ops] = a == api::am ? run_server(io, s, am_ops{{w, ep}}, ready)
+                                      : run_server(io, s, tag_ops{{w, ep}}, ready);
+    finish_server(ctl, allocs, ops);
 }
 
 } // namespace perf
