@@ -60,6 +60,25 @@ ucx::worker_options worker_options_for(const settings& s) {
     return o;
 }
 
+// One process's worker. The client and the server exchange worker
+// addresses (the server's first) and connect an endpoint to the other's.
+struct library_side {
+    asio::io_context io{1};
+    ucx::context ctx;
+    ucx::worker w;
+    ucx::endpoint ep{};
+
+    explicit library_side(const settings& s)
+        : ctx(make_context(s)), w(ctx, io, worker_options_for(s)) {}
+    void connect(control& ctl, bool server) {
+        if (server)
+            ctl.send("address " + to_hex(w.address().serialize()));
+        ep = ucx::endpoint(w, ucx::worker_address::deserialize(from_hex(ctl.expect("address"))));
+        if (!server)
+            ctl.send("address " + to_hex(w.address().serialize()));
+    }
+};
+
 // The connected pair every test but the streams runs on; a worker runs
 // its io_context itself in every progress mode.
 struct peer {
@@ -391,10 +410,8 @@ awaitable<void> rma_client_co(session<peer>& ss, rma_client_state& st, result& r
 }
 
 result stream_client(const settings& s, control& ctl) {
-    asio::io_context io(1);
-    ucx::context ctx = make_context(s);
-    ucx::worker w(ctx, io, worker_options_for(s));
-    ucx::stream st(w);
+    library_side l(s);
+    ucx::stream st(l.w);
     ucx::error_code connect_ec = asio::error::would_block;
     const auto on_connect = [&](ucx::error_code ec) { connect_ec = ec; };
     if (s.sockaddr_connect) {
@@ -404,53 +421,47 @@ result stream_client(const settings& s, control& ctl) {
         st.async_connect(ucx::worker_address::deserialize(from_hex(ctl.expect("address"))),
                          on_connect);
     }
-    while (connect_ec == asio::error::would_block && io.run_one() != 0) {
+    while (connect_ec == asio::error::would_block && l.io.run_one() != 0) {
     }
     throw_if(connect_ec, "stream connect");
     ctl.expect("ready");
-    result r = run_client(io, s, byte_ops<ucx::stream>{st});
+    result r = run_client(l.io, s, byte_ops<ucx::stream>{st});
     finish_client(ctl, r);
     return r;
 }
 
 void stream_server(const settings& s, control& ctl) {
-    asio::io_context io(1);
-    ucx::context ctx = make_context(s);
-    ucx::worker w(ctx, io, worker_options_for(s));
+    library_side l(s);
     // By worker address (as ucx_perftest's peers exchange theirs), or by
     // host:port: UCX 1.13 then also progresses its TCP transport, an
     // epoll_wait per progress call (see docs/benchmarks.md).
-    ucx::acceptor acceptor = s.sockaddr_connect
-                                 ? ucx::acceptor(w, asio::ip::tcp::endpoint(ctl.local_address(), 0))
-                                 : ucx::acceptor(w);
+    ucx::acceptor acceptor =
+        s.sockaddr_connect ? ucx::acceptor(l.w, asio::ip::tcp::endpoint(ctl.local_address(), 0))
+                           : ucx::acceptor(l.w);
     if (s.sockaddr_connect)
         ctl.send("port " + std::to_string(acceptor.local_endpoint().port()));
     else
         ctl.send("address " + to_hex(acceptor.local_address().serialize()));
-    ucx::stream st(w);
+    ucx::stream st(l.w);
     ucx::error_code accept_ec = asio::error::would_block;
     acceptor.async_accept(st, [&](ucx::error_code ec) { accept_ec = ec; });
-    while (accept_ec == asio::error::would_block && io.run_one() != 0) {
+    while (accept_ec == asio::error::would_block && l.io.run_one() != 0) {
     }
     throw_if(accept_ec, "stream accept");
     auto [allocs, ops] =
-        run_server(io, s, byte_ops<ucx::stream>{st}, [&] { ctl.send("ready go"); });
+        run_server(l.io, s, byte_ops<ucx::stream>{st}, [&] { ctl.send("ready go"); });
     finish_server(ctl, allocs, ops);
 }
 
 result rma_client(const settings& s, control& ctl) {
-    asio::io_context io(1);
-    ucx::context ctx = make_context(s);
-    ucx::worker w(ctx, io, worker_options_for(s));
-    const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
-    ucx::endpoint ep(w, wire);
-    ctl.send("address " + to_hex(w.address().serialize()));
-    const ucx::remote_key key(ep, from_hex(ctl.expect("key")));
+    library_side l(s);
+    l.connect(ctl, false);
+    const ucx::remote_key key(l.ep, from_hex(ctl.expect("key")));
     ctl.expect("ready");
 
     result r;
-    session<peer> ss{s, io, {w, ep}};
-    rma_client_state st(s, ctl, ep, key);
+    session<peer> ss{s, l.io, {l.w, l.ep}};
+    rma_client_state st(s, ctl, l.ep, key);
     if (s.style == style::callback)
         run_callbacks<rma_client_cb>(
             ss, [] {}, r, st);
@@ -467,13 +478,9 @@ result rma_client(const settings& s, control& ctl) {
 // Registers the region, sends its key and serves control lines while the
 // worker progresses (peers may need it: software RMA over TCP).
 void rma_server(const settings& s, control& ctl) {
-    asio::io_context io(1);
-    ucx::context ctx = make_context(s);
-    ucx::worker w(ctx, io, worker_options_for(s));
-    ctl.send("address " + to_hex(w.address().serialize()));
-    const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
-    ucx::endpoint ep(w, wire);
-    auto region = ucx::memory_region::allocate(ctx, rma_slots(s) * s.size);
+    library_side l(s);
+    l.connect(ctl, true);
+    auto region = ucx::memory_region::allocate(l.ctx, rma_slots(s) * s.size);
     std::span<std::byte> mem(static_cast<std::byte*>(region.data()), region.size());
     for (std::size_t k = 0; k < rma_slots(s); ++k)
         fill(mem.subspan(k * s.size, s.size), k);
@@ -481,18 +488,18 @@ void rma_server(const settings& s, control& ctl) {
     ctl.send("ready go");
 
     rma_server_control served(s, ctl, mem);
-    asio::posix::stream_descriptor lines(io, ::dup(ctl.native_handle()));
+    asio::posix::stream_descriptor lines(l.io, ::dup(ctl.native_handle()));
     std::function<void()> wait_line = [&] {
         lines.async_wait(asio::posix::descriptor_base::wait_read, [&](ucx::error_code ec) {
             throw_if(ec, "control connection");
             if (served.serve())
                 wait_line();
             else
-                io.stop();
+                l.io.stop();
         });
     };
     wait_line();
-    io.run();
+    l.io.run();
 }
 
 } // namespace
@@ -503,16 +510,11 @@ result library_client(const settings& s, control& ctl) {
         return rma_client(s, ctl);
     if (a == api::stream)
         return stream_client(s, ctl);
-    asio::io_context io(1);
-    ucx::context ctx = make_context(s);
-    ucx::worker w(ctx, io, worker_options_for(s));
-    const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
-    ucx::endpoint ep(w, wire);
-    ctl.send("address " + to_hex(w.address().serialize()));
+    library_side l(s);
+    l.connect(ctl, false);
     ctl.expect("ready");
-
-    result r =
-        a == api::am ? run_client(io, s, am_ops{{w, ep}}) : run_client(io, s, tag_ops{{w, ep}});
+    const peer p{l.w, l.ep};
+    result r = a == api::am ? run_client(l.io, s, am_ops{p}) : run_client(l.io, s, tag_ops{p});
     finish_client(ctl, r);
     return r;
 }
@@ -523,19 +525,16 @@ void library_server(const settings& s, control& ctl) {
         return rma_server(s, ctl);
     if (a == api::stream)
         return stream_server(s, ctl);
-    asio::io_context io(1);
-    ucx::context ctx = make_context(s);
-    ucx::worker w(ctx, io, worker_options_for(s));
-    ctl.send("address " + to_hex(w.address().serialize()));
-    const auto wire = ucx::worker_address::deserialize(from_hex(ctl.expect("address")));
-    ucx::endpoint ep(w, wire);
+    library_side l(s);
+    l.connect(ctl, true);
     // Messages that arrive before a receive is posted wait in UCX (tags) or
     // in the library's queue (active messages), so "ready" may go first.
     ctl.send("ready go");
 
+    const peer p{l.w, l.ep};
     const auto ready = [] {};
-    auto [allocs, ops] = a == api::am ? run_server(io, s, am_ops{{w, ep}}, ready)
-                                      : run_server(io, s, tag_ops{{w, ep}}, ready);
+    auto [allocs, ops] = a == api::am ? run_server(l.io, s, am_ops{p}, ready)
+                                      : run_server(l.io, s, tag_ops{p}, ready);
     finish_server(ctl, allocs, ops);
 }
 

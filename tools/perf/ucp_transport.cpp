@@ -54,6 +54,41 @@ void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info
     ucp_request_free(request);
 }
 
+// Parameters of a send, put, get or flush reporting to `sl`.
+ucp_request_param_t send_param(slot& sl) {
+    sl.done = false;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = send_cb;
+    p.user_data = &sl;
+    return p;
+}
+
+// After a send-like call: `sl` is complete at once when UCX returned no request.
+void started(ucs_status_ptr_t r, slot& sl, const char* what) {
+    if (UCS_PTR_IS_ERR(r))
+        throw_status(UCS_PTR_STATUS(r), what);
+    if (r == nullptr)
+        sl.complete(UCS_OK);
+}
+
+// Requests whose completion callbacks report to one list (not movable:
+// each request points at the list).
+struct slot_pool {
+    std::vector<slot> slots;
+    std::vector<std::size_t> completed;
+    explicit slot_pool(std::size_t n) : slots(n) {
+        completed.reserve(n);
+        for (std::size_t k = 0; k < n; ++k) {
+            slots[k].index = k;
+            slots[k].completed = &completed;
+        }
+    }
+    slot_pool(const slot_pool&) = delete;
+    slot_pool& operator=(const slot_pool&) = delete;
+    slot& operator[](std::size_t k) { return slots[k]; }
+};
+
 void ep_error_cb(void*, ucp_ep_h, ucs_status_t status) {
     // Only during teardown (the peer left first) is this expected.
     (void)status;
@@ -169,45 +204,23 @@ struct ucp_side {
     }
 
     void send(const void* buf, std::size_t n, ucp_tag_t tag, slot& sl) {
-        sl.done = false;
-        ucp_request_param_t p{};
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.send = send_cb;
-        p.user_data = &sl;
-        ucs_status_ptr_t r = ucp_tag_send_nbx(ep, buf, n, tag, &p);
-        if (UCS_PTR_IS_ERR(r))
-            throw_status(UCS_PTR_STATUS(r), "ucp_tag_send_nbx");
-        if (r == nullptr)
-            sl.complete(UCS_OK);
+        const ucp_request_param_t p = send_param(sl);
+        started(ucp_tag_send_nbx(ep, buf, n, tag, &p), sl, "ucp_tag_send_nbx");
     }
 
     // A put (or get) of `n` bytes at `buf` to (from) `remote` in `rkey`'s region.
     void rma(bool put, void* buf, std::size_t n, std::uint64_t remote, ucp_rkey_h rkey, slot& sl) {
-        sl.done = false;
-        ucp_request_param_t p{};
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.send = send_cb;
-        p.user_data = &sl;
-        ucs_status_ptr_t r = put ? ucp_put_nbx(ep, buf, n, remote, rkey, &p)
-                                 : ucp_get_nbx(ep, buf, n, remote, rkey, &p);
-        if (UCS_PTR_IS_ERR(r))
-            throw_status(UCS_PTR_STATUS(r), put ? "ucp_put_nbx" : "ucp_get_nbx");
-        if (r == nullptr)
-            sl.complete(UCS_OK);
+        const ucp_request_param_t p = send_param(sl);
+        started(put ? ucp_put_nbx(ep, buf, n, remote, rkey, &p)
+                    : ucp_get_nbx(ep, buf, n, remote, rkey, &p),
+                sl, put ? "ucp_put_nbx" : "ucp_get_nbx");
     }
 
     // Flushes the endpoint: every put is then visible at the peer.
     void flush() {
         slot sl;
-        ucp_request_param_t p{};
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.send = send_cb;
-        p.user_data = &sl;
-        ucs_status_ptr_t r = ucp_ep_flush_nbx(ep, &p);
-        if (UCS_PTR_IS_ERR(r))
-            throw_status(UCS_PTR_STATUS(r), "ucp_ep_flush_nbx");
-        if (r == nullptr)
-            sl.complete(UCS_OK);
+        const ucp_request_param_t p = send_param(sl);
+        started(ucp_ep_flush_nbx(ep, &p), sl, "ucp_ep_flush_nbx");
         wait([&] { return sl.done; });
         throw_status(sl.status, "flush");
     }
@@ -269,18 +282,6 @@ void ok(const slot& sl, const char* what) {
     throw_status(sl.status, what);
 }
 
-struct counts {
-    std::size_t alloc_start = 0, alloc_end = 0;
-    void begin() {
-        alloc_start = allocations();
-        counting(true);
-    }
-    void end() {
-        counting(false);
-        alloc_end = allocations();
-    }
-};
-
 // ---- RMA: put_bw, get_bw (the loop of the library's callback client) ----
 
 result rma_client(const settings& s, control& ctl, ucp_side& u) {
@@ -302,20 +303,16 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
         fill(bufs[0], 0);
     // Requests in flight: with --check one per slot, else `--window` on slot 0.
     const std::size_t nreq = s.check ? slots : s.window;
-    std::vector<slot> reqs(nreq);
-    std::vector<std::size_t> completed, free_reqs, written;
-    completed.reserve(nreq);
+    slot_pool reqs(nreq);
+    std::vector<std::size_t> free_reqs, written;
     written.reserve(nreq);
-    for (std::size_t k = nreq; k > 0; --k) {
-        reqs[k - 1].index = k - 1;
-        reqs[k - 1].completed = &completed;
+    for (std::size_t k = nreq; k > 0; --k)
         free_reqs.push_back(k - 1);
-    }
     std::vector<std::uint64_t> last_seq(slots);
     std::uint64_t next = 0;
 
     result r;
-    counts c;
+    measurement c;
     for (int round = 0; round < 2; ++round) {
         std::size_t remaining = round == 0 ? s.warmup_iters() : s.measured_iters();
         clock_type::time_point t0{};
@@ -353,8 +350,8 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
                     break;
                 continue;
             }
-            u.wait([&] { return !completed.empty(); });
-            for (std::size_t k : completed) {
+            u.wait([&] { return !reqs.completed.empty(); });
+            for (std::size_t k : reqs.completed) {
                 ok(reqs[k], put ? "put" : "get");
                 --inflight;
                 if (s.check && put) {
@@ -365,7 +362,7 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
                     check(bufs[k], k, "get");
                 free_reqs.push_back(k);
             }
-            completed.clear();
+            reqs.completed.clear();
         }
         if (round == 1)
             r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -374,7 +371,7 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
     r.operations = s.measured_iters() + 1;
     r.messages = s.measured_iters();
     r.bytes = r.messages * s.size;
-    r.allocations = c.alloc_end - c.alloc_start;
+    r.allocations = c.counted();
     finish_client(ctl, r);
     return r;
 }
@@ -423,7 +420,7 @@ result ucp_client(const settings& s, control& ctl) {
     ctl.expect("ready");
 
     result r;
-    counts c;
+    measurement c;
     const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
     const test_info* t = find_test(s.test);
     if (t->kind == kind::latency) {
@@ -461,15 +458,10 @@ result ucp_client(const settings& s, control& ctl) {
                                                  std::vector<std::byte>(s.size));
         if (!s.check)
             fill(bufs[0], 0);
-        std::vector<std::size_t> completed;
-        completed.reserve(nslots);
-        std::vector<slot> slots(nslots);
+        slot_pool slots(nslots);
         std::vector<std::size_t> free_slots;
-        for (std::size_t k = 0; k < nslots; ++k) {
-            slots[k].index = k;
-            slots[k].completed = &completed;
+        for (std::size_t k = 0; k < nslots; ++k)
             free_slots.push_back(k);
-        }
         std::uint64_t next = 0, ack = 0;
         slot ack_slot;
         for (int round = 0; round < 2; ++round) {
@@ -493,13 +485,13 @@ result ucp_client(const settings& s, control& ctl) {
                     ++inflight;
                     u.send(b.data(), b.size(), data_bit, slots[k]);
                 }
-                u.wait([&] { return !completed.empty(); });
-                for (std::size_t k : completed) {
+                u.wait([&] { return !slots.completed.empty(); });
+                for (std::size_t k : slots.completed) {
                     ok(slots[k], "tag send");
                     --inflight;
                     free_slots.push_back(k);
                 }
-                completed.clear();
+                slots.completed.clear();
             }
             u.wait([&] { return ack_slot.done; });
             ok(ack_slot, "acknowledgement receive");
@@ -511,7 +503,7 @@ result ucp_client(const settings& s, control& ctl) {
     }
     r.messages = s.measured_iters();
     r.bytes = r.messages * s.size;
-    r.allocations = c.alloc_end - c.alloc_start;
+    r.allocations = c.counted();
     finish_client(ctl, r);
     return r;
 }
@@ -526,7 +518,7 @@ void ucp_server(const settings& s, control& ctl) {
     if (a == api::rma)
         return rma_server(s, ctl, u);
 
-    counts c;
+    measurement c;
     const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
     const test_info* t = find_test(s.test);
     std::size_t ops = 0;
@@ -565,15 +557,9 @@ void ucp_server(const settings& s, control& ctl) {
         std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1,
                                                  std::vector<std::byte>(s.size));
         const auto buf_of = [&](std::size_t k) { return bufs[s.check ? k : 0].data(); };
-        std::vector<std::size_t> completed;
-        completed.reserve(nslots);
-        std::vector<slot> slots(nslots);
+        slot_pool slots(nslots);
         std::vector<std::uint64_t> seqs(nslots); // the message each slot's receive gets
         std::size_t posted = 0, received = 0;
-        for (std::size_t k = 0; k < nslots; ++k) {
-            slots[k].index = k;
-            slots[k].completed = &completed;
-        }
         for (std::size_t k = 0; k < nslots && posted < total; ++k) {
             seqs[k] = posted++;
             u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
@@ -584,8 +570,8 @@ void ucp_server(const settings& s, control& ctl) {
         std::vector<std::size_t> batch;
         batch.reserve(nslots);
         while (received < total) {
-            u.wait([&] { return !completed.empty(); });
-            batch.swap(completed);
+            u.wait([&] { return !slots.completed.empty(); });
+            batch.swap(slots.completed);
             for (std::size_t k : batch) {
                 ok(slots[k], "tag receive");
                 if (slots[k].length != s.size)
@@ -610,7 +596,7 @@ void ucp_server(const settings& s, control& ctl) {
         c.end();
         ops = s.measured_iters() + 1;
     }
-    finish_server(ctl, c.alloc_end - c.alloc_start, ops);
+    finish_server(ctl, c.counted(), ops);
 }
 
 } // namespace perf
