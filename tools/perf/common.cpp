@@ -246,6 +246,19 @@ void rma_verify_remote(control& ctl, const std::vector<std::size_t>& written,
         throw failure("put: the server found " + answer);
 }
 
+std::size_t measured_operations(const settings& s) {
+    if (find_test(s.test)->kind == kind::latency)
+        return 2 * s.measured_iters();
+    return s.measured_iters() + 1;
+}
+
+void count_measured(const settings& s, std::size_t allocations, result& r) {
+    r.messages = s.measured_iters();
+    r.bytes = r.messages * s.size;
+    r.allocations = allocations;
+    r.operations = measured_operations(s);
+}
+
 void finish_client(control& ctl, result& r) {
     ctl.send("done");
     std::string counts = ctl.expect("counts");

@@ -59,6 +59,19 @@ struct result {
     std::size_t operations = 0;     ///< operations both sides started in the measured phase
 };
 
+/// Half of a round trip from `t0` to `t1`, in microseconds.
+inline double one_way_us(clock_type::time_point t0, clock_type::time_point t1) {
+    return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
+}
+
+/// Operations one side starts in a measured phase: a send and a receive
+/// per latency iteration; the messages (or puts, gets) and the
+/// acknowledgement (or flush) of a bandwidth test.
+std::size_t measured_operations(const settings& s);
+/// Fills in the counts every client reports: measured messages and bytes,
+/// its own operations and its `allocations`.
+void count_measured(const settings& s, std::size_t allocations, result& r);
+
 /// Message content: differs per message and per byte, so a stale, reordered
 /// or misrouted message fails the check.
 void fill(std::span<std::byte> b, std::uint64_t seq) noexcept;

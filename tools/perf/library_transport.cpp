@@ -467,10 +467,7 @@ result rma_client(const settings& s, control& ctl) {
             ss, [] {}, r, st);
     else
         spawn_and_run(ss, rma_client_co(ss, st, r));
-    r.messages = s.measured_iters();
-    r.bytes = r.messages * s.size;
-    r.allocations = ss.m.counted();
-    r.operations = s.measured_iters() + 1; // the puts or gets, and the flush
+    count_measured(s, ss.m.counted(), r);
     finish_client(ctl, r);
     return r;
 }

@@ -96,10 +96,6 @@ struct session {
     }
 };
 
-inline double one_way_us(clock_type::time_point t0, clock_type::time_point t1) {
-    return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
-}
-
 // ---- latency: callbacks ----
 
 template <class Ops>
@@ -481,13 +477,6 @@ void run_receivers(session<Ops>& ss) {
     ss.run();
 }
 
-/// Operations both sides start in a measured phase, each.
-inline std::size_t ops_per_measured_run(const settings& s) {
-    if (find_test(s.test)->kind == kind::latency)
-        return 2 * s.measured_iters(); // a send and a receive per iteration
-    return s.measured_iters() + 1;     // the messages, and the acknowledgement
-}
-
 /// Runs the client side of the test in `s`; returns its measurements.
 template <class Ops>
 result run_client(asio::io_context& io, const settings& s, Ops ops) {
@@ -501,10 +490,7 @@ result run_client(asio::io_context& io, const settings& s, Ops ops) {
             : run_callbacks<bw_client_cb<Ops>>(ss, none, r);
     else
         spawn_and_run(ss, lat ? lat_client_co(ss, r) : bw_client_co(ss, r));
-    r.messages = s.measured_iters();
-    r.bytes = r.messages * s.size;
-    r.allocations = ss.m.counted();
-    r.operations = ops_per_measured_run(s);
+    count_measured(s, ss.m.counted(), r);
     return r;
 }
 
@@ -522,7 +508,7 @@ std::pair<std::size_t, std::size_t> run_server(asio::io_context& io, const setti
         ready();
         lat ? spawn_and_run(ss, lat_server_co(ss)) : run_receivers(ss);
     }
-    return {ss.m.counted(), ops_per_measured_run(s)};
+    return {ss.m.counted(), measured_operations(s)};
 }
 
 } // namespace perf

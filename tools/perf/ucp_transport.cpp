@@ -284,7 +284,8 @@ void ok(const slot& sl, const char* what) {
 
 // ---- RMA: put_bw, get_bw (the loop of the library's callback client) ----
 
-result rma_client(const settings& s, control& ctl, ucp_side& u) {
+// Runs the put or get test; `c` counts its measured phase.
+void rma_client(const settings& s, control& ctl, ucp_side& u, result& r, measurement& c) {
     const std::string key = ctl.expect("key");
     const auto space = key.find(' ');
     if (space == std::string::npos)
@@ -311,8 +312,6 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
     std::vector<std::uint64_t> last_seq(slots);
     std::uint64_t next = 0;
 
-    result r;
-    measurement c;
     for (int round = 0; round < 2; ++round) {
         std::size_t remaining = round == 0 ? s.warmup_iters() : s.measured_iters();
         clock_type::time_point t0{};
@@ -368,12 +367,6 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
             r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     }
     c.end();
-    r.operations = s.measured_iters() + 1;
-    r.messages = s.measured_iters();
-    r.bytes = r.messages * s.size;
-    r.allocations = c.counted();
-    finish_client(ctl, r);
-    return r;
 }
 
 void rma_server(const settings& s, control& ctl, ucp_side& u) {
@@ -406,6 +399,166 @@ void rma_server(const settings& s, control& ctl, ucp_side& u) {
     while (served.serve());
 }
 
+// tag_lat: the ping-pong of the library's latency loops.
+void tag_lat_client(const settings& s, ucp_side& u, result& r, measurement& c) {
+    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
+    r.one_way_us.reserve(s.measured_iters());
+    std::vector<std::byte> out(s.size), in(s.size);
+    slot ss, rs;
+    for (std::size_t i = 0; i < total; ++i) {
+        if (i == warmup)
+            c.begin();
+        if (s.check)
+            fill(out, i);
+        const auto t0 = clock_type::now();
+        // Send, then post the receive, as ucx_perftest and the library's
+        // loops do (no progress runs in between).
+        u.send(out.data(), out.size(), data_bit | i, ss);
+        u.recv(in.data(), in.size(), reply_bit | i, ~ucp_tag_t{0}, rs);
+        u.wait([&] { return rs.done; });
+        const auto t1 = clock_type::now();
+        u.wait([&] { return ss.done; });
+        ok(rs, "tag receive");
+        ok(ss, "tag send");
+        if (rs.length != s.size)
+            throw failure("reply of the wrong size");
+        if (s.check)
+            check(in, i, "reply");
+        if (i >= warmup)
+            r.one_way_us.push_back(one_way_us(t0, t1));
+    }
+    c.end();
+}
+
+// tag_bw: --window sends in flight, then the acknowledgement.
+void tag_bw_client(const settings& s, ucp_side& u, result& r, measurement& c) {
+    const std::size_t warmup = s.warmup_iters();
+    const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1, std::vector<std::byte>(s.size));
+    if (!s.check)
+        fill(bufs[0], 0);
+    slot_pool slots(nslots);
+    std::vector<std::size_t> free_slots;
+    for (std::size_t k = 0; k < nslots; ++k)
+        free_slots.push_back(k);
+    std::uint64_t next = 0, ack = 0;
+    slot ack_slot;
+    for (int round = 0; round < 2; ++round) {
+        std::size_t remaining = round == 0 ? warmup : s.measured_iters();
+        clock_type::time_point t0{};
+        if (round == 1) {
+            c.begin();
+            t0 = clock_type::now();
+        }
+        u.recv(&ack, sizeof ack, ack_tag, ~ucp_tag_t{0}, ack_slot);
+        std::size_t inflight = 0;
+        while (remaining > 0 || inflight > 0) {
+            while (remaining > 0 && !free_slots.empty()) {
+                const std::size_t k = free_slots.back();
+                free_slots.pop_back();
+                const std::uint64_t seq = next++;
+                auto& b = bufs[s.check ? k : 0];
+                if (s.check)
+                    fill(b, seq);
+                --remaining;
+                ++inflight;
+                u.send(b.data(), b.size(), data_bit, slots[k]);
+            }
+            u.wait([&] { return !slots.completed.empty(); });
+            for (std::size_t k : slots.completed) {
+                ok(slots[k], "tag send");
+                --inflight;
+                free_slots.push_back(k);
+            }
+            slots.completed.clear();
+        }
+        u.wait([&] { return ack_slot.done; });
+        ok(ack_slot, "acknowledgement receive");
+        if (round == 1)
+            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    }
+    c.end();
+}
+
+// tag_lat: each ping answered from its own buffer, the next receive posted
+// once the reply before it left.
+void tag_lat_server(const settings& s, control& ctl, ucp_side& u, measurement& c) {
+    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
+    std::vector<std::byte> buf[2] = {std::vector<std::byte>(s.size),
+                                     std::vector<std::byte>(s.size)};
+    slot rs[2], ss[2];
+    ss[0].done = ss[1].done = true;
+    u.recv(buf[0].data(), s.size, data_bit, data_bit, rs[0]);
+    ctl.send("ready go");
+    for (std::size_t k = 0; k < total; ++k) {
+        const std::size_t cur = k % 2, nxt = (k + 1) % 2;
+        u.wait([&] { return rs[cur].done; });
+        ok(rs[cur], "tag receive");
+        if (rs[cur].length != s.size)
+            throw failure("message of the wrong size");
+        const std::uint64_t seq = rs[cur].tag & seq_mask;
+        if (s.check)
+            check(buf[cur], seq, "ping");
+        if (k + 1 == warmup)
+            c.begin();
+        u.send(buf[cur].data(), s.size, reply_bit | seq, ss[cur]);
+        if (k + 1 < total) {
+            u.wait([&] { return ss[nxt].done; });
+            ok(ss[nxt], "tag send");
+            u.recv(buf[nxt].data(), s.size, data_bit, data_bit, rs[nxt]);
+        }
+    }
+    u.wait([&] { return ss[0].done && ss[1].done; });
+    c.end();
+}
+
+// tag_bw: --window receives, the acknowledgements after the warm-up and the end.
+void tag_bw_server(const settings& s, control& ctl, ucp_side& u, measurement& c) {
+    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
+    // --window receives into one buffer without --check, as in
+    // ucx_perftest; with --check fewer, one buffer each, within 64 MiB.
+    const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1, std::vector<std::byte>(s.size));
+    const auto buf_of = [&](std::size_t k) { return bufs[s.check ? k : 0].data(); };
+    slot_pool slots(nslots);
+    std::vector<std::uint64_t> seqs(nslots); // the message each slot's receive gets
+    std::size_t posted = 0, received = 0;
+    for (std::size_t k = 0; k < nslots && posted < total; ++k) {
+        seqs[k] = posted++;
+        u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
+    }
+    ctl.send("ready go");
+    std::uint64_t ack = 0;
+    slot ack_slot;
+    std::vector<std::size_t> batch;
+    batch.reserve(nslots);
+    while (received < total) {
+        u.wait([&] { return !slots.completed.empty(); });
+        batch.swap(slots.completed);
+        for (std::size_t k : batch) {
+            ok(slots[k], "tag receive");
+            if (slots[k].length != s.size)
+                throw failure("message of the wrong size");
+            if (s.check)
+                check(bufs[k], seqs[k], "data");
+            ++received;
+            if (posted < total) {
+                seqs[k] = posted++;
+                u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
+            }
+            if (received == warmup || received == total) {
+                if (received == warmup)
+                    c.begin();
+                u.send(&ack, sizeof ack, ack_tag, ack_slot);
+                u.wait([&] { return ack_slot.done; });
+                ok(ack_slot, "acknowledgement send");
+            }
+        }
+        batch.clear();
+    }
+    c.end();
+}
+
 } // namespace
 
 result ucp_client(const settings& s, control& ctl) {
@@ -415,95 +568,18 @@ result ucp_client(const settings& s, control& ctl) {
     ucp_side u(s);
     u.connect(ctl.expect("address"));
     ctl.send("address " + u.address());
-    if (a == api::rma)
-        return rma_client(s, ctl, u);
-    ctl.expect("ready");
-
     result r;
     measurement c;
-    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
-    const test_info* t = find_test(s.test);
-    if (t->kind == kind::latency) {
-        r.one_way_us.reserve(s.measured_iters());
-        std::vector<std::byte> out(s.size), in(s.size);
-        slot ss, rs;
-        for (std::size_t i = 0; i < total; ++i) {
-            if (i == warmup)
-                c.begin();
-            if (s.check)
-                fill(out, i);
-            const auto t0 = clock_type::now();
-            // Send, then post the receive, as ucx_perftest and the library's
-            // loops do (no progress runs in between).
-            u.send(out.data(), out.size(), data_bit | i, ss);
-            u.recv(in.data(), in.size(), reply_bit | i, ~ucp_tag_t{0}, rs);
-            u.wait([&] { return rs.done; });
-            const auto t1 = clock_type::now();
-            u.wait([&] { return ss.done; });
-            ok(rs, "tag receive");
-            ok(ss, "tag send");
-            if (rs.length != s.size)
-                throw failure("reply of the wrong size");
-            if (s.check)
-                check(in, i, "reply");
-            if (i >= warmup)
-                r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() /
-                                       2);
-        }
-        c.end();
-        r.operations = 2 * s.measured_iters();
+    if (a == api::rma) {
+        rma_client(s, ctl, u, r, c);
     } else {
-        const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
-        std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1,
-                                                 std::vector<std::byte>(s.size));
-        if (!s.check)
-            fill(bufs[0], 0);
-        slot_pool slots(nslots);
-        std::vector<std::size_t> free_slots;
-        for (std::size_t k = 0; k < nslots; ++k)
-            free_slots.push_back(k);
-        std::uint64_t next = 0, ack = 0;
-        slot ack_slot;
-        for (int round = 0; round < 2; ++round) {
-            std::size_t remaining = round == 0 ? warmup : s.measured_iters();
-            clock_type::time_point t0{};
-            if (round == 1) {
-                c.begin();
-                t0 = clock_type::now();
-            }
-            u.recv(&ack, sizeof ack, ack_tag, ~ucp_tag_t{0}, ack_slot);
-            std::size_t inflight = 0;
-            while (remaining > 0 || inflight > 0) {
-                while (remaining > 0 && !free_slots.empty()) {
-                    const std::size_t k = free_slots.back();
-                    free_slots.pop_back();
-                    const std::uint64_t seq = next++;
-                    auto& b = bufs[s.check ? k : 0];
-                    if (s.check)
-                        fill(b, seq);
-                    --remaining;
-                    ++inflight;
-                    u.send(b.data(), b.size(), data_bit, slots[k]);
-                }
-                u.wait([&] { return !slots.completed.empty(); });
-                for (std::size_t k : slots.completed) {
-                    ok(slots[k], "tag send");
-                    --inflight;
-                    free_slots.push_back(k);
-                }
-                slots.completed.clear();
-            }
-            u.wait([&] { return ack_slot.done; });
-            ok(ack_slot, "acknowledgement receive");
-            if (round == 1)
-                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-        }
-        c.end();
-        r.operations = s.measured_iters() + 1;
+        ctl.expect("ready");
+        if (find_test(s.test)->kind == kind::latency)
+            tag_lat_client(s, u, r, c);
+        else
+            tag_bw_client(s, u, r, c);
     }
-    r.messages = s.measured_iters();
-    r.bytes = r.messages * s.size;
-    r.allocations = c.counted();
+    count_measured(s, c.counted(), r);
     finish_client(ctl, r);
     return r;
 }
@@ -519,84 +595,11 @@ void ucp_server(const settings& s, control& ctl) {
         return rma_server(s, ctl, u);
 
     measurement c;
-    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
-    const test_info* t = find_test(s.test);
-    std::size_t ops = 0;
-    if (t->kind == kind::latency) {
-        std::vector<std::byte> buf[2] = {std::vector<std::byte>(s.size),
-                                         std::vector<std::byte>(s.size)};
-        slot rs[2], ss[2];
-        ss[0].done = ss[1].done = true;
-        u.recv(buf[0].data(), s.size, data_bit, data_bit, rs[0]);
-        ctl.send("ready go");
-        for (std::size_t k = 0; k < total; ++k) {
-            const std::size_t cur = k % 2, nxt = (k + 1) % 2;
-            u.wait([&] { return rs[cur].done; });
-            ok(rs[cur], "tag receive");
-            if (rs[cur].length != s.size)
-                throw failure("message of the wrong size");
-            const std::uint64_t seq = rs[cur].tag & seq_mask;
-            if (s.check)
-                check(buf[cur], seq, "ping");
-            if (k + 1 == warmup)
-                c.begin();
-            u.send(buf[cur].data(), s.size, reply_bit | seq, ss[cur]);
-            if (k + 1 < total) {
-                u.wait([&] { return ss[nxt].done; });
-                ok(ss[nxt], "tag send");
-                u.recv(buf[nxt].data(), s.size, data_bit, data_bit, rs[nxt]);
-            }
-        }
-        u.wait([&] { return ss[0].done && ss[1].done; });
-        c.end();
-        ops = 2 * s.measured_iters();
-    } else {
-        // --window receives into one buffer without --check, as in
-        // ucx_perftest; with --check fewer, one buffer each, within 64 MiB.
-        const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
-        std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1,
-                                                 std::vector<std::byte>(s.size));
-        const auto buf_of = [&](std::size_t k) { return bufs[s.check ? k : 0].data(); };
-        slot_pool slots(nslots);
-        std::vector<std::uint64_t> seqs(nslots); // the message each slot's receive gets
-        std::size_t posted = 0, received = 0;
-        for (std::size_t k = 0; k < nslots && posted < total; ++k) {
-            seqs[k] = posted++;
-            u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
-        }
-        ctl.send("ready go");
-        std::uint64_t ack = 0;
-        slot ack_slot;
-        std::vector<std::size_t> batch;
-        batch.reserve(nslots);
-        while (received < total) {
-            u.wait([&] { return !slots.completed.empty(); });
-            batch.swap(slots.completed);
-            for (std::size_t k : batch) {
-                ok(slots[k], "tag receive");
-                if (slots[k].length != s.size)
-                    throw failure("message of the wrong size");
-                if (s.check)
-                    check(bufs[k], seqs[k], "data");
-                ++received;
-                if (posted < total) {
-                    seqs[k] = posted++;
-                    u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
-                }
-                if (received == warmup || received == total) {
-                    if (received == warmup)
-                        c.begin();
-                    u.send(&ack, sizeof ack, ack_tag, ack_slot);
-                    u.wait([&] { return ack_slot.done; });
-                    ok(ack_slot, "acknowledgement send");
-                }
-            }
-            batch.clear();
-        }
-        c.end();
-        ops = s.measured_iters() + 1;
-    }
-    finish_server(ctl, c.counted(), ops);
+    if (find_test(s.test)->kind == kind::latency)
+        tag_lat_server(s, ctl, u, c);
+    else
+        tag_bw_server(s, ctl, u, c);
+    finish_server(ctl, c.counted(), measured_operations(s));
 }
 
 } // namespace perf
