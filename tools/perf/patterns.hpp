@@ -115,9 +115,10 @@ struct lat_client_cb {
             fill(out, i);
         pending = 2;
         t0 = clock_type::now();
-        // Messages: send first, then post the receive, as ucx_perftest does:
-        // nothing can arrive in between (no progress runs inside an
-        // initiation), and the receive's set-up stays off the message's path.
+        // Send first, then post the receive, as ucx_perftest does: nothing
+        // can arrive in between (no progress runs inside an initiation), and
+        // the receive's set-up stays off the message's path. A byte stream
+        // posts its read first.
         if constexpr (Ops::reply_posted_first)
             recv_reply();
         send_ping();
@@ -222,8 +223,8 @@ struct bw_client_cb {
             ss.begin_measuring();
             t0 = clock_type::now();
         }
-        // Messages: the acknowledgement's receive first; one at a time,
-        // after the last write.
+        // The acknowledgement's receive first; one at a time, after the
+        // last write.
         if (!Ops::one_at_a_time || remaining == 0)
             recv_ack();
         while (remaining > 0 && !free_slots.empty())
