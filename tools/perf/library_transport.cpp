@@ -499,6 +499,16 @@ void rma_server(const settings& s, control& ctl) {
     l.io.run();
 }
 
+// Calls `f` with the message kind of the test in `s` (tags or active
+// messages) on a worker connected to the other side.
+template <class F>
+auto with_kind(const settings& s, control& ctl, bool server, F f) {
+    library_side l(s);
+    l.connect(ctl, server);
+    const peer p{l.w, l.ep};
+    return find_test(s.test)->api == api::am ? f(l.io, am_ops{p}) : f(l.io, tag_ops{p});
+}
+
 } // namespace
 
 result library_client(const settings& s, control& ctl) {
@@ -507,13 +517,13 @@ result library_client(const settings& s, control& ctl) {
         return rma_client(s, ctl);
     if (a == api::stream)
         return stream_client(s, ctl);
-    library_side l(s);
-    l.connect(ctl, false);
-    ctl.expect("ready");
-    const peer p{l.w, l.ep};
-    result r = a == api::am ? run_client(l.io, s, am_ops{p}) : run_client(l.io, s, tag_ops{p});
-    finish_client(ctl, r);
-    return r;
+    // The worker and endpoint live until the end of the run's handshake.
+    return with_kind(s, ctl, false, [&](asio::io_context& io, auto kind) {
+        ctl.expect("ready");
+        result r = run_client(io, s, kind);
+        finish_client(ctl, r);
+        return r;
+    });
 }
 
 void library_server(const settings& s, control& ctl) {
@@ -522,17 +532,13 @@ void library_server(const settings& s, control& ctl) {
         return rma_server(s, ctl);
     if (a == api::stream)
         return stream_server(s, ctl);
-    library_side l(s);
-    l.connect(ctl, true);
-    // Messages that arrive before a receive is posted wait in UCX (tags) or
-    // in the library's queue (active messages), so "ready" may go first.
-    ctl.send("ready go");
-
-    const peer p{l.w, l.ep};
-    const auto ready = [] {};
-    auto [allocs, ops] = a == api::am ? run_server(l.io, s, am_ops{p}, ready)
-                                      : run_server(l.io, s, tag_ops{p}, ready);
-    finish_server(ctl, allocs, ops);
+    with_kind(s, ctl, true, [&](asio::io_context& io, auto kind) {
+        // Messages that arrive before a receive is posted wait in UCX (tags)
+        // or in the library's queue (active messages), so "ready" may go first.
+        ctl.send("ready go");
+        auto [allocs, ops] = run_server(io, s, kind, [] {});
+        finish_server(ctl, allocs, ops);
+    });
 }
 
 } // namespace perf
