@@ -147,6 +147,10 @@ void check(std::span<const std::byte> b, std::uint64_t seq, const char* what) {
                       std::to_string(b.size()) + " bytes) has the wrong content");
 }
 
+void throw_error(const boost::system::error_code& ec, const char* what) {
+    throw failure(std::string(what) + ": " + ec.message());
+}
+
 std::size_t allocations() noexcept {
     return allocation_count.load(std::memory_order_relaxed);
 }
@@ -240,6 +244,19 @@ void rma_verify_remote(control& ctl, const std::vector<std::size_t>& written,
     const std::string answer = ctl.receive();
     if (answer != "verified")
         throw failure("put: the server found " + answer);
+}
+
+std::size_t measured_operations(const settings& s) {
+    if (find_test(s.test)->kind == kind::latency)
+        return 2 * s.measured_iters();
+    return s.measured_iters() + 1;
+}
+
+void count_measured(const settings& s, std::size_t allocations, result& r) {
+    r.messages = s.measured_iters();
+    r.bytes = r.messages * s.size;
+    r.allocations = allocations;
+    r.operations = measured_operations(s);
 }
 
 void finish_client(control& ctl, result& r) {

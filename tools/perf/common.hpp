@@ -59,6 +59,19 @@ struct result {
     std::size_t operations = 0;     ///< operations both sides started in the measured phase
 };
 
+/// Half of a round trip from `t0` to `t1`, in microseconds.
+inline double one_way_us(clock_type::time_point t0, clock_type::time_point t1) {
+    return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
+}
+
+/// Operations one side starts in a measured phase: a send and a receive
+/// per latency iteration; the messages (or puts, gets) and the
+/// acknowledgement (or flush) of a bandwidth test.
+std::size_t measured_operations(const settings& s);
+/// Fills in the counts every client reports: measured messages and bytes,
+/// its own operations and its `allocations`.
+void count_measured(const settings& s, std::size_t allocations, result& r);
+
 /// Message content: differs per message and per byte, so a stale, reordered
 /// or misrouted message fails the check.
 void fill(std::span<std::byte> b, std::uint64_t seq) noexcept;
@@ -70,6 +83,27 @@ void check(std::span<const std::byte> b, std::uint64_t seq, const char* what);
 /// operator new calls since the start, counted while `counting(true)`.
 std::size_t allocations() noexcept;
 void counting(bool on) noexcept;
+
+/// The allocation count of one side's measured phase.
+struct measurement {
+    std::size_t alloc_start = 0, alloc_end = 0;
+    void begin() noexcept {
+        alloc_start = allocations();
+        counting(true);
+    }
+    void end() noexcept {
+        counting(false);
+        alloc_end = allocations();
+    }
+    std::size_t counted() const noexcept { return alloc_end - alloc_start; }
+};
+
+/// Throws `failure` ("what: message") if `ec` is an error.
+[[noreturn]] void throw_error(const boost::system::error_code& ec, const char* what);
+inline void throw_if(const boost::system::error_code& ec, const char* what) {
+    if (ec) [[unlikely]]
+        throw_error(ec, what);
+}
 
 /// Tags used by the tag tests: latency pings carry `data_bit | seq`, latency
 /// replies `reply_bit | seq`, the end-of-round acknowledgement `ack_tag`.

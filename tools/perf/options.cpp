@@ -61,32 +61,57 @@ std::size_t settings::warmup_iters() const {
     return warmup != 0 ? warmup : std::max<std::size_t>(1, measured_iters() / 10);
 }
 
-const char* to_string(transport t) {
-    switch (t) {
-    case transport::library:
-        return "library";
-    case transport::ucp:
-        return "ucp";
-    case transport::tcp:
-        return "tcp";
-    }
+namespace {
+
+// The names of an option's values, for parsing and printing.
+template <class E>
+struct named {
+    E value;
+    const char* name;
+};
+constexpr named<transport> transports[] = {
+    {transport::library, "library"}, {transport::ucp, "ucp"}, {transport::tcp, "tcp"}};
+constexpr named<progress> progress_modes[] = {
+    {progress::event, "event"}, {progress::poll, "poll"}, {progress::hybrid, "hybrid"}};
+constexpr named<style> styles[] = {{style::callback, "callback"}, {style::coroutine, "coroutine"}};
+constexpr named<format> formats[] = {
+    {format::table, "table"}, {format::csv, "csv"}, {format::json, "json"}};
+
+template <class E, std::size_t N>
+const char* name_of(const named<E> (&table)[N], E e) {
+    for (const auto& x : table)
+        if (x.value == e)
+            return x.name;
     return "?";
+}
+
+// Sets `out` to the value called `name`; returns an error message or "".
+template <class E, std::size_t N>
+std::string choose(const named<E> (&table)[N], const char* what, const std::string& name, E& out) {
+    std::string names;
+    for (std::size_t i = 0; i < N; ++i) {
+        if (name == table[i].name) {
+            out = table[i].value;
+            return "";
+        }
+        names += i == 0 ? "" : i + 1 == N ? " or " : ", ";
+        names += table[i].name;
+    }
+    return "unknown " + std::string(what) + " '" + name + "' (" + names + ")";
+}
+
+} // namespace
+
+const char* to_string(transport t) {
+    return name_of(transports, t);
 }
 
 const char* to_string(progress p) {
-    switch (p) {
-    case progress::event:
-        return "event";
-    case progress::poll:
-        return "poll";
-    case progress::hybrid:
-        return "hybrid";
-    }
-    return "?";
+    return name_of(progress_modes, p);
 }
 
 const char* to_string(style s) {
-    return s == style::callback ? "callback" : "coroutine";
+    return name_of(styles, s);
 }
 
 namespace {
@@ -156,48 +181,17 @@ std::string parse(int argc, const char* const* argv, settings& s) {
             if (!value(v) || !find_test(v))
                 return "unknown test '" + v + "'";
             s.test = v;
-        } else if (arg == "--transport") {
+        } else if (arg == "--transport" || arg == "--progress" || arg == "--style" ||
+                   arg == "--format") {
             if (!value(v))
-                return "--transport needs a value";
-            if (v == "library")
-                s.transport = transport::library;
-            else if (v == "ucp")
-                s.transport = transport::ucp;
-            else if (v == "tcp")
-                s.transport = transport::tcp;
-            else
-                return "unknown transport '" + v + "' (library, ucp or tcp)";
-        } else if (arg == "--progress") {
-            if (!value(v))
-                return "--progress needs a value";
-            if (v == "event")
-                s.progress = progress::event;
-            else if (v == "poll")
-                s.progress = progress::poll;
-            else if (v == "hybrid")
-                s.progress = progress::hybrid;
-            else
-                return "unknown progress mode '" + v + "' (event, poll or hybrid)";
-        } else if (arg == "--style") {
-            if (!value(v))
-                return "--style needs a value";
-            if (v == "callback")
-                s.style = style::callback;
-            else if (v == "coroutine")
-                s.style = style::coroutine;
-            else
-                return "unknown completion style '" + v + "' (callback or coroutine)";
-        } else if (arg == "--format") {
-            if (!value(v))
-                return "--format needs a value";
-            if (v == "table")
-                s.format = format::table;
-            else if (v == "csv")
-                s.format = format::csv;
-            else if (v == "json")
-                s.format = format::json;
-            else
-                return "unknown format '" + v + "' (table, csv or json)";
+                return arg + " needs a value";
+            const std::string err =
+                arg == "--transport"  ? choose(transports, "transport", v, s.transport)
+                : arg == "--progress" ? choose(progress_modes, "progress mode", v, s.progress)
+                : arg == "--style"    ? choose(styles, "completion style", v, s.style)
+                                      : choose(formats, "format", v, s.format);
+            if (!err.empty())
+                return err;
         } else if (arg == "--error-handling") {
             if (!value(v) || (v != "on" && v != "off"))
                 return "--error-handling takes on or off";

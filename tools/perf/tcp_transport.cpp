@@ -16,7 +16,7 @@ result tcp_client(const settings& s, control& ctl) {
     sock.connect(tcp::endpoint(ctl.remote_address(), port));
     sock.set_option(tcp::no_delay(true));
     ctl.expect("ready");
-    result r = bytes::run_client(io, s, sock);
+    result r = run_client(io, s, byte_ops<tcp::socket>{sock});
     finish_client(ctl, r);
     return r;
 }
@@ -27,7 +27,8 @@ void tcp_server(const settings& s, control& ctl) {
     ctl.send("port " + std::to_string(acceptor.local_endpoint().port()));
     tcp::socket sock = acceptor.accept();
     sock.set_option(tcp::no_delay(true));
-    auto [allocs, ops] = bytes::run_server(io, s, sock, [&] { ctl.send("ready go"); });
+    auto [allocs, ops] =
+        run_server(io, s, byte_ops<tcp::socket>{sock}, [&] { ctl.send("ready go"); });
     finish_server(ctl, allocs, ops);
 }
 

@@ -54,6 +54,41 @@ void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info
     ucp_request_free(request);
 }
 
+// Parameters of a send, put, get or flush reporting to `sl`.
+ucp_request_param_t send_param(slot& sl) {
+    sl.done = false;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = send_cb;
+    p.user_data = &sl;
+    return p;
+}
+
+// After a send-like call: `sl` is complete at once when UCX returned no request.
+void started(ucs_status_ptr_t r, slot& sl, const char* what) {
+    if (UCS_PTR_IS_ERR(r))
+        throw_status(UCS_PTR_STATUS(r), what);
+    if (r == nullptr)
+        sl.complete(UCS_OK);
+}
+
+// Requests whose completion callbacks report to one list (not movable:
+// each request points at the list).
+struct slot_pool {
+    std::vector<slot> slots;
+    std::vector<std::size_t> completed;
+    explicit slot_pool(std::size_t n) : slots(n) {
+        completed.reserve(n);
+        for (std::size_t k = 0; k < n; ++k) {
+            slots[k].index = k;
+            slots[k].completed = &completed;
+        }
+    }
+    slot_pool(const slot_pool&) = delete;
+    slot_pool& operator=(const slot_pool&) = delete;
+    slot& operator[](std::size_t k) { return slots[k]; }
+};
+
 void ep_error_cb(void*, ucp_ep_h, ucs_status_t status) {
     // Only during teardown (the peer left first) is this expected.
     (void)status;
@@ -169,45 +204,23 @@ struct ucp_side {
     }
 
     void send(const void* buf, std::size_t n, ucp_tag_t tag, slot& sl) {
-        sl.done = false;
-        ucp_request_param_t p{};
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.send = send_cb;
-        p.user_data = &sl;
-        ucs_status_ptr_t r = ucp_tag_send_nbx(ep, buf, n, tag, &p);
-        if (UCS_PTR_IS_ERR(r))
-            throw_status(UCS_PTR_STATUS(r), "ucp_tag_send_nbx");
-        if (r == nullptr)
-            sl.complete(UCS_OK);
+        const ucp_request_param_t p = send_param(sl);
+        started(ucp_tag_send_nbx(ep, buf, n, tag, &p), sl, "ucp_tag_send_nbx");
     }
 
     // A put (or get) of `n` bytes at `buf` to (from) `remote` in `rkey`'s region.
     void rma(bool put, void* buf, std::size_t n, std::uint64_t remote, ucp_rkey_h rkey, slot& sl) {
-        sl.done = false;
-        ucp_request_param_t p{};
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.send = send_cb;
-        p.user_data = &sl;
-        ucs_status_ptr_t r = put ? ucp_put_nbx(ep, buf, n, remote, rkey, &p)
-                                 : ucp_get_nbx(ep, buf, n, remote, rkey, &p);
-        if (UCS_PTR_IS_ERR(r))
-            throw_status(UCS_PTR_STATUS(r), put ? "ucp_put_nbx" : "ucp_get_nbx");
-        if (r == nullptr)
-            sl.complete(UCS_OK);
+        const ucp_request_param_t p = send_param(sl);
+        started(put ? ucp_put_nbx(ep, buf, n, remote, rkey, &p)
+                    : ucp_get_nbx(ep, buf, n, remote, rkey, &p),
+                sl, put ? "ucp_put_nbx" : "ucp_get_nbx");
     }
 
     // Flushes the endpoint: every put is then visible at the peer.
     void flush() {
         slot sl;
-        ucp_request_param_t p{};
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.send = send_cb;
-        p.user_data = &sl;
-        ucs_status_ptr_t r = ucp_ep_flush_nbx(ep, &p);
-        if (UCS_PTR_IS_ERR(r))
-            throw_status(UCS_PTR_STATUS(r), "ucp_ep_flush_nbx");
-        if (r == nullptr)
-            sl.complete(UCS_OK);
+        const ucp_request_param_t p = send_param(sl);
+        started(ucp_ep_flush_nbx(ep, &p), sl, "ucp_ep_flush_nbx");
         wait([&] { return sl.done; });
         throw_status(sl.status, "flush");
     }
@@ -269,21 +282,10 @@ void ok(const slot& sl, const char* what) {
     throw_status(sl.status, what);
 }
 
-struct counts {
-    std::size_t alloc_start = 0, alloc_end = 0;
-    void begin() {
-        alloc_start = allocations();
-        counting(true);
-    }
-    void end() {
-        counting(false);
-        alloc_end = allocations();
-    }
-};
-
 // ---- RMA: put_bw, get_bw (the loop of the library's callback client) ----
 
-result rma_client(const settings& s, control& ctl, ucp_side& u) {
+// Runs the put or get test; `c` counts its measured phase.
+void rma_client(const settings& s, control& ctl, ucp_side& u, result& r, measurement& c) {
     const std::string key = ctl.expect("key");
     const auto space = key.find(' ');
     if (space == std::string::npos)
@@ -302,20 +304,14 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
         fill(bufs[0], 0);
     // Requests in flight: with --check one per slot, else `--window` on slot 0.
     const std::size_t nreq = s.check ? slots : s.window;
-    std::vector<slot> reqs(nreq);
-    std::vector<std::size_t> completed, free_reqs, written;
-    completed.reserve(nreq);
+    slot_pool reqs(nreq);
+    std::vector<std::size_t> free_reqs, written;
     written.reserve(nreq);
-    for (std::size_t k = nreq; k > 0; --k) {
-        reqs[k - 1].index = k - 1;
-        reqs[k - 1].completed = &completed;
+    for (std::size_t k = nreq; k > 0; --k)
         free_reqs.push_back(k - 1);
-    }
     std::vector<std::uint64_t> last_seq(slots);
     std::uint64_t next = 0;
 
-    result r;
-    counts c;
     for (int round = 0; round < 2; ++round) {
         std::size_t remaining = round == 0 ? s.warmup_iters() : s.measured_iters();
         clock_type::time_point t0{};
@@ -353,8 +349,8 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
                     break;
                 continue;
             }
-            u.wait([&] { return !completed.empty(); });
-            for (std::size_t k : completed) {
+            u.wait([&] { return !reqs.completed.empty(); });
+            for (std::size_t k : reqs.completed) {
                 ok(reqs[k], put ? "put" : "get");
                 --inflight;
                 if (s.check && put) {
@@ -365,18 +361,12 @@ result rma_client(const settings& s, control& ctl, ucp_side& u) {
                     check(bufs[k], k, "get");
                 free_reqs.push_back(k);
             }
-            completed.clear();
+            reqs.completed.clear();
         }
         if (round == 1)
             r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
     }
     c.end();
-    r.operations = s.measured_iters() + 1;
-    r.messages = s.measured_iters();
-    r.bytes = r.messages * s.size;
-    r.allocations = c.alloc_end - c.alloc_start;
-    finish_client(ctl, r);
-    return r;
 }
 
 void rma_server(const settings& s, control& ctl, ucp_side& u) {
@@ -409,6 +399,166 @@ void rma_server(const settings& s, control& ctl, ucp_side& u) {
     while (served.serve());
 }
 
+// tag_lat: the ping-pong of the library's latency loops.
+void tag_lat_client(const settings& s, ucp_side& u, result& r, measurement& c) {
+    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
+    r.one_way_us.reserve(s.measured_iters());
+    std::vector<std::byte> out(s.size), in(s.size);
+    slot ss, rs;
+    for (std::size_t i = 0; i < total; ++i) {
+        if (i == warmup)
+            c.begin();
+        if (s.check)
+            fill(out, i);
+        const auto t0 = clock_type::now();
+        // Send, then post the receive, as ucx_perftest and the library's
+        // loops do (no progress runs in between).
+        u.send(out.data(), out.size(), data_bit | i, ss);
+        u.recv(in.data(), in.size(), reply_bit | i, ~ucp_tag_t{0}, rs);
+        u.wait([&] { return rs.done; });
+        const auto t1 = clock_type::now();
+        u.wait([&] { return ss.done; });
+        ok(rs, "tag receive");
+        ok(ss, "tag send");
+        if (rs.length != s.size)
+            throw failure("reply of the wrong size");
+        if (s.check)
+            check(in, i, "reply");
+        if (i >= warmup)
+            r.one_way_us.push_back(one_way_us(t0, t1));
+    }
+    c.end();
+}
+
+// tag_bw: --window sends in flight, then the acknowledgement.
+void tag_bw_client(const settings& s, ucp_side& u, result& r, measurement& c) {
+    const std::size_t warmup = s.warmup_iters();
+    const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1, std::vector<std::byte>(s.size));
+    if (!s.check)
+        fill(bufs[0], 0);
+    slot_pool slots(nslots);
+    std::vector<std::size_t> free_slots;
+    for (std::size_t k = 0; k < nslots; ++k)
+        free_slots.push_back(k);
+    std::uint64_t next = 0, ack = 0;
+    slot ack_slot;
+    for (int round = 0; round < 2; ++round) {
+        std::size_t remaining = round == 0 ? warmup : s.measured_iters();
+        clock_type::time_point t0{};
+        if (round == 1) {
+            c.begin();
+            t0 = clock_type::now();
+        }
+        u.recv(&ack, sizeof ack, ack_tag, ~ucp_tag_t{0}, ack_slot);
+        std::size_t inflight = 0;
+        while (remaining > 0 || inflight > 0) {
+            while (remaining > 0 && !free_slots.empty()) {
+                const std::size_t k = free_slots.back();
+                free_slots.pop_back();
+                const std::uint64_t seq = next++;
+                auto& b = bufs[s.check ? k : 0];
+                if (s.check)
+                    fill(b, seq);
+                --remaining;
+                ++inflight;
+                u.send(b.data(), b.size(), data_bit, slots[k]);
+            }
+            u.wait([&] { return !slots.completed.empty(); });
+            for (std::size_t k : slots.completed) {
+                ok(slots[k], "tag send");
+                --inflight;
+                free_slots.push_back(k);
+            }
+            slots.completed.clear();
+        }
+        u.wait([&] { return ack_slot.done; });
+        ok(ack_slot, "acknowledgement receive");
+        if (round == 1)
+            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+    }
+    c.end();
+}
+
+// tag_lat: each ping answered from its own buffer, the next receive posted
+// once the reply before it left.
+void tag_lat_server(const settings& s, control& ctl, ucp_side& u, measurement& c) {
+    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
+    std::vector<std::byte> buf[2] = {std::vector<std::byte>(s.size),
+                                     std::vector<std::byte>(s.size)};
+    slot rs[2], ss[2];
+    ss[0].done = ss[1].done = true;
+    u.recv(buf[0].data(), s.size, data_bit, data_bit, rs[0]);
+    ctl.send("ready go");
+    for (std::size_t k = 0; k < total; ++k) {
+        const std::size_t cur = k % 2, nxt = (k + 1) % 2;
+        u.wait([&] { return rs[cur].done; });
+        ok(rs[cur], "tag receive");
+        if (rs[cur].length != s.size)
+            throw failure("message of the wrong size");
+        const std::uint64_t seq = rs[cur].tag & seq_mask;
+        if (s.check)
+            check(buf[cur], seq, "ping");
+        if (k + 1 == warmup)
+            c.begin();
+        u.send(buf[cur].data(), s.size, reply_bit | seq, ss[cur]);
+        if (k + 1 < total) {
+            u.wait([&] { return ss[nxt].done; });
+            ok(ss[nxt], "tag send");
+            u.recv(buf[nxt].data(), s.size, data_bit, data_bit, rs[nxt]);
+        }
+    }
+    u.wait([&] { return ss[0].done && ss[1].done; });
+    c.end();
+}
+
+// tag_bw: --window receives, the acknowledgements after the warm-up and the end.
+void tag_bw_server(const settings& s, control& ctl, ucp_side& u, measurement& c) {
+    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
+    // --window receives into one buffer without --check, as in
+    // ucx_perftest; with --check fewer, one buffer each, within 64 MiB.
+    const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1, std::vector<std::byte>(s.size));
+    const auto buf_of = [&](std::size_t k) { return bufs[s.check ? k : 0].data(); };
+    slot_pool slots(nslots);
+    std::vector<std::uint64_t> seqs(nslots); // the message each slot's receive gets
+    std::size_t posted = 0, received = 0;
+    for (std::size_t k = 0; k < nslots && posted < total; ++k) {
+        seqs[k] = posted++;
+        u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
+    }
+    ctl.send("ready go");
+    std::uint64_t ack = 0;
+    slot ack_slot;
+    std::vector<std::size_t> batch;
+    batch.reserve(nslots);
+    while (received < total) {
+        u.wait([&] { return !slots.completed.empty(); });
+        batch.swap(slots.completed);
+        for (std::size_t k : batch) {
+            ok(slots[k], "tag receive");
+            if (slots[k].length != s.size)
+                throw failure("message of the wrong size");
+            if (s.check)
+                check(bufs[k], seqs[k], "data");
+            ++received;
+            if (posted < total) {
+                seqs[k] = posted++;
+                u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
+            }
+            if (received == warmup || received == total) {
+                if (received == warmup)
+                    c.begin();
+                u.send(&ack, sizeof ack, ack_tag, ack_slot);
+                u.wait([&] { return ack_slot.done; });
+                ok(ack_slot, "acknowledgement send");
+            }
+        }
+        batch.clear();
+    }
+    c.end();
+}
+
 } // namespace
 
 result ucp_client(const settings& s, control& ctl) {
@@ -418,100 +568,18 @@ result ucp_client(const settings& s, control& ctl) {
     ucp_side u(s);
     u.connect(ctl.expect("address"));
     ctl.send("address " + u.address());
-    if (a == api::rma)
-        return rma_client(s, ctl, u);
-    ctl.expect("ready");
-
     result r;
-    counts c;
-    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
-    const test_info* t = find_test(s.test);
-    if (t->kind == kind::latency) {
-        r.one_way_us.reserve(s.measured_iters());
-        std::vector<std::byte> out(s.size), in(s.size);
-        slot ss, rs;
-        for (std::size_t i = 0; i < total; ++i) {
-            if (i == warmup)
-                c.begin();
-            if (s.check)
-                fill(out, i);
-            const auto t0 = clock_type::now();
-            // Send, then post the receive, as ucx_perftest and the library's
-            // loops do (no progress runs in between).
-            u.send(out.data(), out.size(), data_bit | i, ss);
-            u.recv(in.data(), in.size(), reply_bit | i, ~ucp_tag_t{0}, rs);
-            u.wait([&] { return rs.done; });
-            const auto t1 = clock_type::now();
-            u.wait([&] { return ss.done; });
-            ok(rs, "tag receive");
-            ok(ss, "tag send");
-            if (rs.length != s.size)
-                throw failure("reply of the wrong size");
-            if (s.check)
-                check(in, i, "reply");
-            if (i >= warmup)
-                r.one_way_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() /
-                                       2);
-        }
-        c.end();
-        r.operations = 2 * s.measured_iters();
+    measurement c;
+    if (a == api::rma) {
+        rma_client(s, ctl, u, r, c);
     } else {
-        const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
-        std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1,
-                                                 std::vector<std::byte>(s.size));
-        if (!s.check)
-            fill(bufs[0], 0);
-        std::vector<std::size_t> completed;
-        completed.reserve(nslots);
-        std::vector<slot> slots(nslots);
-        std::vector<std::size_t> free_slots;
-        for (std::size_t k = 0; k < nslots; ++k) {
-            slots[k].index = k;
-            slots[k].completed = &completed;
-            free_slots.push_back(k);
-        }
-        std::uint64_t next = 0, ack = 0;
-        slot ack_slot;
-        for (int round = 0; round < 2; ++round) {
-            std::size_t remaining = round == 0 ? warmup : s.measured_iters();
-            clock_type::time_point t0{};
-            if (round == 1) {
-                c.begin();
-                t0 = clock_type::now();
-            }
-            u.recv(&ack, sizeof ack, ack_tag, ~ucp_tag_t{0}, ack_slot);
-            std::size_t inflight = 0;
-            while (remaining > 0 || inflight > 0) {
-                while (remaining > 0 && !free_slots.empty()) {
-                    const std::size_t k = free_slots.back();
-                    free_slots.pop_back();
-                    const std::uint64_t seq = next++;
-                    auto& b = bufs[s.check ? k : 0];
-                    if (s.check)
-                        fill(b, seq);
-                    --remaining;
-                    ++inflight;
-                    u.send(b.data(), b.size(), data_bit, slots[k]);
-                }
-                u.wait([&] { return !completed.empty(); });
-                for (std::size_t k : completed) {
-                    ok(slots[k], "tag send");
-                    --inflight;
-                    free_slots.push_back(k);
-                }
-                completed.clear();
-            }
-            u.wait([&] { return ack_slot.done; });
-            ok(ack_slot, "acknowledgement receive");
-            if (round == 1)
-                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-        }
-        c.end();
-        r.operations = s.measured_iters() + 1;
+        ctl.expect("ready");
+        if (find_test(s.test)->kind == kind::latency)
+            tag_lat_client(s, u, r, c);
+        else
+            tag_bw_client(s, u, r, c);
     }
-    r.messages = s.measured_iters();
-    r.bytes = r.messages * s.size;
-    r.allocations = c.alloc_end - c.alloc_start;
+    count_measured(s, c.counted(), r);
     finish_client(ctl, r);
     return r;
 }
@@ -526,91 +594,12 @@ void ucp_server(const settings& s, control& ctl) {
     if (a == api::rma)
         return rma_server(s, ctl, u);
 
-    counts c;
-    const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
-    const test_info* t = find_test(s.test);
-    std::size_t ops = 0;
-    if (t->kind == kind::latency) {
-        std::vector<std::byte> buf[2] = {std::vector<std::byte>(s.size),
-                                         std::vector<std::byte>(s.size)};
-        slot rs[2], ss[2];
-        ss[0].done = ss[1].done = true;
-        u.recv(buf[0].data(), s.size, data_bit, data_bit, rs[0]);
-        ctl.send("ready go");
-        for (std::size_t k = 0; k < total; ++k) {
-            const std::size_t cur = k % 2, nxt = (k + 1) % 2;
-            u.wait([&] { return rs[cur].done; });
-            ok(rs[cur], "tag receive");
-            if (rs[cur].length != s.size)
-                throw failure("message of the wrong size");
-            const std::uint64_t seq = rs[cur].tag & seq_mask;
-            if (s.check)
-                check(buf[cur], seq, "ping");
-            if (k + 1 == warmup)
-                c.begin();
-            u.send(buf[cur].data(), s.size, reply_bit | seq, ss[cur]);
-            if (k + 1 < total) {
-                u.wait([&] { return ss[nxt].done; });
-                ok(ss[nxt], "tag send");
-                u.recv(buf[nxt].data(), s.size, data_bit, data_bit, rs[nxt]);
-            }
-        }
-        u.wait([&] { return ss[0].done && ss[1].done; });
-        c.end();
-        ops = 2 * s.measured_iters();
-    } else {
-        // --window receives into one buffer without --check, as in
-        // ucx_perftest; with --check fewer, one buffer each, within 64 MiB.
-        const std::size_t nslots = s.check ? buffer_slots(s) : s.window;
-        std::vector<std::vector<std::byte>> bufs(s.check ? nslots : 1,
-                                                 std::vector<std::byte>(s.size));
-        const auto buf_of = [&](std::size_t k) { return bufs[s.check ? k : 0].data(); };
-        std::vector<std::size_t> completed;
-        completed.reserve(nslots);
-        std::vector<slot> slots(nslots);
-        std::vector<std::uint64_t> seqs(nslots); // the message each slot's receive gets
-        std::size_t posted = 0, received = 0;
-        for (std::size_t k = 0; k < nslots; ++k) {
-            slots[k].index = k;
-            slots[k].completed = &completed;
-        }
-        for (std::size_t k = 0; k < nslots && posted < total; ++k) {
-            seqs[k] = posted++;
-            u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
-        }
-        ctl.send("ready go");
-        std::uint64_t ack = 0;
-        slot ack_slot;
-        std::vector<std::size_t> batch;
-        batch.reserve(nslots);
-        while (received < total) {
-            u.wait([&] { return !completed.empty(); });
-            batch.swap(completed);
-            for (std::size_t k : batch) {
-                ok(slots[k], "tag receive");
-                if (slots[k].length != s.size)
-                    throw failure("message of the wrong size");
-                if (s.check)
-                    check(bufs[k], seqs[k], "data");
-                ++received;
-                if (posted < total) {
-                    seqs[k] = posted++;
-                    u.recv(buf_of(k), s.size, data_bit, ~ucp_tag_t{0}, slots[k]);
-                }
-                if (received == warmup || received == total) {
-                    if (received == warmup)
-                        c.begin();
-                    u.send(&ack, sizeof ack, ack_tag, ack_slot);
-                    u.wait([&] { return ack_slot.done; });
-                    ok(ack_slot, "acknowledgement send");
-                }
-            }
-            batch.clear();
-        }
-        c.end();
-        ops = s.measured_iters() + 1;
-    }
-    finish_server(ctl, c.alloc_end - c.alloc_start, ops);
+    measurement c;
+    if (find_test(s.test)->kind == kind::latency)
+        tag_lat_server(s, ctl, u, c);
+    else
+        tag_bw_server(s, ctl, u, c);
+    finish_server(ctl, c.counted(), measured_operations(s));
 }
 
 } // namespace perf

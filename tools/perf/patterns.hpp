@@ -1,0 +1,515 @@
+// ucx-asio-perf: the measurement loops, each written once for every message
+// kind (tags, active messages, byte streams) and for both completion styles.
+//
+// A kind `Ops` (tag_ops, am_ops, byte_ops) is a small value type that says
+// how each role of message travels:
+//   send_ping / send_reply / send_data (seq&, const_buffer, token), send_ack
+//   (ack&, token): complete with (error_code, std::size_t); `seq` and `ack`
+//   stay valid until then (headers).
+//   recv_ping (buffer, token), recv_reply (seq, buffer, token), recv_data
+//   (buffer, token), recv_ack (ack&, token): complete with the operation's
+//   own results, which `received(buffer, results...)` turns into the kind's
+//   `message`; `payload(message)` and `seq(message)` read it.
+//   run(io, settings, done): runs handlers until `done` (or io.stop()).
+// And by constants: `own_buffers` (receives land in the caller's buffers),
+// `numbered` (pings and replies carry their number) and `numbered_data`
+// (bandwidth data do; otherwise a message's number is its place in the
+// order), `one_at_a_time` (a byte stream: one read and one write at a time,
+// in order), `reply_posted_first` (the latency client posts the receive of
+// the reply before the ping's send), `receivers(settings)` (the bandwidth
+// server's receives in flight).
+//
+// Dispatch is static: no allocation, virtual call or type erasure per message.
+#pragma once
+
+#include "common.hpp"
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <exception>
+#include <tuple>
+#include <utility>
+
+namespace perf {
+
+using asio::awaitable;
+using asio::use_awaitable;
+using error_code = boost::system::error_code;
+
+/// A received message of a kind that receives into the caller's buffer.
+struct received_bytes {
+    asio::const_buffer bytes;
+    std::uint64_t tag = 0;
+};
+
+/// Throws unless `m` has the test's size and (with --check) message `seq`'s content.
+template <class Ops>
+void expect(const settings& s, const typename Ops::message& m, std::uint64_t seq,
+            const char* what) {
+    const asio::const_buffer p = Ops::payload(m);
+    if (p.size() != s.size)
+        throw failure(std::string(what) + " of the wrong size");
+    if (s.check)
+        check({static_cast<const std::byte*>(p.data()), p.size()}, seq, what);
+}
+
+/// A receive buffer of `n` bytes where the kind receives into the caller's.
+template <class Ops>
+std::vector<std::byte> recv_buffer(std::size_t n) {
+    return std::vector<std::byte>(Ops::own_buffers ? n : 0);
+}
+
+/// Everything one side of a run needs.
+template <class Ops>
+struct session {
+    const settings& s;
+    asio::io_context& io;
+    Ops ops;
+    std::size_t warmup = s.warmup_iters();
+    std::size_t total = s.warmup_iters() + s.measured_iters();
+    measurement m{};
+    std::exception_ptr error{};
+    bool done = false;
+
+    void begin_measuring() { m.begin(); }
+    void end_measuring() { m.end(); }
+    /// Ends the run (after the last completion).
+    void stop() {
+        done = true;
+        io.stop();
+    }
+    /// The last completion of a callback run.
+    void finish() {
+        end_measuring();
+        stop();
+    }
+    /// Runs handlers until the run ends; rethrows a coroutine's exception.
+    void run() {
+        Ops::run(io, s, done);
+        io.restart();
+        if (error)
+            std::rethrow_exception(error);
+    }
+};
+
+// ---- latency: callbacks ----
+
+template <class Ops>
+struct lat_client_cb {
+    session<Ops>& ss;
+    result& r;
+    std::vector<std::byte> out = std::vector<std::byte>(ss.s.size);
+    std::vector<std::byte> in = recv_buffer<Ops>(ss.s.size);
+    std::uint64_t i = 0;
+    int pending = 0;
+    clock_type::time_point t0{}, t_recv{};
+
+    void start() {
+        if (i == ss.warmup)
+            ss.begin_measuring();
+        if (ss.s.check)
+            fill(out, i);
+        pending = 2;
+        t0 = clock_type::now();
+        // Send first, then post the receive, as ucx_perftest does: nothing
+        // can arrive in between (no progress runs inside an initiation), and
+        // the receive's set-up stays off the message's path. A byte stream
+        // posts its read first.
+        if constexpr (Ops::reply_posted_first)
+            recv_reply();
+        send_ping();
+        if constexpr (!Ops::reply_posted_first)
+            recv_reply();
+    }
+    void send_ping() {
+        ss.ops.send_ping(i, asio::buffer(out), [this](error_code ec, std::size_t) {
+            throw_if(ec, Ops::send_what);
+            done_one();
+        });
+    }
+    void recv_reply() {
+        ss.ops.recv_reply(i, asio::buffer(in), [this](error_code ec, auto&&... got) {
+            t_recv = clock_type::now();
+            throw_if(ec, Ops::recv_what);
+            const auto m = Ops::received(asio::buffer(in), std::move(got)...);
+            if (Ops::numbered && Ops::seq(m) != i)
+                throw failure("reply out of order");
+            expect<Ops>(ss.s, m, i, "reply");
+            done_one();
+        });
+    }
+    void done_one() {
+        if (--pending != 0)
+            return;
+        if (i >= ss.warmup)
+            r.one_way_us.push_back(one_way_us(t0, t_recv));
+        if (++i < ss.total)
+            return start();
+        ss.finish();
+    }
+};
+
+template <class Ops>
+struct lat_server_cb {
+    session<Ops>& ss;
+    // Two of each: the reply to one ping may be in flight when the next
+    // arrives (one at a time: one buffer).
+    std::vector<std::byte> buf[2] = {recv_buffer<Ops>(ss.s.size),
+                                     recv_buffer<Ops>(Ops::one_at_a_time ? 0 : ss.s.size)};
+    typename Ops::message held[2]{};
+    std::uint64_t seq[2] = {0, 0};
+    std::size_t received = 0, sent = 0;
+
+    void start() { post_recv(); }
+    void post_recv() {
+        const std::size_t k = Ops::one_at_a_time ? 0 : received % 2;
+        ss.ops.recv_ping(asio::buffer(buf[k]), [this, k](error_code ec, auto&&... got) {
+            throw_if(ec, Ops::recv_what);
+            held[k] = Ops::received(asio::buffer(buf[k]), std::move(got)...);
+            seq[k] = Ops::numbered ? Ops::seq(held[k]) : received;
+            expect<Ops>(ss.s, held[k], seq[k], "ping");
+            if (++received == ss.warmup)
+                ss.begin_measuring();
+            // The reply first, then the next receive (the other buffer), as
+            // in the client; one at a time, once the reply is written.
+            ss.ops.send_reply(seq[k], Ops::payload(held[k]), [this, k](error_code ec, std::size_t) {
+                throw_if(ec, Ops::send_what);
+                held[k] = {};
+                if (++sent == ss.total)
+                    return ss.finish();
+                if (Ops::one_at_a_time)
+                    post_recv();
+            });
+            if (!Ops::one_at_a_time && received < ss.total)
+                post_recv();
+        });
+    }
+};
+
+// ---- bandwidth: callbacks ----
+
+template <class Ops>
+struct bw_client_cb {
+    session<Ops>& ss;
+    result& r;
+    std::size_t slots = Ops::one_at_a_time ? 1 : ss.s.check ? buffer_slots(ss.s) : ss.s.window;
+    std::vector<std::vector<std::byte>> bufs{};
+    std::vector<std::uint64_t> seqs{}; // each slot's message number (headers)
+    std::vector<std::size_t> free_slots{};
+    std::uint64_t next = 0;
+    std::size_t remaining = 0, inflight = 0;
+    std::uint64_t ack = 0;
+    bool acked = false;
+    int round = 0;
+    clock_type::time_point t0{};
+
+    void start() {
+        bufs.resize(ss.s.check ? slots : 1, std::vector<std::byte>(ss.s.size));
+        seqs.resize(slots);
+        if (!ss.s.check)
+            fill(bufs[0], 0);
+        for (std::size_t k = 0; k < slots; ++k)
+            free_slots.push_back(k);
+        start_round(ss.warmup);
+    }
+    void start_round(std::size_t n) {
+        remaining = n;
+        acked = false;
+        if (round == 1) {
+            ss.begin_measuring();
+            t0 = clock_type::now();
+        }
+        // The acknowledgement's receive first; one at a time, after the
+        // last write.
+        if (!Ops::one_at_a_time || remaining == 0)
+            recv_ack();
+        while (remaining > 0 && !free_slots.empty())
+            send_one();
+    }
+    void recv_ack() {
+        ss.ops.recv_ack(ack, [this](error_code ec, auto&&...) {
+            throw_if(ec, "acknowledgement receive");
+            acked = true;
+            if (round == 1)
+                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+            maybe_end_round();
+        });
+    }
+    void send_one() {
+        const std::size_t slot = free_slots.back();
+        free_slots.pop_back();
+        seqs[slot] = next++;
+        --remaining;
+        ++inflight;
+        auto& b = bufs[ss.s.check ? slot : 0];
+        if (ss.s.check)
+            fill(b, seqs[slot]);
+        ss.ops.send_data(seqs[slot], asio::buffer(b), [this, slot](error_code ec, std::size_t) {
+            throw_if(ec, Ops::send_what);
+            --inflight;
+            free_slots.push_back(slot);
+            if (remaining > 0)
+                send_one();
+            else if (Ops::one_at_a_time)
+                recv_ack();
+            else
+                maybe_end_round();
+        });
+    }
+    void maybe_end_round() {
+        if (!acked || inflight != 0)
+            return;
+        if (round++ == 0)
+            return start_round(ss.s.measured_iters());
+        ss.finish();
+    }
+};
+
+template <class Ops>
+struct bw_server_cb {
+    session<Ops>& ss;
+    // As many receives as the sender keeps sends in flight (with --check
+    // fewer, one buffer each, within 64 MiB).
+    std::size_t slots = Ops::receivers(ss.s);
+    std::vector<std::vector<std::byte>> bufs{};
+    std::vector<std::uint64_t> seqs{}; // the message each slot's receive gets
+    std::size_t posted = 0, received = 0;
+    std::uint64_t ack = 0;
+
+    void start() {
+        // Without --check every receive lands in one buffer, as in
+        // ucx_perftest (and as the sender sends from one buffer).
+        bufs.resize(ss.s.check ? slots : 1, recv_buffer<Ops>(ss.s.size));
+        seqs.resize(slots);
+        for (std::size_t k = 0; k < slots && posted < ss.total; ++k)
+            post_recv(k);
+    }
+    void post_recv(std::size_t slot) {
+        seqs[slot] = posted++;
+        ss.ops.recv_data(
+            asio::buffer(bufs[ss.s.check ? slot : 0]), [this, slot](error_code ec, auto&&... got) {
+                throw_if(ec, Ops::recv_what);
+                auto& b = bufs[ss.s.check ? slot : 0];
+                auto m = Ops::received(asio::buffer(b), std::move(got)...);
+                expect<Ops>(ss.s, m, Ops::numbered_data ? Ops::seq(m) : seqs[slot], "data");
+                m = {};
+                ++received;
+                // One at a time: the acknowledgement before the next read.
+                const bool ack_due = received == ss.warmup || received == ss.total;
+                if (posted < ss.total && !(Ops::one_at_a_time && ack_due))
+                    post_recv(slot);
+                if (ack_due)
+                    send_ack(received == ss.total);
+            });
+    }
+    void send_ack(bool last) {
+        if (!last)
+            ss.begin_measuring();
+        ss.ops.send_ack(ack, [this, last](error_code ec, std::size_t) {
+            throw_if(ec, "acknowledgement send");
+            if (last)
+                ss.finish();
+            else if (Ops::one_at_a_time)
+                post_recv(0);
+        });
+    }
+};
+
+// ---- coroutines ----
+
+template <class Ops>
+awaitable<void> lat_client_co(session<Ops>& ss, result& r) {
+    const settings& s = ss.s;
+    std::vector<std::byte> out(s.size), in = recv_buffer<Ops>(s.size);
+    for (std::uint64_t i = 0; i < ss.total; ++i) {
+        if (i == ss.warmup)
+            ss.begin_measuring();
+        if (s.check)
+            fill(out, i);
+        const auto t0 = clock_type::now();
+        co_await ss.ops.send_ping(i, asio::buffer(out), use_awaitable);
+        auto got = co_await ss.ops.recv_reply(i, asio::buffer(in), use_awaitable);
+        const auto t1 = clock_type::now();
+        const auto m = Ops::received(asio::buffer(in), std::move(got));
+        if (Ops::numbered && Ops::seq(m) != i)
+            throw failure("reply out of order");
+        expect<Ops>(s, m, i, "reply");
+        if (i >= ss.warmup)
+            r.one_way_us.push_back(one_way_us(t0, t1));
+    }
+    ss.end_measuring();
+}
+
+template <class Ops>
+awaitable<void> lat_server_co(session<Ops>& ss) {
+    std::vector<std::byte> buf = recv_buffer<Ops>(ss.s.size);
+    for (std::size_t i = 0; i < ss.total; ++i) {
+        const auto m = Ops::received(asio::buffer(buf),
+                                     co_await ss.ops.recv_ping(asio::buffer(buf), use_awaitable));
+        std::uint64_t seq = Ops::numbered ? Ops::seq(m) : i;
+        expect<Ops>(ss.s, m, seq, "ping");
+        if (i + 1 == ss.warmup)
+            ss.begin_measuring();
+        co_await ss.ops.send_reply(seq, Ops::payload(m), use_awaitable);
+    }
+    ss.end_measuring();
+}
+
+/// Shared by the sending coroutines of one round.
+struct bw_round {
+    std::uint64_t next = 0;
+    std::size_t remaining = 0;
+    std::size_t active = 0;
+};
+
+template <class Ops>
+awaitable<void> bw_sender_co(session<Ops>& ss, bw_round& round, std::vector<std::byte>& buf) {
+    while (round.remaining > 0) {
+        --round.remaining;
+        std::uint64_t seq = round.next++;
+        if (ss.s.check)
+            fill(buf, seq);
+        co_await ss.ops.send_data(seq, asio::buffer(buf), use_awaitable);
+    }
+}
+
+template <class Ops>
+awaitable<void> bw_client_co(session<Ops>& ss, result& r) {
+    const settings& s = ss.s;
+    const std::size_t senders = Ops::one_at_a_time ? 1 : s.check ? buffer_slots(s) : s.window;
+    std::vector<std::vector<std::byte>> bufs(s.check ? senders : 1, std::vector<std::byte>(s.size));
+    if (!s.check)
+        fill(bufs[0], 0);
+    bw_round round;
+    std::uint64_t ack = 0;
+    for (int k = 0; k < 2; ++k) {
+        clock_type::time_point t0{};
+        if (k == 1) {
+            ss.begin_measuring();
+            t0 = clock_type::now();
+        }
+        round.remaining = k == 0 ? ss.warmup : s.measured_iters();
+        if constexpr (Ops::one_at_a_time) {
+            // Every write, then the acknowledgement's read.
+            co_await bw_sender_co(ss, round, bufs[0]);
+        } else {
+            for (std::size_t j = 0; j < senders; ++j) {
+                ++round.active;
+                asio::co_spawn(ss.io, bw_sender_co(ss, round, bufs[s.check ? j : 0]),
+                               [&round](std::exception_ptr e) {
+                                   --round.active;
+                                   if (e)
+                                       std::rethrow_exception(e);
+                               });
+            }
+        }
+        co_await ss.ops.recv_ack(ack, use_awaitable);
+        if (k == 1)
+            r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+        while (round.active > 0)
+            co_await asio::post(ss.io, use_awaitable);
+    }
+    ss.end_measuring();
+}
+
+template <class Ops>
+awaitable<void> bw_receiver_co(session<Ops>& ss, std::size_t& posted, std::size_t& received,
+                               std::vector<std::byte>& buf) {
+    std::uint64_t ack = 0;
+    while (posted < ss.total) {
+        const std::uint64_t seq = posted++;
+        auto m = Ops::received(asio::buffer(buf),
+                               co_await ss.ops.recv_data(asio::buffer(buf), use_awaitable));
+        expect<Ops>(ss.s, m, Ops::numbered_data ? Ops::seq(m) : seq, "data");
+        m = {};
+        ++received;
+        if (received == ss.warmup || received == ss.total) {
+            if (received == ss.warmup)
+                ss.begin_measuring();
+            co_await ss.ops.send_ack(ack, use_awaitable);
+        }
+    }
+}
+
+/// Runs a coroutine to completion.
+template <class Ops>
+void spawn_and_run(session<Ops>& ss, awaitable<void> a) {
+    asio::co_spawn(ss.io, std::move(a), [&ss](std::exception_ptr e) {
+        ss.error = e;
+        ss.stop();
+    });
+    ss.run();
+}
+
+/// Runs a callback-style client or server `T` to completion; `ready` runs
+/// once it has started.
+template <class T, class Ops, class Ready, class... Extra>
+void run_callbacks(session<Ops>& ss, Ready ready, Extra&... extra) {
+    T c{ss, extra...};
+    c.start();
+    ready();
+    ss.run();
+}
+
+/// Runs the receiving coroutines of a bandwidth server to completion.
+template <class Ops>
+void run_receivers(session<Ops>& ss) {
+    const settings& s = ss.s;
+    const std::size_t count = Ops::receivers(s);
+    // One buffer for every receive without --check, as in ucx_perftest.
+    std::vector<std::vector<std::byte>> bufs(s.check ? count : 1, recv_buffer<Ops>(s.size));
+    std::size_t posted = 0, received = 0, active = 0;
+    for (std::size_t j = 0; j < count; ++j) {
+        ++active;
+        asio::co_spawn(ss.io, bw_receiver_co(ss, posted, received, bufs[s.check ? j : 0]),
+                       [&ss, &active](std::exception_ptr e) {
+                           if (e && !ss.error)
+                               ss.error = e;
+                           if (--active == 0 || e) {
+                               ss.end_measuring();
+                               ss.stop();
+                           }
+                       });
+    }
+    ss.run();
+}
+
+/// Runs the client side of the test in `s`; returns its measurements.
+template <class Ops>
+result run_client(asio::io_context& io, const settings& s, Ops ops) {
+    session<Ops> ss{s, io, ops};
+    result r;
+    r.one_way_us.reserve(s.measured_iters());
+    const bool lat = find_test(s.test)->kind == kind::latency;
+    const auto none = [] {};
+    if (s.style == style::callback)
+        lat ? run_callbacks<lat_client_cb<Ops>>(ss, none, r)
+            : run_callbacks<bw_client_cb<Ops>>(ss, none, r);
+    else
+        spawn_and_run(ss, lat ? lat_client_co(ss, r) : bw_client_co(ss, r));
+    count_measured(s, ss.m.counted(), r);
+    return r;
+}
+
+/// Runs the server side (`ready` once it is ready for the first message);
+/// returns (allocations, operations) of the measured phase.
+template <class Ops, class Ready>
+std::pair<std::size_t, std::size_t> run_server(asio::io_context& io, const settings& s, Ops ops,
+                                               Ready ready) {
+    session<Ops> ss{s, io, ops};
+    const bool lat = find_test(s.test)->kind == kind::latency;
+    if (s.style == style::callback) {
+        lat ? run_callbacks<lat_server_cb<Ops>>(ss, ready)
+            : run_callbacks<bw_server_cb<Ops>>(ss, ready);
+    } else {
+        ready();
+        lat ? spawn_and_run(ss, lat_server_co(ss)) : run_receivers(ss);
+    }
+    return {ss.m.counted(), measured_operations(s)};
+}
+
+} // namespace perf
