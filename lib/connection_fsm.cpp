@@ -21,6 +21,14 @@ connection_action send(control_type m, std::uint64_t value) noexcept {
     a.value = value;
     return a;
 }
+
+connection_action to_stream(type t, std::uint64_t value, bool goodbye = false) noexcept {
+    connection_action a;
+    a.type = t;
+    a.value = value;
+    a.goodbye = goodbye;
+    return a;
+}
 } // namespace
 
 connection_actions connection_fsm::start(const start_params& p) noexcept {
@@ -100,12 +108,7 @@ connection_actions connection_fsm::on_control(const control_message& m) noexcept
             return out;
         peer_goodbye_ = true;
         peer_stream_end_ = m.recv_tag;
-        out.push([&] {
-            connection_action a = act(type::peer_stream_end);
-            a.value = m.recv_tag;
-            a.goodbye = true;
-            return a;
-        }());
+        out.push(to_stream(type::peer_stream_end, m.recv_tag, true));
         // UCX drops unread stream data when the peer's close reaches this
         // endpoint: keep it first, then let the peer close.
         out.push(act(type::take_received));
@@ -119,18 +122,12 @@ connection_actions connection_fsm::on_control(const control_message& m) noexcept
         if (peer_goodbye_)
             return out;
         peer_stream_end_ = m.recv_tag;
-        out.push([&] {
-            connection_action a = act(type::peer_stream_end);
-            a.value = m.recv_tag;
-            return a;
-        }());
+        out.push(to_stream(type::peer_stream_end, m.recv_tag));
         return out;
-    case control_type::stream_ack: {
-        connection_action a = act(type::peer_stream_acked);
-        a.value = m.recv_tag;
-        out.push(a);
+    case control_type::stream_ack:
+        // The peer read this many stream bytes: waiting writes may go on.
+        out.push(to_stream(type::peer_stream_acked, m.recv_tag));
         return out;
-    }
     case control_type::refused:
         // No address acceptor on the peer's worker took the hello.
         if (state_ == connection_state::connecting && connect_pending_)

@@ -274,13 +274,18 @@ void endpoint_impl::execute(const connection_actions& actions, operation* new_cl
                 linger_timer_->cancel();
             break;
         case type::accept_close:
-            new_close_op->payload = shared_from_this();
-            close_op_ = std::exchange(new_close_op, nullptr);
+            // The close operation owns the endpoint until it completes.
+            if (new_close_op) {
+                new_close_op->payload = shared_from_this();
+                close_op_ = std::exchange(new_close_op, nullptr);
+            }
             break;
         case type::reject_close:
-            if (!a.ec)
-                new_close_op->status = UCS_OK;
-            w.fail(std::exchange(new_close_op, nullptr), a.ec);
+            if (operation* op = std::exchange(new_close_op, nullptr)) {
+                if (!a.ec)
+                    op->status = UCS_OK;
+                w.fail(op, a.ec);
+            }
             break;
         case type::complete_close:
             if (operation* op = std::exchange(close_op_, nullptr)) {
