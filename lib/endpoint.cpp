@@ -75,12 +75,12 @@ void endpoint_impl::connect(const worker_address& address, error_code& ec) {
         ec = make_error_code(error::empty_address);
         return;
     }
-    role_ = role::address;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
     create(params, ec);
-    established_ = !ec;
+    if (!ec)
+        execute(fsm_.start({role::address}));
 }
 
 bool endpoint_impl::begin_connect(operation* op) noexcept {
@@ -100,9 +100,8 @@ bool endpoint_impl::begin_connect(operation* op) noexcept {
     return true;
 }
 
-bool endpoint_impl::create_client(ucp_ep_params_t& params, operation* op) noexcept {
-    role_ = role::client;
-    local_recv_tag_ = worker_->random_tag();
+bool endpoint_impl::create_client(ucp_ep_params_t& params, operation* op,
+                                  bool by_address) noexcept {
     error_code ec;
     create(params, ec);
     if (ec) {
@@ -110,6 +109,10 @@ bool endpoint_impl::create_client(ucp_ep_params_t& params, operation* op) noexce
         return false;
     }
     connect_op_ = op;
+    // Sends the hello (connect_to), or leaves it to connect_address.
+    const auto actions = fsm_.start({role::client, by_address, false, worker_->random_tag()});
+    if (!by_address)
+        execute(actions);
     return true;
 }
 
@@ -121,9 +124,7 @@ void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, operation* o
     params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     params.sockaddr.addr = addr;
     params.sockaddr.addrlen = len;
-    if (!create_client(params, op))
-        return;
-    worker_->send_control(ep_, control_message{control_type::hello, local_recv_tag_});
+    create_client(params, op, false);
 }
 
 void endpoint_impl::connect_address(const worker_address& address, operation* op) noexcept {
@@ -132,11 +133,10 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
     worker_impl& w = *worker_;
     if (address.empty())
         return w.fail(op, make_error_code(error::empty_address));
-    by_address_ = true;
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
-    if (!create_client(params, op))
+    if (!create_client(params, op, true))
         return;
     // The hello carries this worker's address: the acceptor needs it to make
     // UCX's endpoint for this connection its own (see accept_address).
@@ -147,7 +147,7 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
     std::shared_ptr<hello_state> state;
     try {
         state = std::make_shared<hello_state>(
-            hello_state{control_message{control_type::hello, local_recv_tag_}.encode(),
+            hello_state{control_message{control_type::hello, fsm_.local_tag()}.encode(),
                         w.address().ucx_bytes()});
         start_operation<error_result>(
             [state](const error_code&) {}, w,
@@ -184,9 +184,6 @@ void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hel
     // peer fails, without a word, unless the application created it: an
     // endpoint created here to the connector's address is paired by UCX
     // with the one the connector's messages arrive on, and is that one.
-    role_ = role::server;
-    by_address_ = true;
-    local_recv_tag_ = worker_->random_tag();
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address = reinterpret_cast<const ucp_address_t*>(peer.ucx_bytes().data());
@@ -203,95 +200,170 @@ void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hel
         return;
     }
     ec = {};
+    execute(fsm_.start({role::server, true, false, worker_->random_tag()}));
     on_control(hello); // established; sends the welcome
 }
 
 void endpoint_impl::adopt(ucp_ep_h ep) noexcept {
-    role_ = role::borrowed;
     ep_ = ep;
-    established_ = true;
     worker_->add_endpoint(this);
     registered_ = true;
+    execute(fsm_.start({role::borrowed}));
 }
 
 void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* listener,
                                    error_code& ec) {
-    role_ = role::server;
-    local_recv_tag_ = worker_->random_tag();
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
     params.conn_request = request;
     create(params, ec);
-    if (!ec)
-        listener_ = listener;
+    if (ec)
+        return;
+    listener_ = listener;
+    execute(fsm_.start({role::server, false, true, worker_->random_tag()}));
 }
 
 void endpoint_impl::on_control(const control_message& m) noexcept {
+    execute(fsm_.on_control(m));
+}
+
+void endpoint_impl::execute(const connection_actions& actions, operation* new_close_op) noexcept {
     // Completing an operation may drop the last owner of this endpoint
     // (a connect or close owns it); stay alive until done. Null in the destructor.
     const auto keep_alive = weak_from_this().lock();
-    switch (m.type) {
-    case control_type::hello:
-        if (role_ != role::server || established_)
-            return;
-        peer_recv_tag_ = m.recv_tag;
-        established_ = true;
-        worker_->send_control(ep_, control_message{control_type::welcome, local_recv_tag_});
-        if (listener_) {
-            listener_impl* l = listener_;
-            listener_ = nullptr;
-            l->on_established(shared_from_this());
-        }
-        return;
-    case control_type::welcome:
-        if (role_ != role::client || established_)
-            return;
-        peer_recv_tag_ = m.recv_tag;
-        established_ = true;
-        finish_connect({});
-        return;
-    case control_type::goodbye:
-        // The peer closes cleanly: what is pending here ends with eof. The
-        // goodbye carries how many stream bytes the peer sent (ucx::stream).
-        peer_goodbye_ = true;
-        peer_stream_bytes_ = m.recv_tag;
-        // UCX drops unread stream data when the peer's close reaches this
-        // endpoint: keep it first, then let the peer close.
-        if (watcher_ && ep_)
-            watcher_->take_received(ep_);
-        if (ep_)
-            worker_->send_control(ep_, control_message{control_type::goodbye_ack, 0});
-        if (!error_)
-            error_ = boost::asio::error::eof;
-        fail_pending(error_);
-        return;
-    case control_type::stream_end:
-        // A half close: reads there end after these bytes; writes go on.
-        if (!peer_goodbye_) {
-            peer_stream_end_ = true;
-            peer_stream_bytes_ = m.recv_tag;
-        }
-        return;
-    case control_type::stream_ack:
-        // The peer read this many stream bytes: blocked writes may go on.
-        if (m.recv_tag > peer_stream_consumed_) {
-            peer_stream_consumed_ = m.recv_tag;
+    worker_impl& w = *worker_;
+    using type = connection_action_type;
+    for (const connection_action& a : actions) {
+        switch (a.type) {
+        case type::send_control:
+            w.send_control(ep_, control_message{a.message, a.value});
+            break;
+        case type::complete_connect:
+            finish_connect(a.ec);
+            break;
+        case type::listener_established:
+            if (listener_impl* l = std::exchange(listener_, nullptr))
+                l->on_established(shared_from_this());
+            break;
+        case type::listener_failed:
+            if (listener_impl* l = std::exchange(listener_, nullptr))
+                l->on_failed(this);
+            break;
+        case type::fail_operations:
+            fail_pending(a.ec);
+            break;
+        case type::abort_operations:
+            abort_pending();
+            break;
+        case type::peer_stream_end:
             if (watcher_)
-                watcher_->stream_acked();
+                watcher_->peer_stream_end(a.value, a.goodbye);
+            break;
+        case type::peer_stream_acked:
+            if (watcher_)
+                watcher_->peer_stream_acked(a.value);
+            break;
+        case type::take_received:
+            if (watcher_ && ep_)
+                watcher_->take_received(ep_);
+            break;
+        case type::start_linger:
+            start_linger();
+            break;
+        case type::cancel_linger:
+            if (linger_timer_)
+                linger_timer_->cancel();
+            break;
+        case type::accept_close:
+            // The close operation owns the endpoint until it completes.
+            if (new_close_op) {
+                new_close_op->payload = shared_from_this();
+                close_op_ = std::exchange(new_close_op, nullptr);
+            }
+            break;
+        case type::reject_close:
+            if (operation* op = std::exchange(new_close_op, nullptr)) {
+                if (!a.ec)
+                    op->status = UCS_OK;
+                w.fail(op, a.ec);
+            }
+            break;
+        case type::complete_close:
+            if (operation* op = std::exchange(close_op_, nullptr)) {
+                op->status = UCS_OK;
+                w.fail(op, a.ec);
+            }
+            break;
+        case type::close_flush:
+            close_ucp(true);
+            break;
+        case type::close_force:
+            close_ucp(false);
+            break;
+        case type::release:
+            // UCX's own endpoint: nothing to close.
+            unmap();
+            ep_ = nullptr;
+            break;
         }
-        return;
-    case control_type::refused:
-        // No address acceptor on the peer's worker took the hello.
-        if (role_ == role::client && !established_ && connect_op_)
-            force_close(boost::asio::error::connection_refused);
-        return;
-    case control_type::goodbye_ack:
-        if (awaiting_ack_) {
-            awaiting_ack_ = false;
-            finish_close();
+    }
+}
+
+void endpoint_impl::start_linger() noexcept {
+    try {
+        if (!linger_timer_)
+            linger_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
+        linger_timer_->expires_after(goodbye_linger);
+        linger_timer_->async_wait([weak = weak_from_this()](const error_code& ec) {
+            auto self = weak.lock();
+            if (ec || !self)
+                return;
+            self->execute(self->fsm_.linger_expired());
+        });
+    } catch (...) {
+        execute(fsm_.linger_expired()); // close now
+    }
+}
+
+void endpoint_impl::close_ucp(bool flush) noexcept {
+    worker_impl& w = *worker_;
+    unmap();
+    ucp_ep_h ep = std::exchange(ep_, nullptr);
+    // Flush mode: the goodbye goes out first, and the close operation
+    // completes when UCX is done.
+    operation* op = flush ? std::exchange(close_op_, nullptr) : nullptr;
+    if (!ep || !w.native()) {
+        // Gone with the worker: closed.
+        if (op) {
+            op->status = UCS_OK;
+            w.fail(op, error_code());
         }
         return;
     }
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    if (op) {
+        param.cb.send = &worker_impl::send_callback;
+        param.user_data = op;
+    } else {
+        param.cb.send = &worker_impl::close_callback;
+        param.user_data = worker_.get();
+    }
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
+    if (!op) {
+        if (UCS_PTR_IS_PTR(r))
+            w.close_request_started();
+        // The sends UCX failed just now are delivered by a pass.
+        w.request_progress();
+        return;
+    }
+    // A peer that already went away makes the close fail: still closed.
+    op->ignore_peer_errors = true;
+    if (UCS_PTR_IS_ERR(r))
+        r = nullptr;
+    w.submitted(op, r);
 }
 
 void endpoint_impl::finish_connect(const error_code& ec) noexcept {
@@ -332,19 +404,9 @@ void endpoint_impl::error_callback(void* arg, ucp_ep_h, ucs_status_t status) noe
 }
 
 void endpoint_impl::handle_failure() noexcept {
-    // Completing an operation may drop the last owner of this endpoint
-    // (a connect or close owns it); stay alive until done. Null in the destructor.
-    const auto keep_alive = weak_from_this().lock();
     log::write(log::severity::info,
                std::string("endpoint failed: ") + ucs_status_string(failure_status));
-    const error_code ec = error_ ? error_ : make_error_code(failure_status);
-    force_close(ec);
-    if (listener_) {
-        // Failed during the handshake: the listener forgets it.
-        listener_impl* l = listener_;
-        listener_ = nullptr;
-        l->on_failed(this);
-    }
+    execute(fsm_.on_failure(make_error_code(failure_status)));
 }
 
 void endpoint_impl::fail_pending(const error_code& ec) noexcept {
@@ -352,7 +414,6 @@ void endpoint_impl::fail_pending(const error_code& ec) noexcept {
     // (a connect or close owns it); stay alive until done. Null in the destructor.
     const auto keep_alive = weak_from_this().lock();
     worker_impl& w = *worker_;
-    finish_connect(ec);
     // Operations UCX still owns: tell them the reason, cancel the receives;
     // UCX completes the sends when the endpoint is closed.
     for (operation *op = w.in_flight_ops(), *next = nullptr; op; op = next) {
@@ -372,6 +433,21 @@ void endpoint_impl::fail_pending(const error_code& ec) noexcept {
         am->endpoint_failed(this, ec);
 }
 
+void endpoint_impl::abort_pending() noexcept {
+    worker_impl& w = *worker_;
+    for (operation *p = w.in_flight_ops(), *next = nullptr; p; p = next) {
+        next = p->next; // a cancel may complete p at once, unlinking it
+        if (p->endpoint == this && p->cancellable && p->request) {
+            p->reason = boost::asio::error::operation_aborted;
+            ucp_request_cancel(w.native(), p->request);
+        }
+    }
+    auto waiters = std::move(waiters_);
+    waiters_.clear();
+    for (operation* p : waiters)
+        w.fail(p, boost::asio::error::operation_aborted);
+}
+
 void endpoint_impl::unmap() noexcept {
     if (mapped_) {
         worker_->unmap_endpoint(ep_);
@@ -380,42 +456,7 @@ void endpoint_impl::unmap() noexcept {
 }
 
 void endpoint_impl::force_close(const error_code& ec) noexcept {
-    // Completing an operation may drop the last owner of this endpoint
-    // (a connect or close owns it); stay alive until done. Null in the destructor.
-    const auto keep_alive = weak_from_this().lock();
-    const bool local_close = ec == boost::asio::error::operation_aborted;
-    if (operation* op = close_op_) {
-        // A graceful close under way: aborted by a local force close; done
-        // (the peer is gone, which is not an error) after a failure.
-        close_op_ = nullptr;
-        op->status = UCS_OK;
-        worker_->fail(op, local_close ? ec : error_code());
-    }
-    if (!error_)
-        error_ = local_close ? error_code(boost::asio::error::bad_descriptor) : ec;
-    if (!ep_) {
-        fail_pending(local_close ? ec : error_);
-        return;
-    }
-    fail_pending(local_close ? ec : error_);
-    if (watcher_)
-        watcher_->take_received(ep_);
-    unmap();
-    ucp_ep_h ep = ep_;
-    ep_ = nullptr;
-    if (!worker_->native() || role_ == role::borrowed)
-        return; // gone with the worker, or UCX's own
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    param.cb.send = &worker_impl::close_callback;
-    param.user_data = worker_.get();
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
-    if (UCS_PTR_IS_PTR(r))
-        worker_->close_request_started();
-    // The sends UCX failed just now are delivered by a pass.
-    worker_->request_progress();
+    execute(fsm_.force_close(ec));
 }
 
 void endpoint_impl::detach() noexcept {
@@ -424,11 +465,8 @@ void endpoint_impl::detach() noexcept {
     const auto keep_alive = weak_from_this().lock();
     force_close(boost::asio::error::operation_aborted);
     orphan_operations();
-    if (listener_) {
-        listener_impl* l = listener_;
-        listener_ = nullptr;
+    if (listener_impl* l = std::exchange(listener_, nullptr))
         l->on_failed(this);
-    }
     if (registered_) {
         worker_->remove_endpoint(this);
         registered_ = false;
@@ -443,8 +481,8 @@ bool endpoint_impl::begin(operation* op, bool counted) noexcept {
         w.fail(op, boost::asio::error::operation_aborted);
         return false;
     }
-    if (!ep_ || error_) {
-        w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
+    if (!ep_ || error()) {
+        w.fail(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));
         return false;
     }
     if (counted) {
@@ -476,27 +514,28 @@ constexpr ucp_tag_t id_mask = ~ucp_tag_t{0} << 32;
 
 void endpoint_impl::send(operation* op, const void* data, std::size_t size,
                          std::uint32_t tag) noexcept {
-    if (!has_handshake() || !established_) {
+    if (!has_handshake() || !fsm_.established()) {
         worker_->start(op);
         op->endpoint = this;
-        return worker_->fail(op, error_ ? error_ : make_error_code(error::not_connected));
+        return worker_->fail(op, error() ? error() : make_error_code(error::not_connected));
     }
-    tag_send(op, data, size, (peer_recv_tag_ & id_mask) | tag);
+    tag_send(op, data, size, (fsm_.peer_tag() & id_mask) | tag);
 }
 
 void endpoint_impl::recv(operation* op, void* data, std::size_t size, std::uint32_t tag,
                          std::uint32_t mask) noexcept {
     worker_impl& w = *worker_;
-    const ucp_tag_t ucx_tag = (local_recv_tag_ & id_mask) | tag;
+    const ucp_tag_t ucx_tag = (fsm_.local_tag() & id_mask) | tag;
     const ucp_tag_t ucx_mask = id_mask | mask;
     // After the peer's goodbye, messages it sent before are still delivered;
     // eof only once none is left.
+    const error_code& err = error();
     const bool drain =
-        error_ == boost::asio::error::eof && w.native() && has_message_waiting(ucx_tag, ucx_mask);
-    if (!has_handshake() || !established_ || (error_ && !drain)) {
+        err == boost::asio::error::eof && w.native() && has_message_waiting(ucx_tag, ucx_mask);
+    if (!has_handshake() || !fsm_.established() || (err && !drain)) {
         w.start(op);
         op->endpoint = this;
-        return w.fail(op, error_ ? error_ : make_error_code(error::not_connected));
+        return w.fail(op, err ? err : make_error_code(error::not_connected));
     }
     op->endpoint = this;
     w.tag_recv(op, data, size, ucx_tag, ucx_mask);
@@ -513,112 +552,27 @@ void endpoint_impl::wait_error(operation* op) noexcept {
     op->library_owned = true;
     op->endpoint = this;
     op->cancel_hook = &endpoint_impl::cancel_wait;
-    if (error_ || !ep_)
-        return w.fail(op, error_ ? error_ : error_code(boost::asio::error::bad_descriptor));
+    if (error() || !ep_)
+        return w.fail(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));
     waiters_.push_back(op);
 }
 
-void endpoint_impl::close_gracefully(operation* op) noexcept {
+void endpoint_impl::close_gracefully(operation* op, std::uint64_t stream_bytes) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
-    if (close_op_)
-        return w.fail(op, boost::asio::error::already_started);
-    if (error_ == boost::asio::error::bad_descriptor)
-        return w.fail(op, error_); // closed here already
-    if (!ep_) {
-        // The peer failed and UCX's endpoint is gone: nothing left to close.
-        op->status = UCS_OK;
-        return w.fail(op, error_code());
-    }
-    // Later operations fail; pending receives and waits end now.
-    error_ = boost::asio::error::bad_descriptor;
-    for (operation *p = w.in_flight_ops(), *next = nullptr; p; p = next) {
-        next = p->next; // a cancel may complete p at once, unlinking it
-        if (p->endpoint == this && p->cancellable && p->request) {
-            p->reason = boost::asio::error::operation_aborted;
-            ucp_request_cancel(w.native(), p->request);
-        }
-    }
-    auto waiters = std::move(waiters_);
-    waiters_.clear();
-    for (operation* p : waiters)
-        w.fail(p, boost::asio::error::operation_aborted);
-    finish_connect(boost::asio::error::operation_aborted);
-    // The sends in flight complete first (a rendezvous send completes only
-    // when the peer has fetched the data); then goodbye, then close.
-    op->payload = shared_from_this();
-    close_op_ = op;
-    if (sends_in_flight_ == 0)
-        finish_close();
+    execute(fsm_.close_graceful(sends_in_flight_ > 0, stream_bytes, w.is_open()), op);
 }
 
 void endpoint_impl::finish_close() noexcept {
-    // Completing an operation may drop the last owner of this endpoint
-    // (a connect or close owns it); stay alive until done. Null in the destructor.
-    const auto keep_alive = weak_from_this().lock();
-    operation* op = close_op_;
-    if (!op || !ep_)
-        return;
-    worker_impl& w = *worker_;
-    if (role_ == role::borrowed) {
-        close_op_ = nullptr;
-        ep_ = nullptr; // UCX's own endpoint: nothing to close
-        op->status = UCS_OK;
-        return w.fail(op, error_code());
-    }
-    if ((role_ == role::client || role_ == role::server) && established_ && !goodbye_sent_) {
-        goodbye_sent_ = true;
-        w.send_control(ep_, control_message{control_type::goodbye, stream_bytes_sent_});
-        if (!peer_goodbye_ && w.is_open()) {
-            // The peer's UCX drops the stream data it has not handed out yet
-            // when this endpoint closes: wait until the peer took it (its
-            // ack), or the linger time passed.
-            awaiting_ack_ = true;
-            try {
-                if (!linger_timer_)
-                    linger_timer_ = std::make_unique<boost::asio::steady_timer>(w.get_executor());
-                linger_timer_->expires_after(goodbye_linger);
-                linger_timer_->async_wait([weak = weak_from_this()](const error_code& ec) {
-                    auto self = weak.lock();
-                    if (ec || !self || !self->awaiting_ack_)
-                        return;
-                    self->awaiting_ack_ = false;
-                    self->finish_close();
-                });
-                return;
-            } catch (...) {
-                awaiting_ack_ = false; // close now
-            }
-        }
-    }
-    awaiting_ack_ = false;
-    if (linger_timer_)
-        linger_timer_->cancel();
-    close_op_ = nullptr;
-    unmap();
-    ucp_ep_h ep = ep_;
-    ep_ = nullptr;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.flags = 0; // flush mode: the goodbye goes out first
-    param.cb.send = &worker_impl::send_callback;
-    param.user_data = op;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
-    // A peer that already went away makes the close fail: still closed.
-    op->ignore_peer_errors = true;
-    if (UCS_PTR_IS_ERR(r))
-        r = nullptr;
-    w.submitted(op, r);
+    execute(fsm_.sends_drained(worker_->is_open()));
 }
 
-void endpoint_impl::send_stream_end() noexcept {
-    if (ep_ && !error_ && established_ && (role_ == role::client || role_ == role::server))
-        worker_->send_control(ep_, control_message{control_type::stream_end, stream_bytes_sent_});
+void endpoint_impl::send_stream_end(std::uint64_t total) noexcept {
+    execute(fsm_.shutdown_stream(total));
 }
 
 bool endpoint_impl::query_sockaddr(bool remote, sockaddr_storage& out) const noexcept {
-    if (!ep_ || !has_handshake() || by_address_)
+    if (!ep_ || !has_handshake() || fsm_.by_address())
         return false;
     ucp_ep_attr_t attr{};
     attr.field_mask = remote ? UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR : UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;

@@ -1,6 +1,8 @@
 // Internal: the state behind ucx::endpoint.
 #pragma once
 
+#include "connection_fsm.hpp"
+
 #include <ucx/detail/operation.hpp>
 #include <ucx/worker_address.hpp>
 
@@ -11,6 +13,7 @@
 #include <sys/socket.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace ucx::detail {
@@ -18,15 +21,17 @@ namespace ucx::detail {
 class worker_impl;
 class listener_impl;
 
-/// Told about an endpoint's end (a ucx::stream over it keeps UCX's received
-/// stream data, which goes away with the UCP endpoint).
+/// The ucx::stream over an endpoint: told what concerns it (owner thread).
 class endpoint_watcher {
 public:
     /// UCX may soon drop the stream data it received on `ep` (the peer said
-    /// goodbye, or `ep` is about to be force-closed): take it (owner thread).
+    /// goodbye, or `ep` is about to be force-closed): take it.
     virtual void take_received(ucp_ep_h ep) noexcept = 0;
-    /// The peer said how many stream bytes it has read (owner thread).
-    virtual void stream_acked() noexcept = 0;
+    /// The peer wrote `total` stream bytes in all: a half close (stream_end),
+    /// or with its goodbye.
+    virtual void peer_stream_end(std::uint64_t total, bool goodbye) noexcept = 0;
+    /// The peer says it has read `bytes` stream bytes (stream_ack).
+    virtual void peer_stream_acked(std::uint64_t bytes) noexcept = 0;
 
 protected:
     ~endpoint_watcher() = default;
@@ -34,9 +39,7 @@ protected:
 
 class endpoint_impl : public std::enable_shared_from_this<endpoint_impl> {
 public:
-    /// How the endpoint came to be: from a worker address, or as one side of
-    /// a client/server connection (which has the control protocol).
-    enum class role { address, client, server, borrowed };
+    using role = connection_role;
 
     explicit endpoint_impl(std::shared_ptr<worker_impl> worker);
     ~endpoint_impl();
@@ -69,13 +72,13 @@ public:
 
     ucp_ep_h native() const noexcept { return ep_; }
     const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
-    role kind() const noexcept { return role_; }
+    role kind() const noexcept { return fsm_.role(); }
     /// A client/server endpoint (with the hello/welcome handshake).
-    bool has_handshake() const noexcept { return role_ == role::client || role_ == role::server; }
+    bool has_handshake() const noexcept { return fsm_.has_handshake(); }
     /// Usable for operations (created, handshake done where there is one).
-    bool is_open() const noexcept { return ep_ != nullptr && !error_ && established_; }
+    bool is_open() const noexcept { return ep_ != nullptr && fsm_.is_open(); }
     /// Why the endpoint is not usable; empty while it is (or still connecting).
-    const error_code& error() const noexcept { return error_; }
+    const error_code& error() const noexcept { return fsm_.error(); }
 
     // Operations (owner thread).
 
@@ -94,7 +97,9 @@ public:
     void recv(operation* op, void* data, std::size_t size, std::uint32_t tag,
               std::uint32_t mask) noexcept;
     void wait_error(operation* op) noexcept;
-    void close_gracefully(operation* op) noexcept;
+    /// Graceful close; the goodbye tells the peer `stream_bytes` (what a
+    /// ucx::stream wrote).
+    void close_gracefully(operation* op, std::uint64_t stream_bytes = 0) noexcept;
 
     /// Force-closes: operations in flight complete with `ec` (or
     /// operation_aborted for a local close), later ones fail with `error()`.
@@ -107,32 +112,32 @@ public:
     void on_control(const control_message& m) noexcept;
     /// A counted send finished (inside a UCX callback: records only).
     void send_finished() noexcept;
-    /// Sends have drained: say goodbye, wait for the peer's ack (at most
-    /// `goodbye_linger`), then close (owner thread, after progress).
+    /// Sends have drained during a graceful close: say goodbye, wait for the
+    /// peer's ack (at most `goodbye_linger`), then close (owner thread, after
+    /// progress).
     void finish_close() noexcept;
     /// How long a graceful close waits for the peer to acknowledge its goodbye.
     static constexpr std::chrono::seconds goodbye_linger{5};
     /// The listener that accepted this endpoint goes away.
-    void forget_listener() noexcept { listener_ = nullptr; }
+    void forget_listener() noexcept {
+        listener_ = nullptr;
+        fsm_.forget_listener();
+    }
 
     /// Local and remote socket addresses (client/server endpoints).
     bool query_sockaddr(bool remote, sockaddr_storage& out) const noexcept;
 
-    // Stream end-of-data bookkeeping (ucx::stream).
-    /// Installs (or, with null, removes) the watcher told before a force close.
+    // ucx::stream.
+    /// Installs (or, with null, removes) the stream told about stream events.
     void set_watcher(endpoint_watcher* w) noexcept { watcher_ = w; }
-    /// Counts stream bytes handed to UCX; the goodbye carries the total.
-    void add_stream_bytes_sent(std::uint64_t n) noexcept { stream_bytes_sent_ += n; }
     /// Whether the peer's goodbye arrived.
-    bool peer_said_goodbye() const noexcept { return peer_goodbye_; }
-    /// Whether the peer ended its stream (stream_end or goodbye), and the
-    /// stream bytes it says it sent in all.
-    bool peer_stream_ended() const noexcept { return peer_goodbye_ || peer_stream_end_; }
-    std::uint64_t peer_stream_bytes() const noexcept { return peer_stream_bytes_; }
-    /// How many stream bytes the peer says it has read (its stream_ack).
-    std::uint64_t peer_stream_consumed() const noexcept { return peer_stream_consumed_; }
-    /// Tells the peer this side writes no more stream bytes (half close).
-    void send_stream_end() noexcept;
+    bool peer_said_goodbye() const noexcept { return fsm_.peer_said_goodbye(); }
+    /// The stream bytes the peer said it wrote in all (stream_end or
+    /// goodbye), for a stream that starts after the message came.
+    std::optional<std::uint64_t> peer_stream_end() const noexcept { return fsm_.peer_stream_end(); }
+    /// Tells the peer this side writes no more stream bytes than `total`
+    /// (half close).
+    void send_stream_end(std::uint64_t total) noexcept;
     /// Counted sends (stream writes, sends) UCX has not completed yet.
     std::size_t sends_in_flight() const noexcept { return sends_in_flight_; }
     /// A number no other endpoint of the process has: tells this endpoint
@@ -155,13 +160,20 @@ private:
     bool begin_connect(operation* op) noexcept;
     /// Creates the UCP endpoint of a client connection, which `op` completes.
     /// False when `op` already failed.
-    bool create_client(ucp_ep_params_t& params, operation* op) noexcept;
+    bool create_client(ucp_ep_params_t& params, operation* op, bool by_address) noexcept;
     static void cancel_wait(operation* op) noexcept;
     void create(ucp_ep_params_t& params, error_code& ec) noexcept;
-    void send_control(control_type type) noexcept;
+    /// Executes what the connection protocol decided, in order.
+    void execute(const connection_actions& actions, operation* new_close_op = nullptr) noexcept;
     /// Fails everything pending on this endpoint with `ec`.
     void fail_pending(const error_code& ec) noexcept;
+    /// Graceful close: pending receives and waits end with operation_aborted.
+    void abort_pending() noexcept;
     void finish_connect(const error_code& ec) noexcept;
+    void start_linger() noexcept;
+    /// Closes the UCP endpoint (flush mode: the kept close operation
+    /// completes with it; else force).
+    void close_ucp(bool flush) noexcept;
     void unmap() noexcept;
     /// Operations still in flight forget this endpoint (it goes away).
     void orphan_operations() noexcept;
@@ -171,15 +183,10 @@ private:
     std::shared_ptr<worker_impl> worker_;
     const std::uint64_t serial_;
     ucp_ep_h ep_ = nullptr;
-    role role_ = role::address;
-    // A client/server endpoint made from a worker address (no socket addresses).
-    bool by_address_ = false;
-    error_code error_{};
-    bool established_ = false;
+    // The connection protocol: role, handshake, error, graceful close.
+    connection_fsm fsm_;
     bool registered_ = false;
     bool mapped_ = false;
-    std::uint64_t local_recv_tag_ = 0;
-    std::uint64_t peer_recv_tag_ = 0;
     operation* connect_op_ = nullptr;
     listener_impl* listener_ = nullptr;
     std::vector<operation*> waiters_;
@@ -187,14 +194,7 @@ private:
     operation* close_op_ = nullptr;
     endpoint_watcher* watcher_ = nullptr;
     // Graceful close: after the goodbye, wait (bounded) for the peer's ack.
-    bool goodbye_sent_ = false;
-    bool awaiting_ack_ = false;
     std::unique_ptr<boost::asio::steady_timer> linger_timer_;
-    std::uint64_t stream_bytes_sent_ = 0;
-    std::uint64_t peer_stream_bytes_ = 0;
-    std::uint64_t peer_stream_consumed_ = 0;
-    bool peer_goodbye_ = false;
-    bool peer_stream_end_ = false;
 };
 
 } // namespace ucx::detail

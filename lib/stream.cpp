@@ -66,11 +66,11 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
     ep_ = std::move(ep);
     ep_->set_watcher(this);
     closed_ = false;
-    send_shut_ = false;
     recv_error_ = {};
-    consumed_ = 0;
-    written_ = 0;
-    acked_ = 0;
+    fsm_.reset();
+    // The peer may have ended its stream before this stream started.
+    if (auto total = ep_->peer_stream_end())
+        fsm_.on_peer_end(*total, ep_->peer_said_goodbye());
     ec = {};
 }
 
@@ -112,8 +112,9 @@ void stream_impl::close() noexcept {
         return;
     // The close runs in the background; the operation keeps the endpoint alive.
     try {
-        start_operation<error_result>([ep](const error_code&) {}, w,
-                                      [ep](operation* op) { ep->close_gracefully(op); });
+        start_operation<error_result>(
+            [ep](const error_code&) {}, w,
+            [ep, total = fsm_.bytes_written()](operation* op) { ep->close_gracefully(op, total); });
     } catch (...) {
         ep->force_close(boost::asio::error::operation_aborted);
     }
@@ -128,7 +129,7 @@ void stream_impl::close(operation* op) noexcept {
     }
     resume_writes(true);
     auto ep = shut_local();
-    ep->close_gracefully(op);
+    ep->close_gracefully(op, fsm_.bytes_written());
 }
 
 void stream_impl::abort() noexcept {
@@ -150,14 +151,15 @@ void stream_impl::shutdown_send(error_code& ec) noexcept {
         return;
     }
     ec = {};
-    if (send_shut_)
+    if (fsm_.send_shut())
         return;
     // The end marker counts every byte written, the waiting ones too.
     resume_writes(true);
-    send_shut_ = true;
+    fsm_.shutdown_send();
     // The count makes ordering irrelevant: the peer reads eof once it has
     // read that many bytes, however the marker and the data travel.
-    ep_->send_stream_end();
+    if (ep_)
+        ep_->send_stream_end(fsm_.bytes_written());
 }
 
 boost::asio::ip::tcp::endpoint stream_impl::address(bool remote, error_code& ec) const {
@@ -224,7 +226,8 @@ void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
     std::size_t total = 0;
     for (std::size_t i = 0; i < n; ++i)
         total += bufs[i].size();
-    if (!ep_ || deadline_passed() || ep_->error() == boost::asio::error::eof || send_shut_) {
+    const stream_write decision = fsm_.start_write(total, !blocked_.empty());
+    if (!ep_ || deadline_passed() || decision == stream_write::broken_pipe) {
         w.start(op);
         if (!ep_)
             return w.fail(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
@@ -234,7 +237,7 @@ void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
         // Shut down here, or the peer closed: nobody reads any more.
         return w.fail(op, boost::asio::error::broken_pipe);
     }
-    if (total > 0 && (!blocked_.empty() || window_full())) {
+    if (decision == stream_write::wait) {
         // Flow control: wait (in order) until the reader makes room.
         try {
             blocked_write b{op, {}, n};
@@ -284,19 +287,12 @@ void stream_impl::submit(operation* op, const boost::asio::const_buffer* bufs, s
         param.datatype = ucp_dt_make_iov();
         r = ucp_stream_send_nbx(ep_->native(), iov->data(), n, &param);
     }
-    if (!UCS_PTR_IS_ERR(r)) {
-        ep_->add_stream_bytes_sent(total);
-        written_ += total;
-    }
+    if (!UCS_PTR_IS_ERR(r))
+        fsm_.on_sent(total);
     ep_->submitted(op, r);
 }
 
 // ---- flow control ----
-
-bool stream_impl::window_full() const noexcept {
-    const std::uint64_t read_by_peer = ep_->peer_stream_consumed();
-    return written_ > read_by_peer && written_ - read_by_peer >= window;
-}
 
 void stream_impl::resume_writes(bool force) noexcept {
     if (blocked_.empty())
@@ -308,7 +304,7 @@ void stream_impl::resume_writes(bool force) noexcept {
         return fail_blocked(ec);
     }
     std::size_t i = 0;
-    for (; i < blocked_.size() && ep_ && (force || !window_full()); ++i) {
+    for (; i < blocked_.size() && ep_ && (force || !fsm_.window_full()); ++i) {
         const blocked_write& b = blocked_[i];
         std::size_t total = 0;
         for (std::size_t k = 0; k < b.count; ++k)
@@ -327,12 +323,18 @@ void stream_impl::fail_blocked(const error_code& ec) noexcept {
     blocked_.clear();
 }
 
-void stream_impl::stream_acked() noexcept {
-    resume_writes(false);
+void stream_impl::peer_stream_acked(std::uint64_t bytes) noexcept {
+    // The peer read this many stream bytes: waiting writes may go on.
+    if (fsm_.on_peer_acked(bytes))
+        resume_writes(false);
+}
+
+void stream_impl::peer_stream_end(std::uint64_t total, bool goodbye) noexcept {
+    fsm_.on_peer_end(total, goodbye);
 }
 
 void stream_impl::maybe_ack() noexcept {
-    if (consumed_ - acked_ < ack_every || !ep_ || !ep_->is_open() || !ep_->has_handshake())
+    if (!fsm_.ack_due() || !ep_ || !ep_->is_open() || !ep_->has_handshake())
         return;
     if (!ack_) {
         ack_ = new (std::nothrow) ack_sender;
@@ -341,7 +343,7 @@ void stream_impl::maybe_ack() noexcept {
     }
     if (ack_->in_flight)
         return; // a later pass sends it
-    ack_->wire = control_message{control_type::stream_ack, consumed_}.encode();
+    ack_->wire = control_message{control_type::stream_ack, fsm_.bytes_read()}.encode();
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -352,7 +354,7 @@ void stream_impl::maybe_ack() noexcept {
                                          ack_->wire.size(), nullptr, 0, &param);
     if (UCS_PTR_IS_ERR(r))
         return;
-    acked_ = consumed_;
+    fsm_.on_ack_sent();
     if (UCS_PTR_IS_PTR(r)) {
         ack_->in_flight = true;
         ++ack_->refs;
@@ -528,21 +530,16 @@ bool stream_impl::end_state(error_code& ec) const noexcept {
         ec = recv_error_;
         return true;
     }
-    const bool open = ep_->native() != nullptr;
-    if (ep_->peer_stream_ended()) {
-        // Clean close or half close: eof once every byte the peer sent was read here.
-        if (consumed_ >= ep_->peer_stream_bytes()) {
-            ec = boost::asio::error::eof;
-            return true;
-        }
-        if (!open) {
-            // Closed with bytes missing: not a clean end.
-            ec = boost::asio::error::connection_reset;
-            return true;
-        }
+    switch (fsm_.read_end(ep_->native() != nullptr)) {
+    case stream_read_end::none:
         return false;
-    }
-    if (!open) {
+    case stream_read_end::eof:
+        ec = boost::asio::error::eof;
+        return true;
+    case stream_read_end::reset:
+        ec = boost::asio::error::connection_reset;
+        return true;
+    case stream_read_end::failed:
         ec = ep_->error() ? ep_->error() : error_code(boost::asio::error::bad_descriptor);
         if (ec == boost::asio::error::eof)
             ec = boost::asio::error::connection_reset;
@@ -558,7 +555,7 @@ std::size_t stream_impl::serve() noexcept {
         if (fetch()) {
             pending_read& r = reads_.front();
             const std::size_t n = copy_out(r);
-            consumed_ += n;
+            fsm_.on_read(n);
             operation* op = r.op;
             reads_.erase(reads_.begin());
             op->bytes = n;
@@ -589,7 +586,7 @@ void stream_impl::take_received(ucp_ep_h ep) noexcept {
         error_code ec = boost::asio::error::broken_pipe;
         if (!worker_->is_open())
             ec = boost::asio::error::operation_aborted;
-        else if (ep_ && !ep_->peer_said_goodbye() && ep_->error() &&
+        else if (ep_ && !fsm_.peer_said_goodbye() && ep_->error() &&
                  ep_->error() != boost::asio::error::eof)
             ec = socket_error(ep_->error());
         fail_blocked(ec);

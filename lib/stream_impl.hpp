@@ -8,16 +8,9 @@
 // per-operation cancellation exact (UCX cannot cancel a stream receive), and a
 // read completes with whatever is available (read_some semantics).
 //
-// End of stream: the peer's goodbye carries how many stream bytes it sent;
-// `asio::error::eof` is reported once exactly that many were read here. UCX
-// reports every disconnect as a reset, so without the goodbye (a crash) the
-// reader gets `asio::error::connection_reset`.
-//
-// Flow control: UCX's stream protocol has none (a slow reader makes UCX
-// buffer without bound). The reader tells the writer how many bytes it has
-// read (a stream_ack control message every `ack_every` bytes); a write that
-// starts while `window` bytes or more are unread waits, without reaching UCX,
-// until an ack makes room.
+// End of stream and flow control: the byte accounting and its decisions are
+// `stream_fsm`'s; the endpoint hands this stream the peer's end markers and
+// acknowledgements (endpoint_watcher).
 #pragma once
 
 #include <ucx/detail/operation.hpp>
@@ -95,9 +88,9 @@ public:
     /// Most buffers of a sequence one pending read keeps.
     static constexpr std::size_t max_read_buffers = 16;
     /// Flow control: a write waits while this many written bytes are unread.
-    static constexpr std::uint64_t window = std::uint64_t{8} << 20;
+    static constexpr std::uint64_t window = stream_config{}.window;
     /// Flow control: the reader acknowledges after this many bytes.
-    static constexpr std::uint64_t ack_every = std::uint64_t{1} << 20;
+    static constexpr std::uint64_t ack_every = stream_config{}.ack_every;
 
     explicit stream_impl(std::shared_ptr<worker_impl> w);
     ~stream_impl();
@@ -132,8 +125,8 @@ public:
     boost::asio::ip::tcp::endpoint address(bool remote, error_code& ec) const;
 
     /// Bytes written (handed to UCX) and read so far.
-    std::uint64_t bytes_written() const noexcept { return written_; }
-    std::uint64_t bytes_read() const noexcept { return consumed_; }
+    std::uint64_t bytes_written() const noexcept { return fsm_.bytes_written(); }
+    std::uint64_t bytes_read() const noexcept { return fsm_.bytes_read(); }
 
     // Owner thread.
     void write(operation* op, const boost::asio::const_buffer* bufs, std::size_t n) noexcept;
@@ -141,7 +134,8 @@ public:
 
     std::size_t after_progress() noexcept override;
     void take_received(ucp_ep_h ep) noexcept override;
-    void stream_acked() noexcept override;
+    void peer_stream_end(std::uint64_t total, bool goodbye) noexcept override;
+    void peer_stream_acked(std::uint64_t bytes) noexcept override;
 
 private:
     struct blocked_write {
@@ -154,8 +148,6 @@ private:
     /// Hands a write to UCX.
     void submit(operation* op, const boost::asio::const_buffer* bufs, std::size_t n,
                 std::size_t total) noexcept;
-    /// Whether a new write must wait for the reader (flow control).
-    bool window_full() const noexcept;
     /// Submits the waiting writes the window allows (all with `force`).
     void resume_writes(bool force) noexcept;
     /// Fails the waiting writes with `ec`.
@@ -192,8 +184,9 @@ private:
     std::shared_ptr<worker_impl> worker_;
     std::shared_ptr<endpoint_impl> ep_;
     bool closed_ = false;
-    bool send_shut_ = false;
     bool observing_ = false;
+    // Bytes written, read and acknowledged; the peer's end of stream.
+    stream_fsm fsm_;
     // Usually one read at a time: a vector keeps its capacity, so the steady
     // state allocates nothing (a deque frees and reallocates its block).
     std::vector<pending_read> reads_;
@@ -205,12 +198,9 @@ private:
     std::vector<std::byte> drained_;
     std::size_t drained_off_ = 0;
     error_code recv_error_{};
-    std::uint64_t consumed_ = 0;
-    std::uint64_t written_ = 0;
     // Flow control: writes waiting for the reader, in order (a vector keeps
-    // its capacity); what was last acknowledged; the ack's wire buffer.
+    // its capacity); the ack's wire buffer.
     std::vector<blocked_write> blocked_;
-    std::uint64_t acked_ = 0;
     ack_sender* ack_ = nullptr;
     // Timeouts.
     boost::asio::steady_timer timer_;
