@@ -226,8 +226,8 @@ void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
     std::size_t total = 0;
     for (std::size_t i = 0; i < n; ++i)
         total += bufs[i].size();
-    const stream_write decision = fsm_.start_write(total, !blocked_.empty());
-    if (!ep_ || deadline_passed() || decision == stream_write::broken_pipe) {
+    const write_decision decision = fsm_.start_write(total, !blocked_.empty());
+    if (!ep_ || deadline_passed() || decision == write_decision::broken_pipe) {
         w.start(op);
         if (!ep_)
             return w.fail(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
@@ -237,7 +237,7 @@ void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
         // Shut down here, or the peer closed: nobody reads any more.
         return w.fail(op, boost::asio::error::broken_pipe);
     }
-    if (decision == stream_write::wait) {
+    if (decision == write_decision::wait) {
         // Flow control: wait (in order) until the reader makes room.
         try {
             blocked_write b{op, {}, n};

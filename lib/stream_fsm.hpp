@@ -29,7 +29,7 @@ struct stream_config {
 };
 
 /// What a new write does.
-enum class stream_write : std::uint8_t {
+enum class write_decision : std::uint8_t {
     go,          ///< hand it to UCX now
     wait,        ///< wait for the reader (flow control), behind earlier waiting writes
     broken_pipe, ///< nobody reads any more (shut down here, or the peer closed)
@@ -55,12 +55,12 @@ public:
     // ---- writing
 
     /// A write of `bytes` starts; `queued`: earlier writes are still waiting.
-    stream_write start_write(std::uint64_t bytes, bool queued) const noexcept {
+    write_decision start_write(std::uint64_t bytes, bool queued) const noexcept {
         if (send_shut_ || peer_goodbye_)
-            return stream_write::broken_pipe;
+            return write_decision::broken_pipe;
         if (bytes > 0 && (queued || window_full()))
-            return stream_write::wait;
-        return stream_write::go;
+            return write_decision::wait;
+        return write_decision::go;
     }
     /// Whether a new write must wait for the reader.
     bool window_full() const noexcept {

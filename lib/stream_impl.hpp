@@ -17,6 +17,7 @@
 #include <ucx/stream.hpp>
 
 #include "endpoint_impl.hpp"
+#include "stream_fsm.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/buffer.hpp>

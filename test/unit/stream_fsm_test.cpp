@@ -15,7 +15,7 @@ namespace {
 using ucx::detail::stream_config;
 using ucx::detail::stream_fsm;
 using ucx::detail::stream_read_end;
-using ucx::detail::stream_write;
+using ucx::detail::write_decision;
 
 stream_config small() {
     stream_config c;
@@ -28,23 +28,23 @@ stream_config small() {
 
 TEST(StreamFsm, WritesGoUntilTheWindowIsFull) {
     stream_fsm f(small());
-    EXPECT_EQ(f.start_write(60, false), stream_write::go);
+    EXPECT_EQ(f.start_write(60, false), write_decision::go);
     f.on_sent(60);
     EXPECT_FALSE(f.window_full());
-    EXPECT_EQ(f.start_write(60, false), stream_write::go); // room left: goes whole
+    EXPECT_EQ(f.start_write(60, false), write_decision::go); // room left: goes whole
     f.on_sent(60);
     EXPECT_TRUE(f.window_full());
     EXPECT_EQ(f.bytes_written(), 120u);
-    EXPECT_EQ(f.start_write(1, false), stream_write::wait);
+    EXPECT_EQ(f.start_write(1, false), write_decision::wait);
     // An empty write never waits: it completes at once.
-    EXPECT_EQ(f.start_write(0, false), stream_write::go);
-    EXPECT_EQ(f.start_write(0, true), stream_write::go);
+    EXPECT_EQ(f.start_write(0, false), write_decision::go);
+    EXPECT_EQ(f.start_write(0, true), write_decision::go);
 }
 
 TEST(StreamFsm, WritesWaitBehindEarlierWaitingWrites) {
     stream_fsm f(small());
-    EXPECT_EQ(f.start_write(5, true), stream_write::wait);
-    EXPECT_EQ(f.start_write(5, false), stream_write::go);
+    EXPECT_EQ(f.start_write(5, true), write_decision::wait);
+    EXPECT_EQ(f.start_write(5, false), write_decision::go);
 }
 
 TEST(StreamFsm, AcksOpenTheWindowOnlyWhenTheyAreNews) {
@@ -59,7 +59,7 @@ TEST(StreamFsm, AcksOpenTheWindowOnlyWhenTheyAreNews) {
     EXPECT_EQ(f.peer_read(), 40u);
     EXPECT_TRUE(f.on_peer_acked(51));
     EXPECT_FALSE(f.window_full()); // 99 unread
-    EXPECT_EQ(f.start_write(1000, false), stream_write::go);
+    EXPECT_EQ(f.start_write(1000, false), write_decision::go);
 }
 
 TEST(StreamFsm, AnAckBeyondWhatWasWrittenKeepsTheWindowOpen) {
@@ -75,8 +75,8 @@ TEST(StreamFsm, HalfCloseOnceThenWritesBreak) {
     EXPECT_TRUE(f.shutdown_send());
     EXPECT_TRUE(f.send_shut());
     EXPECT_FALSE(f.shutdown_send());
-    EXPECT_EQ(f.start_write(1, false), stream_write::broken_pipe);
-    EXPECT_EQ(f.start_write(0, false), stream_write::broken_pipe);
+    EXPECT_EQ(f.start_write(1, false), write_decision::broken_pipe);
+    EXPECT_EQ(f.start_write(0, false), write_decision::broken_pipe);
     // Reads go on after a half close of the sending side.
     EXPECT_EQ(f.read_end(true), stream_read_end::none);
 }
@@ -84,9 +84,9 @@ TEST(StreamFsm, HalfCloseOnceThenWritesBreak) {
 TEST(StreamFsm, WritesBreakAfterThePeersGoodbyeButNotItsHalfClose) {
     stream_fsm f(small());
     f.on_peer_end(0, false);
-    EXPECT_EQ(f.start_write(1, false), stream_write::go);
+    EXPECT_EQ(f.start_write(1, false), write_decision::go);
     f.on_peer_end(0, true);
-    EXPECT_EQ(f.start_write(1, false), stream_write::broken_pipe);
+    EXPECT_EQ(f.start_write(1, false), write_decision::broken_pipe);
 }
 
 // ---------------------------------------------------------------- reading
@@ -223,7 +223,7 @@ TEST(StreamFsm, RandomSequencesEndExactlyAfterTheAnnouncedBytes) {
                 break;
             default: { // the writer side, unrelated to reading
                 const std::uint64_t n = rng() % 80;
-                if (f.start_write(n, false) == stream_write::go)
+                if (f.start_write(n, false) == write_decision::go)
                     f.on_sent(n);
                 if (rng() % 3 == 0)
                     f.on_peer_acked(f.peer_read() + rng() % 60);
