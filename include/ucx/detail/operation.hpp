@@ -131,7 +131,8 @@ auto operation_allocator(const Handler& h) {
 }
 
 /// An operation bound to its handler. `Result` turns the operation's fields
-/// into the handler's arguments: `Result::invoke(handler, ec, op)`.
+/// into the handler's arguments: `Result::extract(ec, op)` returns the tuple
+/// the handler is called with.
 template <class Handler, class IoExecutor, class Result>
 class handler_operation final : public operation {
 public:
