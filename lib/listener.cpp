@@ -15,8 +15,8 @@ namespace detail {
 
 listener_impl::listener_impl(std::shared_ptr<worker_impl> worker, std::size_t backlog,
                              filter_type filter)
-    : worker_(std::move(worker)), backlog_(std::max<std::size_t>(1, backlog)),
-      filter_(std::move(filter)) {}
+    : worker_component(component_kind::listener), worker_(std::move(worker)),
+      backlog_(std::max<std::size_t>(1, backlog)), filter_(std::move(filter)) {}
 
 listener_impl::~listener_impl() {
     close();
@@ -42,7 +42,7 @@ void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code&
         ec = make_error_code(st);
         return;
     }
-    worker_->add_listener(this);
+    worker_->add_component(*this);
     ec = {};
 }
 
@@ -65,7 +65,7 @@ void listener_impl::conn_callback(ucp_conn_request_h request, void* arg) noexcep
     // Inside ucp_worker_progress: queue only.
     auto* self = static_cast<listener_impl*>(arg);
     self->requests_.push_back(request);
-    self->worker_->listener_has_requests(self);
+    self->worker_->defer(*self, deferred_stage::requests);
 }
 
 void listener_impl::process_requests() noexcept {
@@ -152,7 +152,7 @@ void listener_impl::close() noexcept {
     requests_.clear();
     ucp_listener_destroy(handle_);
     handle_ = nullptr;
-    worker_->remove_listener(this);
+    worker_->remove_component(*this);
     for (auto& ep : handshaking_)
         ep->forget_listener();
     handshaking_.clear(); // force-closes them

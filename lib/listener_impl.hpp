@@ -4,6 +4,7 @@
 #include <ucx/detail/operation.hpp>
 
 #include "endpoint_impl.hpp"
+#include "worker_component.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 
@@ -16,7 +17,7 @@ namespace ucx::detail {
 
 class worker_impl;
 
-class listener_impl {
+class listener_impl final : public worker_component {
 public:
     using filter_type = std::function<bool(const boost::asio::ip::tcp::endpoint&)>;
 
@@ -37,6 +38,11 @@ public:
     void accept(operation* op) noexcept;
     /// Handles the connection requests queued by the UCX callback (after progress).
     void process_requests() noexcept;
+    std::size_t run_deferred(deferred_stage) noexcept override {
+        process_requests();
+        return 1;
+    }
+    void shutdown() noexcept override { close(); }
     /// An accepted endpoint finished its handshake.
     void on_established(std::shared_ptr<endpoint_impl> ep) noexcept;
     /// An endpoint failed (or went away) before its handshake finished.
