@@ -113,71 +113,22 @@ void address_acceptor_impl::close() noexcept {
         worker_->control().detach_acceptor(this);
         attached_ = false;
     }
-    ready_.clear(); // force-closes them: the connectors see a reset
-    auto accepts = std::move(accepts_);
-    accepts_.clear();
-    for (operation* op : accepts)
-        worker_->fail(op, boost::asio::error::operation_aborted);
+    queue_.close(); // the connectors of unaccepted connections see a reset
 }
 
 void address_acceptor_impl::channel_gone() noexcept {
     // The worker shuts down: it has completed the pending accepts already
     // (as operation_aborted) and detached the endpoints.
     attached_ = false;
-    accepts_.clear();
-    ready_.clear();
+    queue_.clear();
 }
 
 bool address_acceptor_impl::offer(std::shared_ptr<endpoint_impl> ep) noexcept {
-    if (accepts_.empty()) {
-        if (!has_room())
-            return false;
-        try {
-            ready_.push_back(std::move(ep));
-        } catch (...) {
-            return false;
-        }
-        return true;
-    }
-    operation* op = accepts_.front();
-    accepts_.erase(accepts_.begin());
-    op->payload = std::move(ep);
-    op->status = UCS_OK;
-    worker_->finished(op);
-    worker_->request_progress();
-    return true;
+    return has_room() && queue_.offer(std::move(ep));
 }
 
 void address_acceptor_impl::accept(operation* op) noexcept {
-    worker_impl& w = *worker_;
-    w.start(op);
-    op->library_owned = true;
-    op->cancel_hook = &address_acceptor_impl::cancel_accept;
-    op->hook_context = this;
-    if (!attached_)
-        return w.fail(op, boost::asio::error::bad_descriptor);
-    if (!ready_.empty()) {
-        op->payload = std::move(ready_.front());
-        ready_.erase(ready_.begin());
-        op->status = UCS_OK;
-        w.finished(op); // delivered by the next pass, never inside this call
-        w.request_progress();
-        return;
-    }
-    try {
-        accepts_.push_back(op);
-    } catch (...) {
-        w.fail(op, make_error_code(error::allocation_failed));
-    }
-}
-
-void address_acceptor_impl::cancel_accept(operation* op) noexcept {
-    auto* self = static_cast<address_acceptor_impl*>(op->hook_context);
-    auto it = std::find(self->accepts_.begin(), self->accepts_.end(), op);
-    if (it == self->accepts_.end())
-        return;
-    self->accepts_.erase(it);
-    self->worker_->fail(op, boost::asio::error::operation_aborted);
+    queue_.accept(op, attached_);
 }
 
 } // namespace ucx::detail

@@ -6,6 +6,7 @@
 
 #include <ucx/detail/operation.hpp>
 
+#include "accept_queue.hpp"
 #include "control_message.hpp"
 #include "endpoint_impl.hpp"
 
@@ -14,7 +15,6 @@
 #include <cstddef>
 #include <memory>
 #include <span>
-#include <vector>
 
 namespace ucx::detail {
 
@@ -49,17 +49,15 @@ public:
     void channel_gone() noexcept;
 
 private:
-    static void cancel_accept(operation* op) noexcept;
     /// A connection whose handshake is done; false when the backlog is full.
     bool offer(std::shared_ptr<endpoint_impl> ep) noexcept;
     /// Whether another connection fits in the backlog.
-    bool has_room() const noexcept { return ready_.size() < backlog_; }
+    bool has_room() const noexcept { return queue_.ready() < backlog_; }
 
     std::shared_ptr<worker_impl> worker_;
     std::size_t backlog_;
     bool attached_ = false;
-    std::vector<std::shared_ptr<endpoint_impl>> ready_;
-    std::vector<operation*> accepts_;
+    accept_queue queue_{*worker_};
 };
 
 } // namespace ucx::detail

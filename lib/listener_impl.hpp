@@ -3,12 +3,12 @@
 
 #include <ucx/detail/operation.hpp>
 
+#include "accept_queue.hpp"
 #include "endpoint_impl.hpp"
 #include "worker_component.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 
-#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -50,7 +50,6 @@ public:
 
 private:
     static void conn_callback(ucp_conn_request_h request, void* arg) noexcept;
-    static void cancel_accept(operation* op) noexcept;
 
     std::shared_ptr<worker_impl> worker_;
     ucp_listener_h handle_ = nullptr;
@@ -59,8 +58,7 @@ private:
     std::size_t rejected_ = 0;
     std::vector<ucp_conn_request_h> requests_;
     std::vector<std::shared_ptr<endpoint_impl>> handshaking_;
-    std::deque<std::shared_ptr<endpoint_impl>> ready_;
-    std::deque<operation*> accepts_;
+    accept_queue queue_{*worker_};
 };
 
 } // namespace ucx::detail
