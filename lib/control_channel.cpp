@@ -65,13 +65,15 @@ namespace {
 struct control_send_state {
     worker_impl* worker;
     control_message::wire wire;
+    std::vector<std::byte> payload;
 };
 } // namespace
 
-void control_channel::send(ucp_ep_h ep, const control_message& m) noexcept {
+void control_channel::send(ucp_ep_h ep, const control_message& m,
+                           std::vector<std::byte> payload) noexcept {
     if (!worker_.native() || ep == nullptr || !open_)
         return;
-    auto* state = new (std::nothrow) control_send_state{&worker_, m.encode()};
+    auto* state = new (std::nothrow) control_send_state{&worker_, m.encode(), std::move(payload)};
     if (!state)
         return;
     ucp_request_param_t param{};
@@ -81,7 +83,8 @@ void control_channel::send(ucp_ep_h ep, const control_message& m) noexcept {
     param.cb.send = &control_channel::sent;
     param.user_data = state;
     ucs_status_ptr_t r = ucp_am_send_nbx(ep, control_am_id, state->wire.data(), state->wire.size(),
-                                         nullptr, 0, &param);
+                                         state->payload.empty() ? nullptr : state->payload.data(),
+                                         state->payload.size(), &param);
     if (UCS_PTR_IS_PTR(r)) {
         worker_.internal_request_started();
         worker_.request_progress();

@@ -33,8 +33,9 @@ public:
     bool is_open() const noexcept { return open_; }
 
     /// Sends `m` on `ep`, fire and forget: counted as the worker's internal
-    /// work, so shutdown waits for it.
-    void send(ucp_ep_h ep, const control_message& m) noexcept;
+    /// work, so shutdown waits for it. `payload` goes as the message's data
+    /// (the hello of a connection from a worker address: that worker's address).
+    void send(ucp_ep_h ep, const control_message& m, std::vector<std::byte> payload = {}) noexcept;
 
     /// Routes the control messages that arrive over `ep` to `impl`.
     void map(ucp_ep_h ep, endpoint_impl* impl);

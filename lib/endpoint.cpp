@@ -1,4 +1,3 @@
-#include <ucx/detail/results.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
 
@@ -153,31 +152,9 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
         return;
     // The hello carries this worker's address: the acceptor needs it to make
     // UCX's endpoint for this connection its own (see accept_address).
-    struct hello_state {
-        control_message::wire wire;
-        std::vector<std::byte> address;
-    };
-    std::shared_ptr<hello_state> state;
     try {
-        state = std::make_shared<hello_state>(
-            hello_state{control_message{control_type::hello, fsm_.local_tag()}.encode(),
-                        w.address().ucx_bytes()});
-        start_operation<error_result>(
-            [state](const error_code&) {}, w,
-            [self = shared_from_this(), state](operation* hello_op) {
-                if (!self->begin(hello_op, false))
-                    return;
-                ucp_request_param_t param{};
-                param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                                     UCP_OP_ATTR_FIELD_FLAGS;
-                param.flags = UCP_AM_SEND_FLAG_REPLY;
-                param.cb.send = &worker_impl::send_callback;
-                param.user_data = hello_op;
-                self->submitted(hello_op,
-                                ucp_am_send_nbx(self->ep_, control_am_id, state->wire.data(),
-                                                state->wire.size(), state->address.data(),
-                                                state->address.size(), &param));
-            });
+        w.control().send(ep_, control_message{control_type::hello, fsm_.local_tag()},
+                         w.address().ucx_bytes());
     } catch (...) {
         force_close(make_error_code(error::allocation_failed));
     }

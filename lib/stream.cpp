@@ -1,6 +1,5 @@
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
-#include <ucx/log.hpp>
 
 #include "stream_impl.hpp"
 
@@ -9,7 +8,6 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
-#include <span>
 #include <utility>
 
 namespace ucx::detail {
