@@ -48,7 +48,8 @@ error_code fetch_error(ucs_status_t status) noexcept {
 } // namespace
 
 am_registry::am_registry(worker_impl& w)
-    : worker_(&w), executor_(w.get_executor()), bound_(w.options().am_queue_bytes) {
+    : worker_component(component_kind::service), worker_(&w), executor_(w.get_executor()),
+      bound_(w.options().am_queue_bytes) {
     allocators_[type_index(memory_type::host)] = std::make_shared<pooled_host_allocator>();
     if (built_with_cuda())
         allocators_[type_index(memory_type::cuda)] = std::make_shared<cuda_am_allocator>();
@@ -97,6 +98,8 @@ void am_registry::mark(id_state& s, unsigned id) {
     if (!s.dirty) {
         s.dirty = true;
         dirty_.push_back(id);
+        if (worker_)
+            worker_->defer(*this, deferred_stage::messages);
     }
 }
 
@@ -211,8 +214,13 @@ void am_registry::on_fetched(void* request, ucs_status_t status, std::size_t,
     m->fetch_called = true;
     if (status != UCS_OK && !m->error)
         m->error = fetch_error(status);
-    --m->registry->fetches_in_flight_;
-    m->registry->fetched_.push_back(m);
+    am_registry* self = m->registry;
+    --self->fetches_in_flight_;
+    self->fetched_.push_back(m);
+    if (self->worker_) {
+        self->worker_->internal_request_done();
+        self->worker_->defer(*self, deferred_stage::messages);
+    }
 }
 
 void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
@@ -242,6 +250,7 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     m->fetching = true;
     m->fetch_called = false;
     ++fetches_in_flight_;
+    worker_->internal_request_started(); // shutdown waits for it
     ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_->native(), desc, buffer, m->length, &param);
     if (UCS_PTR_IS_PTR(r)) {
         m->fetch_request = r; // freed once the callback has run
@@ -256,6 +265,8 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     m->fetch_called = true;
     --fetches_in_flight_;
     fetched_.push_back(m);
+    worker_->internal_request_done();
+    worker_->defer(*this, deferred_stage::messages);
 }
 
 void am_registry::uncount(id_state& s, am_message_state* m) noexcept {
@@ -351,7 +362,7 @@ void am_registry::pump(id_state& s) {
     }
 }
 
-std::size_t am_registry::after_progress() noexcept {
+std::size_t am_registry::run_deferred(deferred_stage) noexcept {
     std::size_t n = 0;
     // Fetches may complete while pumping: loop until both lists are empty.
     while ((!fetched_.empty() || !dirty_.empty()) && !closed())
@@ -394,6 +405,25 @@ std::size_t am_registry::drain() noexcept {
         ++n;
     }
     return n;
+}
+
+std::shared_ptr<am_registry> make_am_registry(worker_impl& w) {
+    auto am = std::make_shared<am_registry>(w);
+    if (!am->open())
+        return nullptr;
+    w.add_component(*am);
+    // Released after every request called back: see detach().
+    w.add_resource(am.get());
+    return am;
+}
+
+void worker_impl::am_recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
+    if (!am_) {
+        start(op);
+        return fail(op, is_open() ? make_error_code(error::feature_not_enabled)
+                                  : error_code(boost::asio::error::operation_aborted));
+    }
+    am_->recv(op, id, from);
 }
 
 void am_registry::recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
@@ -558,6 +588,7 @@ void am_registry::shutdown() noexcept {
         }
     }
     dirty_.clear();
+    worker_->remove_component(*this);
 }
 
 void am_registry::detach() noexcept {
@@ -746,7 +777,9 @@ endpoint am_message::reply_endpoint(error_code& ec) const {
             ep = e->weak_from_this().lock();
         } else {
             // A failed endpoint is no longer mapped, but still listed.
-            for (e = w->endpoints(); e; e = e->next) {
+            for (detail::worker_component* c = w->components(detail::component_kind::endpoint); c;
+                 c = c->next_component()) {
+                e = static_cast<detail::endpoint_impl*>(c);
                 if (same(e)) {
                     ep = e->weak_from_this().lock();
                     break;

@@ -81,7 +81,8 @@ struct am_message_state {
 /// Push handler of an id.
 using am_handler = std::function<void(error_code, am_message)>;
 
-class am_registry final : public progress_observer,
+class am_registry final : public worker_component,
+                          public worker_resource,
                           public std::enable_shared_from_this<am_registry> {
 public:
     explicit am_registry(worker_impl& w);
@@ -94,7 +95,7 @@ public:
     /// The worker shuts down: waiting receives end with operation_aborted,
     /// rendezvous data not fetched is dropped, and live messages take a
     /// private copy of their data before UCX's buffers go away.
-    void shutdown() noexcept;
+    void shutdown() noexcept override;
     /// After UCX called back every request, before the worker is destroyed:
     /// messages the application holds copy UCX's buffers, and the registry
     /// forgets the worker.
@@ -108,12 +109,11 @@ public:
     /// Fails waiting receives bound to `ep` (when it has nothing queued).
     void endpoint_failed(endpoint_impl* ep, const error_code& ec) noexcept;
 
-    std::size_t after_progress() noexcept override;
-    /// Whether after_progress has anything to do (checked inline on every
-    /// progress step before calling it).
-    bool has_work() const noexcept { return !fetched_.empty() || !dirty_.empty(); }
-    /// Fetches UCX still owns (shutdown waits for them).
-    std::size_t requests_in_flight() const noexcept { return fetches_in_flight_; }
+    /// Serves what arrived (the messages stage, queued by `mark` and the
+    /// fetch completions): fetches rendezvous data, delivers messages.
+    std::size_t run_deferred(deferred_stage) noexcept override;
+    /// Calls detach().
+    void release_worker_resource() noexcept override { detach(); }
     /// Gives back a message's memory and its state (owner thread).
     void release(am_message_state* s) noexcept;
     /// Messages queued for an id, and the bytes they hold.

@@ -1,4 +1,3 @@
-#include <ucx/detail/results.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
 
@@ -26,13 +25,26 @@ std::uint64_t next_endpoint_serial() noexcept {
 } // namespace
 
 endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker)
-    : worker_(std::move(worker)), serial_(next_endpoint_serial()) {}
+    : worker_component(component_kind::endpoint), worker_(std::move(worker)),
+      serial_(next_endpoint_serial()) {}
 
 endpoint_impl::~endpoint_impl() {
     force_close(boost::asio::error::operation_aborted);
     orphan_operations();
-    if (registered_)
-        worker_->remove_endpoint(this);
+    // Also takes it out of the deferred queues.
+    worker_->remove_component(*this);
+}
+
+void counted_send_finished(operation* op) noexcept {
+    op->endpoint->send_finished();
+}
+
+std::size_t endpoint_impl::run_deferred(deferred_stage stage) noexcept {
+    if (stage == deferred_stage::close_ready)
+        finish_close();
+    else if (stage == deferred_stage::failure)
+        handle_failure();
+    return 1;
 }
 
 void endpoint_impl::orphan_operations() noexcept {
@@ -46,7 +58,7 @@ void endpoint_impl::orphan_operations() noexcept {
 
 void endpoint_impl::send_finished() noexcept {
     if (--sends_in_flight_ == 0 && close_op_)
-        worker_->endpoint_ready_to_close(this);
+        worker_->defer(*this, deferred_stage::close_ready);
 }
 
 void endpoint_impl::create(ucp_ep_params_t& params, error_code& ec) noexcept {
@@ -63,9 +75,9 @@ void endpoint_impl::create(ucp_ep_params_t& params, error_code& ec) noexcept {
         ec = make_error_code(st);
         return;
     }
-    worker_->add_endpoint(this);
+    worker_->add_component(*this);
     registered_ = true;
-    worker_->map_endpoint(ep_, this);
+    worker_->control().map(ep_, this);
     mapped_ = true;
     ec = {};
 }
@@ -140,31 +152,9 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
         return;
     // The hello carries this worker's address: the acceptor needs it to make
     // UCX's endpoint for this connection its own (see accept_address).
-    struct hello_state {
-        control_message::wire wire;
-        std::vector<std::byte> address;
-    };
-    std::shared_ptr<hello_state> state;
     try {
-        state = std::make_shared<hello_state>(
-            hello_state{control_message{control_type::hello, fsm_.local_tag()}.encode(),
-                        w.address().ucx_bytes()});
-        start_operation<error_result>(
-            [state](const error_code&) {}, w,
-            [self = shared_from_this(), state](operation* hello_op) {
-                if (!self->begin(hello_op, false))
-                    return;
-                ucp_request_param_t param{};
-                param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                                     UCP_OP_ATTR_FIELD_FLAGS;
-                param.flags = UCP_AM_SEND_FLAG_REPLY;
-                param.cb.send = &worker_impl::send_callback;
-                param.user_data = hello_op;
-                self->submitted(hello_op,
-                                ucp_am_send_nbx(self->ep_, control_am_id, state->wire.data(),
-                                                state->wire.size(), state->address.data(),
-                                                state->address.size(), &param));
-            });
+        w.control().send(ep_, control_message{control_type::hello, fsm_.local_tag()},
+                         w.address().ucx_bytes());
     } catch (...) {
         force_close(make_error_code(error::allocation_failed));
     }
@@ -206,7 +196,7 @@ void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hel
 
 void endpoint_impl::adopt(ucp_ep_h ep) noexcept {
     ep_ = ep;
-    worker_->add_endpoint(this);
+    worker_->add_component(*this);
     registered_ = true;
     execute(fsm_.start({role::borrowed}));
 }
@@ -340,21 +330,8 @@ void endpoint_impl::close_ucp(bool flush) noexcept {
         }
         return;
     }
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    if (op) {
-        param.cb.send = &worker_impl::send_callback;
-        param.user_data = op;
-    } else {
-        param.cb.send = &worker_impl::close_callback;
-        param.user_data = worker_.get();
-    }
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
+    ucs_status_ptr_t r = w.close_ucp_endpoint(ep, !flush, op);
     if (!op) {
-        if (UCS_PTR_IS_PTR(r))
-            w.close_request_started();
         // The sends UCX failed just now are delivered by a pass.
         w.request_progress();
         return;
@@ -400,7 +377,7 @@ void endpoint_impl::error_callback(void* arg, ucp_ep_h, ucs_status_t status) noe
     auto* self = static_cast<endpoint_impl*>(arg);
     if (self->failure_status == UCS_OK)
         self->failure_status = status;
-    self->worker_->endpoint_failed(self);
+    self->worker_->defer(*self, deferred_stage::failure);
 }
 
 void endpoint_impl::handle_failure() noexcept {
@@ -450,7 +427,7 @@ void endpoint_impl::abort_pending() noexcept {
 
 void endpoint_impl::unmap() noexcept {
     if (mapped_) {
-        worker_->unmap_endpoint(ep_);
+        worker_->control().unmap(ep_);
         mapped_ = false;
     }
 }
@@ -468,7 +445,7 @@ void endpoint_impl::detach() noexcept {
     if (listener_impl* l = std::exchange(listener_, nullptr))
         l->on_failed(this);
     if (registered_) {
-        worker_->remove_endpoint(this);
+        worker_->remove_component(*this);
         registered_ = false;
     }
 }

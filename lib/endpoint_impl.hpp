@@ -7,6 +7,7 @@
 #include <ucx/worker_address.hpp>
 
 #include "control_message.hpp"
+#include "worker_component.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 
@@ -37,7 +38,8 @@ protected:
     ~endpoint_watcher() = default;
 };
 
-class endpoint_impl : public std::enable_shared_from_this<endpoint_impl> {
+class endpoint_impl final : public worker_component,
+                            public std::enable_shared_from_this<endpoint_impl> {
 public:
     using role = connection_role;
 
@@ -145,10 +147,11 @@ public:
     /// their sender by pointer and serial, without reference counting).
     std::uint64_t serial() const noexcept { return serial_; }
 
-    // Links in the worker's endpoint list.
-    endpoint_impl* next = nullptr;
-    endpoint_impl* prev = nullptr;
-    bool failure_pending = false;
+    // The worker runs the close (close_ready) and the failure (failure)
+    // after progress, and detaches the endpoint at shutdown.
+    std::size_t run_deferred(deferred_stage stage) noexcept override;
+    void shutdown() noexcept override { detach(); }
+
     /// Status reported by the error callback.
     ucs_status_t failure_status = UCS_OK;
 

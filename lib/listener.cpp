@@ -15,8 +15,8 @@ namespace detail {
 
 listener_impl::listener_impl(std::shared_ptr<worker_impl> worker, std::size_t backlog,
                              filter_type filter)
-    : worker_(std::move(worker)), backlog_(std::max<std::size_t>(1, backlog)),
-      filter_(std::move(filter)) {}
+    : worker_component(component_kind::listener), worker_(std::move(worker)),
+      backlog_(std::max<std::size_t>(1, backlog)), filter_(std::move(filter)) {}
 
 listener_impl::~listener_impl() {
     close();
@@ -42,7 +42,7 @@ void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code&
         ec = make_error_code(st);
         return;
     }
-    worker_->add_listener(this);
+    worker_->add_component(*this);
     ec = {};
 }
 
@@ -65,7 +65,7 @@ void listener_impl::conn_callback(ucp_conn_request_h request, void* arg) noexcep
     // Inside ucp_worker_progress: queue only.
     auto* self = static_cast<listener_impl*>(arg);
     self->requests_.push_back(request);
-    self->worker_->listener_has_requests(self);
+    self->worker_->defer(*self, deferred_stage::requests);
 }
 
 void listener_impl::process_requests() noexcept {
@@ -79,7 +79,7 @@ void listener_impl::process_requests() noexcept {
         attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
         if (ucp_conn_request_query(request, &attr) == UCS_OK)
             client = to_tcp_endpoint(attr.client_address);
-        const bool full = handshaking_.size() + ready_.size() >= backlog_;
+        const bool full = handshaking_.size() + queue_.ready() >= backlog_;
         if (full || (filter_ && !filter_(client))) {
             ++rejected_;
             log::write(log::severity::info, full ? "listener: backlog full, connection rejected"
@@ -100,16 +100,7 @@ void listener_impl::process_requests() noexcept {
 
 void listener_impl::on_established(std::shared_ptr<endpoint_impl> ep) noexcept {
     std::erase(handshaking_, ep);
-    if (accepts_.empty()) {
-        ready_.push_back(std::move(ep));
-        return;
-    }
-    operation* op = accepts_.front();
-    accepts_.pop_front();
-    op->payload = std::move(ep);
-    op->status = UCS_OK;
-    worker_->finished(op);
-    worker_->request_progress();
+    queue_.offer(std::move(ep));
 }
 
 void listener_impl::on_failed(endpoint_impl* ep) noexcept {
@@ -117,31 +108,7 @@ void listener_impl::on_failed(endpoint_impl* ep) noexcept {
 }
 
 void listener_impl::accept(operation* op) noexcept {
-    worker_impl& w = *worker_;
-    w.start(op);
-    op->library_owned = true;
-    op->cancel_hook = &listener_impl::cancel_accept;
-    op->hook_context = this;
-    if (!handle_)
-        return w.fail(op, boost::asio::error::bad_descriptor);
-    if (!ready_.empty()) {
-        op->payload = std::move(ready_.front());
-        ready_.pop_front();
-        op->status = UCS_OK;
-        w.finished(op); // delivered by the next pass, never inside this call
-        w.request_progress();
-        return;
-    }
-    accepts_.push_back(op);
-}
-
-void listener_impl::cancel_accept(operation* op) noexcept {
-    auto* self = static_cast<listener_impl*>(op->hook_context);
-    auto it = std::find(self->accepts_.begin(), self->accepts_.end(), op);
-    if (it == self->accepts_.end())
-        return;
-    self->accepts_.erase(it);
-    self->worker_->fail(op, boost::asio::error::operation_aborted);
+    queue_.accept(op, handle_ != nullptr);
 }
 
 void listener_impl::close() noexcept {
@@ -152,15 +119,11 @@ void listener_impl::close() noexcept {
     requests_.clear();
     ucp_listener_destroy(handle_);
     handle_ = nullptr;
-    worker_->remove_listener(this);
+    worker_->remove_component(*this);
     for (auto& ep : handshaking_)
         ep->forget_listener();
     handshaking_.clear(); // force-closes them
-    ready_.clear();
-    auto accepts = std::move(accepts_);
-    accepts_.clear();
-    for (operation* op : accepts)
-        worker_->fail(op, boost::asio::error::operation_aborted);
+    queue_.close();
 }
 
 } // namespace detail

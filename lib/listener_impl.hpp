@@ -3,11 +3,12 @@
 
 #include <ucx/detail/operation.hpp>
 
+#include "accept_queue.hpp"
 #include "endpoint_impl.hpp"
+#include "worker_component.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 
-#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -16,7 +17,7 @@ namespace ucx::detail {
 
 class worker_impl;
 
-class listener_impl {
+class listener_impl final : public worker_component {
 public:
     using filter_type = std::function<bool(const boost::asio::ip::tcp::endpoint&)>;
 
@@ -37,6 +38,11 @@ public:
     void accept(operation* op) noexcept;
     /// Handles the connection requests queued by the UCX callback (after progress).
     void process_requests() noexcept;
+    std::size_t run_deferred(deferred_stage) noexcept override {
+        process_requests();
+        return 1;
+    }
+    void shutdown() noexcept override { close(); }
     /// An accepted endpoint finished its handshake.
     void on_established(std::shared_ptr<endpoint_impl> ep) noexcept;
     /// An endpoint failed (or went away) before its handshake finished.
@@ -44,7 +50,6 @@ public:
 
 private:
     static void conn_callback(ucp_conn_request_h request, void* arg) noexcept;
-    static void cancel_accept(operation* op) noexcept;
 
     std::shared_ptr<worker_impl> worker_;
     ucp_listener_h handle_ = nullptr;
@@ -53,8 +58,7 @@ private:
     std::size_t rejected_ = 0;
     std::vector<ucp_conn_request_h> requests_;
     std::vector<std::shared_ptr<endpoint_impl>> handshaking_;
-    std::deque<std::shared_ptr<endpoint_impl>> ready_;
-    std::deque<operation*> accepts_;
+    accept_queue queue_{*worker_};
 };
 
 } // namespace ucx::detail

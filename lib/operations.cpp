@@ -9,6 +9,7 @@
 #include <ucx/tag.hpp>
 #include <ucx/ucxio.hpp>
 
+#include "address_acceptor.hpp"
 #include "endpoint_impl.hpp"
 #include "listener_impl.hpp"
 #include "stream_impl.hpp"

@@ -39,46 +39,6 @@ namespace ucx::detail {
 /// `asio::error::connection_reset`), so code written for TCP sockets matches it.
 error_code socket_error(const error_code& ec) noexcept;
 
-class address_hello_hook;
-
-/// The state behind an address acceptor (`ucx::acceptor(worker&)`): takes
-/// the connections whose hello arrived over an endpoint UCX made for a peer
-/// that connected from a worker address. One per worker at a time.
-class address_acceptor_impl final : public std::enable_shared_from_this<address_acceptor_impl> {
-public:
-    address_acceptor_impl(std::shared_ptr<worker_impl> w, std::size_t backlog);
-    ~address_acceptor_impl();
-    address_acceptor_impl(const address_acceptor_impl&) = delete;
-    address_acceptor_impl& operator=(const address_acceptor_impl&) = delete;
-
-    const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
-    /// Starts taking connections (owner thread). `address_in_use` when the
-    /// worker has an open address acceptor already.
-    void open(error_code& ec);
-    bool is_open() const noexcept { return hook_ != nullptr; }
-    /// Refuses later connections, drops unaccepted ones, aborts accepts. Idempotent.
-    void close() noexcept;
-    /// Starts an accept (owner thread); completes with an endpoint.
-    void accept(operation* op) noexcept;
-
-    // From the worker's hello hook (owner thread, after progress).
-    /// A connection whose handshake is done; false when the backlog is full.
-    bool offer(std::shared_ptr<endpoint_impl> ep) noexcept;
-    /// Whether another connection fits in the backlog.
-    bool has_room() const noexcept { return ready_.size() < backlog_; }
-    /// The worker shuts down.
-    void hook_gone() noexcept;
-
-private:
-    static void cancel_accept(operation* op) noexcept;
-
-    std::shared_ptr<worker_impl> worker_;
-    std::size_t backlog_;
-    address_hello_hook* hook_ = nullptr;
-    std::vector<std::shared_ptr<endpoint_impl>> ready_;
-    std::vector<operation*> accepts_;
-};
-
 class stream_impl final : public progress_observer,
                           public endpoint_watcher,
                           public std::enable_shared_from_this<stream_impl> {

@@ -1,10 +1,7 @@
 #include <ucx/log.hpp>
 #include <ucx/worker.hpp>
 
-#include "am_registry.hpp"
 #include "context_impl.hpp"
-#include "endpoint_impl.hpp"
-#include "listener_impl.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -30,13 +27,11 @@ progress_config make_progress_config(const worker_options& o) {
 } // namespace
 
 inline bool worker_impl::nothing_to_deliver() const noexcept {
-    return done_head_ == nullptr && control_queue_.empty() && observers_.empty() &&
-           (am_in_progress() == nullptr || !am_->has_work()) && closing_endpoints_.empty() &&
-           listeners_with_requests_.empty() && failed_endpoints_.empty();
+    return done_head_ == nullptr && !has_deferred_ && observers_.empty();
 }
 
 inline bool worker_impl::work_pending() const noexcept {
-    return in_flight_count_ + internal_requests_ + (am_ ? am_->requests_in_flight() : 0) > 0;
+    return in_flight_count_ + internal_requests_ > 0;
 }
 
 // The UCX side of the progress engine: what run_progress_pass calls.
@@ -109,20 +104,9 @@ void worker_impl::open() {
         throw boost::system::system_error(make_error_code(st), "ucp_worker_get_efd");
     }
     efd_.assign(fd);
-    if ((context_->features() & feature::am) == feature::am) {
-        ucp_am_handler_param_t am{};
-        am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                        UCP_AM_HANDLER_PARAM_FIELD_ARG;
-        am.id = control_am_id;
-        am.cb = &worker_impl::control_callback;
-        am.arg = this;
-        control_channel_ = ucp_worker_set_am_recv_handler(worker_, &am) == UCS_OK;
-    }
-    if (control_channel_) {
-        am_ = std::make_shared<am_registry>(*this);
-        if (!am_->open())
-            am_.reset();
-    }
+    // Active messages carry the control channel, and the registry on top.
+    if ((context_->features() & feature::am) == feature::am && channel_.open())
+        am_ = make_am_registry(*this);
     // Serve the peers from the start: the first pass queues the wait on the fd.
     request_progress();
     log::write(log::severity::debug,
@@ -175,7 +159,7 @@ void worker_impl::unlink(operation* op) noexcept {
 void worker_impl::finished(operation* op) noexcept {
     if (op->counted_send && op->endpoint) {
         op->counted_send = false;
-        op->endpoint->send_finished();
+        counted_send_finished(op);
     }
     unlink(op);
     op->next = nullptr;
@@ -267,138 +251,97 @@ void worker_impl::recv_callback(void* request, ucs_status_t status, const ucp_ta
     op->owner->finished(op);
 }
 
-ucs_status_t worker_impl::control_callback(void* arg, const void* header, std::size_t header_length,
-                                           void*, std::size_t,
-                                           const ucp_am_recv_param_t* param) noexcept {
-    // Inside ucp_worker_progress: validate and queue only.
-    auto* self = static_cast<worker_impl*>(arg);
-    auto message = control_message::decode(
-        std::span<const std::byte>(static_cast<const std::byte*>(header), header_length));
-    if (!message || !param || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
-        param->reply_ep == nullptr) {
-        ++self->dropped_control_;
-        return UCS_OK;
-    }
-    self->control_queue_.emplace_back(param->reply_ep, *message);
-    return UCS_OK;
-}
-
-namespace {
-// A control message in flight: UCX 1.13 cannot copy an AM header, so it lives here.
-struct control_send_state {
-    worker_impl* worker;
-    control_message::wire wire;
-};
-} // namespace
-
-void worker_impl::send_control(ucp_ep_h ep, const control_message& m) noexcept {
-    if (!worker_ || ep == nullptr || !control_channel_)
-        return;
-    auto* state = new (std::nothrow) control_send_state{this, m.encode()};
-    if (!state)
-        return;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send = &worker_impl::control_sent;
-    param.user_data = state;
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep, control_am_id, state->wire.data(), state->wire.size(),
-                                         nullptr, 0, &param);
-    if (UCS_PTR_IS_PTR(r)) {
-        ++internal_requests_;
-        request_progress();
-        return;
-    }
-    if (UCS_PTR_IS_ERR(r))
-        log::write(log::severity::info, std::string("control message not sent: ") +
-                                            ucs_status_string(UCS_PTR_STATUS(r)));
-    delete state;
-}
-
-void worker_impl::control_sent(void* request, ucs_status_t, void* user_data) noexcept {
-    auto* state = static_cast<control_send_state*>(user_data);
-    --state->worker->internal_requests_;
-    ucp_request_free(request);
-    delete state;
-}
-
-void worker_impl::map_endpoint(ucp_ep_h ep, endpoint_impl* impl) {
-    last_found_ep_ = nullptr;
-    endpoint_map_[ep] = impl;
-}
-
-void worker_impl::unmap_endpoint(ucp_ep_h ep) noexcept {
-    last_found_ep_ = nullptr;
-    endpoint_map_.erase(ep);
-}
-
-void worker_impl::add_listener(listener_impl* l) {
-    listeners_.push_back(l);
-}
-
-void worker_impl::remove_listener(listener_impl* l) noexcept {
-    std::erase(listeners_, l);
-    std::erase(listeners_with_requests_, l);
-}
-
-void worker_impl::listener_has_requests(listener_impl* l) {
-    if (std::find(listeners_with_requests_.begin(), listeners_with_requests_.end(), l) ==
-        listeners_with_requests_.end())
-        listeners_with_requests_.push_back(l);
-}
-
 void worker_impl::close_callback(void* request, ucs_status_t, void* user_data) noexcept {
     auto* self = static_cast<worker_impl*>(user_data);
     ucp_request_free(request);
     --self->internal_requests_;
 }
 
+ucs_status_ptr_t worker_impl::close_ucp_endpoint(ucp_ep_h ep, bool force, operation* op) noexcept {
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    if (op) {
+        param.cb.send = &worker_impl::send_callback;
+        param.user_data = op;
+        return ucp_ep_close_nbx(ep, &param);
+    }
+    param.cb.send = &worker_impl::close_callback;
+    param.user_data = this;
+    if (ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param); UCS_PTR_IS_PTR(r)) {
+        ++internal_requests_;
+        request_progress();
+    }
+    return nullptr;
+}
+
+// ---- components ----
+
+void worker_impl::add_component(worker_component& c) noexcept {
+    if (c.linked_)
+        return;
+    worker_component*& head = heads_[static_cast<std::size_t>(c.kind_)];
+    c.prev_ = nullptr;
+    c.next_ = head;
+    if (head)
+        head->prev_ = &c;
+    head = &c;
+    c.linked_ = true;
+}
+
+void worker_impl::remove_component(worker_component& c) noexcept {
+    if (c.linked_) {
+        if (c.prev_)
+            c.prev_->next_ = c.next_;
+        else
+            heads_[static_cast<std::size_t>(c.kind_)] = c.next_;
+        if (c.next_)
+            c.next_->prev_ = c.prev_;
+        c.next_ = c.prev_ = nullptr;
+        c.linked_ = false;
+    }
+    for (std::size_t stage = 0; c.queued_ != 0 && stage < deferred_stage_count; ++stage) {
+        const auto bit = static_cast<std::uint8_t>(1u << stage);
+        if (c.queued_ & bit) {
+            std::erase(deferred_[stage], &c);
+            c.queued_ &= static_cast<std::uint8_t>(~bit);
+        }
+    }
+}
+
+std::size_t worker_impl::run_stage(deferred_stage stage) noexcept {
+    auto& queue = deferred_[static_cast<std::size_t>(stage)];
+    const auto bit = static_cast<std::uint8_t>(1u << static_cast<unsigned>(stage));
+    std::size_t n = 0;
+    // Last queued first, as the queues always were; one a component queues
+    // while this stage runs runs in it too.
+    while (!queue.empty()) {
+        worker_component* c = queue.back();
+        queue.pop_back();
+        c->queued_ &= static_cast<std::uint8_t>(~bit);
+        n += c->run_deferred(stage);
+    }
+    return n;
+}
+
 std::size_t worker_impl::deliver_completions(operation::delivery d) {
     std::size_t n = 0;
-    // Control messages first: a goodbye arrives before the disconnect that
-    // follows it, and must win over the reset UCX reports for it.
-    if (!control_queue_.empty()) {
-        // Swapped with a spare that keeps its capacity: no allocation per
-        // control message (stream acknowledgements are steady traffic).
-        control_queue_.swap(control_spare_);
-        for (const auto& [ep, message] : control_spare_) {
-            if (auto it = endpoint_map_.find(ep); it != endpoint_map_.end())
-                it->second->on_control(message);
-            else
-                ++dropped_control_;
-            ++n;
-        }
-        control_spare_.clear();
+    if (has_deferred_ || !observers_.empty()) {
+        has_deferred_ = false;
+        // Control messages first: see deferred_stage.
+        n += run_stage(deferred_stage::control);
+        n += run_stage(deferred_stage::close_ready);
+        n += run_stage(deferred_stage::requests);
+        n += run_stage(deferred_stage::failure);
+        // Observers may remove themselves (or others) while running: backwards,
+        // so one that removes itself does not make the next one miss this pass
+        // (a stream whose data already arrived would wait for another event).
+        for (std::size_t i = observers_.size(); i > 0; --i)
+            if (i - 1 < observers_.size())
+                n += observers_[i - 1]->after_progress();
+        n += run_stage(deferred_stage::messages);
     }
-    while (!closing_endpoints_.empty()) {
-        endpoint_impl* ep = closing_endpoints_.back();
-        closing_endpoints_.pop_back();
-        ep->finish_close();
-        ++n;
-    }
-    while (!listeners_with_requests_.empty()) {
-        listener_impl* l = listeners_with_requests_.back();
-        listeners_with_requests_.pop_back();
-        l->process_requests();
-        ++n;
-    }
-    while (!failed_endpoints_.empty()) {
-        endpoint_impl* ep = failed_endpoints_.back();
-        failed_endpoints_.pop_back();
-        ep->failure_pending = false;
-        ep->handle_failure();
-        ++n;
-    }
-    // Observers may remove themselves (or others) while running: backwards,
-    // so one that removes itself does not make the next one miss this pass
-    // (a stream whose data already arrived would wait for another event).
-    for (std::size_t i = observers_.size(); i > 0; --i)
-        if (i - 1 < observers_.size())
-            n += observers_[i - 1]->after_progress();
-    // Active messages last, as the first observer would be.
-    if (am_registry* am = am_in_progress(); am && am->has_work())
-        n += am->after_progress();
     // Deliver what is queued now (not what these handlers queue), one at a
     // time from the shared queue, so a handler that shuts the worker down
     // leaves the rest to shutdown(), which frees their UCX requests in time.
@@ -496,40 +439,6 @@ void worker_impl::cancel_safety_timer() noexcept {
     safety_timer_.cancel();
 }
 
-// ---- endpoints ----
-
-void worker_impl::add_endpoint(endpoint_impl* ep) {
-    ep->prev = nullptr;
-    ep->next = endpoints_;
-    if (endpoints_)
-        endpoints_->prev = ep;
-    endpoints_ = ep;
-}
-
-void worker_impl::remove_endpoint(endpoint_impl* ep) noexcept {
-    if (ep->prev)
-        ep->prev->next = ep->next;
-    else if (endpoints_ == ep)
-        endpoints_ = ep->next;
-    if (ep->next)
-        ep->next->prev = ep->prev;
-    ep->next = ep->prev = nullptr;
-    if (ep->failure_pending) {
-        std::erase(failed_endpoints_, ep);
-        ep->failure_pending = false;
-    }
-    std::erase(closing_endpoints_, ep);
-}
-
-void worker_impl::am_recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
-    if (!am_) {
-        start(op);
-        return fail(op, is_open() ? make_error_code(error::feature_not_enabled)
-                                  : error_code(boost::asio::error::operation_aborted));
-    }
-    am_->recv(op, id, from);
-}
-
 void worker_impl::add_observer(progress_observer* o) {
     if (std::find(observers_.begin(), observers_.end(), o) == observers_.end())
         observers_.push_back(o);
@@ -547,25 +456,7 @@ void worker_impl::remove_resource(worker_resource* r) noexcept {
     std::erase(resources_, r);
 }
 
-void worker_impl::endpoint_ready_to_close(endpoint_impl* ep) {
-    if (std::find(closing_endpoints_.begin(), closing_endpoints_.end(), ep) ==
-        closing_endpoints_.end())
-        closing_endpoints_.push_back(ep);
-}
-
-void worker_impl::endpoint_failed(endpoint_impl* ep) {
-    if (ep->failure_pending)
-        return;
-    ep->failure_pending = true;
-    failed_endpoints_.push_back(ep);
-}
-
-void worker_impl::close_request_started() noexcept {
-    ++internal_requests_;
-    request_progress();
-}
-
-// ---- shutdown: DESIGN order ----
+// ---- shutdown ----
 
 void worker_impl::shutdown() {
     if (!worker_ || stopping_)
@@ -573,18 +464,17 @@ void worker_impl::shutdown() {
     stopping_ = true;
     log::write(log::severity::debug, "worker shutting down");
 
-    // 1. Close listeners, force-close endpoints: their sends complete with an error.
-    while (!listeners_.empty())
-        listeners_.back()->close();
-    while (endpoints_)
-        endpoints_->detach();
-    failed_endpoints_.clear();
-    closing_endpoints_.clear();
-    control_queue_.clear();
-
-    // Active messages: waiting receives are ended below; queued messages go.
-    if (am_)
-        am_->shutdown();
+    // 1. Close listeners, force-close endpoints (their sends complete with an
+    // error), end the rest (active messages: waiting receives are ended below,
+    // queued messages go). Each component leaves the worker as it ends.
+    for (component_kind kind :
+         {component_kind::listener, component_kind::endpoint, component_kind::service})
+        while (worker_component* c = components(kind))
+            c->shutdown();
+    channel_.shutdown();
+    for (auto& queue : deferred_)
+        queue.clear();
+    has_deferred_ = false;
 
     // 2. Cancel tag receives; everything still in flight reports operation_aborted.
     std::vector<operation*> library_owned;
@@ -615,11 +505,6 @@ void worker_impl::shutdown() {
         }
     }
     deliver_completions(operation::delivery::post);
-    // Messages the application still holds keep a copy of UCX's buffers.
-    if (am_) {
-        am_->detach();
-        am_.reset();
-    }
 
     // 4. Stop the engine, give the fd back to UCX (it owns and closes it), destroy.
     cancel_wait();
@@ -627,11 +512,14 @@ void worker_impl::shutdown() {
     error_code ignored;
     if (efd_.is_open())
         efd_.release();
+    // Active messages the application still holds keep a copy of UCX's buffers.
     while (!resources_.empty()) {
         worker_resource* r = resources_.back();
         resources_.pop_back();
         r->release_worker_resource();
     }
+    am_.reset();
+    channel_.release();
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
 }

@@ -5,17 +5,20 @@
 #include <ucx/detail/operation.hpp>
 #include <ucx/worker.hpp>
 
+#include "control_channel.hpp"
 #include "control_message.hpp"
 #include "progress_fsm.hpp"
+#include "worker_component.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <random>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -24,11 +27,10 @@ namespace ucx::detail {
 class am_registry;
 class context_impl;
 class endpoint_impl;
-class listener_impl;
 
-/// Work done after every ucp_worker_progress call, outside UCX callbacks:
-/// moving received data to waiting operations (active messages, streams).
-/// It may queue operations with `worker_impl::finished`, never run handlers.
+/// Work done after every ucp_worker_progress call while registered, outside
+/// UCX callbacks: moving received stream data to waiting reads. It may
+/// queue operations with `worker_impl::finished`, never run handlers.
 class progress_observer {
 public:
     /// Returns how many events it handled (0 when there was nothing to do).
@@ -38,9 +40,9 @@ protected:
     ~progress_observer() = default;
 };
 
-/// A resource tied to the UCP worker (an unpacked remote key): released by
-/// shutdown after every request has called back, before the UCP worker is
-/// destroyed, unless it removed itself earlier.
+/// A resource tied to the UCP worker (an unpacked remote key, the received
+/// active messages): released by shutdown after every request has called
+/// back, before the UCP worker is destroyed, unless it removed itself earlier.
 class worker_resource {
 public:
     virtual void release_worker_resource() noexcept = 0;
@@ -48,6 +50,13 @@ public:
 protected:
     ~worker_resource() = default;
 };
+
+/// A counted send finished (inside a UCX callback: records only); defined
+/// with the endpoint, which `op->endpoint` is.
+void counted_send_finished(operation* op) noexcept;
+/// Creates and opens the active-message registry of `w` (registered with
+/// it); null when it cannot be opened. Defined with the registry.
+std::shared_ptr<am_registry> make_am_registry(worker_impl& w);
 
 class worker_impl : public worker_core, public std::enable_shared_from_this<worker_impl> {
 public:
@@ -78,10 +87,6 @@ public:
     /// Starts a tag receive.
     void tag_recv(operation* op, void* data, std::size_t size, ucp_tag_t tag,
                   ucp_tag_t mask) noexcept;
-    /// An endpoint's error callback fired: handle it after progress returns.
-    void endpoint_failed(endpoint_impl* ep);
-    /// An endpoint's sends drained during a graceful close: continue after progress.
-    void endpoint_ready_to_close(endpoint_impl* ep);
     /// A UCX callback finished `op`: queue it for delivery after progress.
     void finished(operation* op) noexcept;
     /// Cancels an operation from its cancellation slot: tag receives through
@@ -99,36 +104,47 @@ public:
             request_pass();
     }
 
-    // --- endpoints (owner thread only) ---
-    void add_endpoint(endpoint_impl* ep);
-    /// Head of the list of this worker's endpoints (linked by next/prev).
-    endpoint_impl* endpoints() const noexcept { return endpoints_; }
-    void remove_endpoint(endpoint_impl* ep) noexcept;
-    /// An endpoint close request is under way (close_callback frees it).
-    void close_request_started() noexcept;
-    /// Maps a UCP endpoint to its endpoint (control messages find it by reply_ep).
-    void map_endpoint(ucp_ep_h ep, endpoint_impl* impl);
-    void unmap_endpoint(ucp_ep_h ep) noexcept;
-    /// The endpoint mapped to a UCP endpoint, or null. Every active message
-    /// looks up its sender: the last answer is remembered (most traffic
-    /// comes from the peer of the last message) until the map changes.
-    endpoint_impl* find_endpoint(ucp_ep_h ep) const noexcept {
-        if (ep != nullptr && ep == last_found_ep_)
-            return last_found_;
-        auto it = endpoint_map_.find(ep);
-        endpoint_impl* impl = it == endpoint_map_.end() ? nullptr : it->second;
-        last_found_ep_ = ep;
-        last_found_ = impl;
-        return impl;
+    // --- components (owner thread only) ---
+    /// `c` takes part in shutdown until removed.
+    void add_component(worker_component& c) noexcept;
+    /// Takes `c` out (and out of every deferred queue). Idempotent.
+    void remove_component(worker_component& c) noexcept;
+    /// The first registered component of `kind` (then `next_component()`).
+    worker_component* components(component_kind kind) const noexcept {
+        return heads_[static_cast<std::size_t>(kind)];
     }
+    /// Queues `c` for `stage` of the work after the current (or next)
+    /// ucp_worker_progress call; once per stage until it runs. Callable from
+    /// UCX callbacks; ignored once the worker shuts down.
+    void defer(worker_component& c, deferred_stage stage) {
+        const auto bit = static_cast<std::uint8_t>(1u << static_cast<unsigned>(stage));
+        if ((c.queued_ & bit) || stopping_)
+            return;
+        deferred_[static_cast<std::size_t>(stage)].push_back(&c);
+        c.queued_ |= bit;
+        has_deferred_ = true;
+    }
+    /// An internal request (a close, a fetch) is under way: shutdown waits for it.
+    void internal_request_started() noexcept { ++internal_requests_; }
+    void internal_request_done() noexcept { --internal_requests_; }
+    /// Closes a UCP endpoint (force, or flush: what was sent goes first).
+    /// Without `op`, the worker counts the close as its internal work and
+    /// returns null; with `op`, UCX's answer for it is returned (see
+    /// `submitted`), and the close completes it.
+    ucs_status_ptr_t close_ucp_endpoint(ucp_ep_h ep, bool force, operation* op = nullptr) noexcept;
+
+    /// The control channel (the library's control messages).
+    control_channel& control() noexcept { return channel_; }
+    /// The endpoint mapped to a UCP endpoint, or null (see control_channel).
+    endpoint_impl* find_endpoint(ucp_ep_h ep) const noexcept { return channel_.find(ep); }
     /// Sends a control message on `ep` (fire and forget; the worker tracks it).
-    void send_control(ucp_ep_h ep, const control_message& m) noexcept;
+    void send_control(ucp_ep_h ep, const control_message& m) noexcept { channel_.send(ep, m); }
     /// Whether the context has active messages (needed for connected endpoints).
-    bool has_control_channel() const noexcept { return control_channel_; }
+    bool has_control_channel() const noexcept { return channel_.is_open(); }
     /// A fresh random tag for per-endpoint receives.
     std::uint64_t random_tag() { return rng_(); }
     /// Control messages dropped as malformed or unroutable.
-    std::size_t dropped_control_messages() const noexcept { return dropped_control_; }
+    std::size_t dropped_control_messages() const noexcept { return channel_.dropped(); }
 
     // --- active messages (owner thread only) ---
     /// The active-message receive side; null without the AM feature.
@@ -146,11 +162,6 @@ public:
     void add_resource(worker_resource* r);
     void remove_resource(worker_resource* r) noexcept;
 
-    // --- listeners (owner thread only) ---
-    void add_listener(listener_impl* l);
-    void remove_listener(listener_impl* l) noexcept;
-    /// A listener got connection requests: process them after progress.
-    void listener_has_requests(listener_impl* l);
     /// The worker's address.
     worker_address address() const;
 
@@ -162,10 +173,6 @@ public:
     static void recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                               void* user_data) noexcept;
     static void close_callback(void* request, ucs_status_t status, void* user_data) noexcept;
-    static ucs_status_t control_callback(void* arg, const void* header, std::size_t header_length,
-                                         void* data, std::size_t length,
-                                         const ucp_am_recv_param_t* param) noexcept;
-    static void control_sent(void* request, ucs_status_t status, void* user_data) noexcept;
 
 private:
     friend struct engine_backend;
@@ -175,10 +182,8 @@ private:
     std::size_t deliver_completions(operation::delivery d);
     /// Whether deliver_completions has nothing to do: the common quiet step.
     bool nothing_to_deliver() const noexcept;
-    /// The active-message registry while it takes part in progress (open,
-    /// not shutting down): checked on every step without the virtual call of
-    /// a general observer.
-    am_registry* am_in_progress() const noexcept { return stopping_ ? nullptr : am_.get(); }
+    /// Runs the components queued for `stage`.
+    std::size_t run_stage(deferred_stage stage) noexcept;
     void queue_wait();
     void cancel_wait() noexcept;
     void start_safety_timer();
@@ -202,21 +207,15 @@ private:
     operation* done_head_ = nullptr;
     operation* done_tail_ = nullptr;
     std::size_t internal_requests_ = 0;
-    endpoint_impl* endpoints_ = nullptr;
-    std::vector<endpoint_impl*> failed_endpoints_;
-    std::vector<endpoint_impl*> closing_endpoints_;
-    std::unordered_map<ucp_ep_h, endpoint_impl*> endpoint_map_;
-    mutable ucp_ep_h last_found_ep_ = nullptr;
-    mutable endpoint_impl* last_found_ = nullptr;
-    std::vector<std::pair<ucp_ep_h, control_message>> control_queue_;
-    std::vector<std::pair<ucp_ep_h, control_message>> control_spare_;
-    std::vector<listener_impl*> listeners_;
+    // Deferred work: one queue per stage, and whether any has something (the
+    // quiet step checks only that flag).
+    std::array<std::vector<worker_component*>, deferred_stage_count> deferred_;
+    bool has_deferred_ = false;
+    std::array<worker_component*, component_kind_count> heads_{};
+    control_channel channel_{*this};
     std::vector<progress_observer*> observers_;
     std::shared_ptr<am_registry> am_;
     std::vector<worker_resource*> resources_;
-    std::vector<listener_impl*> listeners_with_requests_;
-    bool control_channel_ = false;
-    std::size_t dropped_control_ = 0;
     std::mt19937_64 rng_{std::random_device{}()};
     unsigned timer_generation_ = 0;
     bool arm_error_logged_ = false;

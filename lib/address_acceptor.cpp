@@ -1,0 +1,134 @@
+#include <ucx/error.hpp>
+#include <ucx/log.hpp>
+
+#include "address_acceptor.hpp"
+#include "worker_impl.hpp"
+
+#include <boost/asio/error.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace ucx::detail {
+
+namespace {
+
+void ignore_error(void*, ucp_ep_h, ucs_status_t) noexcept {}
+
+/// The endpoint to answer a refused connection on: an endpoint created to
+/// the connector keeps UCX's pairing of endpoints between the two workers
+/// in step, and is the reply endpoint itself; else the reply endpoint.
+ucp_ep_h paired(worker_impl& w, ucp_ep_h reply_ep, const worker_address& peer) noexcept {
+    if (peer.empty())
+        return reply_ep;
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(peer.ucx_bytes().data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &ignore_error;
+    params.err_handler.arg = nullptr;
+    ucp_ep_h ep = nullptr;
+    if (ucp_ep_create(w.native(), &params, &ep) != UCS_OK)
+        return reply_ep;
+    if (ep != reply_ep) {
+        w.close_ucp_endpoint(ep, true);
+        return reply_ep;
+    }
+    return ep;
+}
+
+/// Says `refused`, then closes the endpoint (flush: the answer goes first).
+void refuse(worker_impl& w, ucp_ep_h ep, bool owned) noexcept {
+    w.send_control(ep, control_message{control_type::refused, 0});
+    if (owned)
+        w.close_ucp_endpoint(ep, false);
+}
+
+} // namespace
+
+void address_acceptor_impl::take_hello(worker_impl& w, address_acceptor_impl* acceptor,
+                                       ucp_ep_h reply_ep, const control_message& hello,
+                                       std::span<const std::byte> address) noexcept {
+    try {
+        const worker_address peer(std::vector<std::byte>(address.begin(), address.end()));
+        if (acceptor && acceptor->has_room() && !peer.empty()) {
+            try {
+                auto e = std::make_shared<endpoint_impl>(w.shared_from_this());
+                error_code ec;
+                e->accept_address(reply_ep, hello, peer, ec);
+                if (!ec) {
+                    acceptor->offer(std::move(e));
+                    return;
+                }
+                log::write(log::severity::warning,
+                           "address acceptor: accepting failed: " + ec.message());
+                refuse(w, reply_ep, false);
+                return;
+            } catch (...) {
+                log::write(log::severity::warning, "address acceptor: out of memory");
+            }
+        } else {
+            log::write(log::severity::info,
+                       peer.empty() ? "address acceptor: hello without an address, refused"
+                       : acceptor   ? "address acceptor: backlog full, connection refused"
+                                    : "no address acceptor: connection refused");
+        }
+        refuse(w, paired(w, reply_ep, peer), true);
+    } catch (...) {
+        // Unanswered: the connector waits for its peer's failure or a cancel.
+    }
+}
+
+address_acceptor_impl::address_acceptor_impl(std::shared_ptr<worker_impl> w, std::size_t backlog)
+    : worker_(std::move(w)), backlog_(std::max<std::size_t>(1, backlog)) {}
+
+address_acceptor_impl::~address_acceptor_impl() {
+    close();
+}
+
+void address_acceptor_impl::open(error_code& ec) {
+    if (!worker_->is_open()) {
+        ec = boost::asio::error::bad_descriptor;
+        return;
+    }
+    if (!worker_->has_control_channel()) {
+        ec = make_error_code(error::feature_not_enabled);
+        return;
+    }
+    if (attached_) {
+        ec = {};
+        return;
+    }
+    if (!worker_->control().attach_acceptor(this)) {
+        ec = boost::asio::error::address_in_use;
+        return;
+    }
+    attached_ = true;
+    ec = {};
+}
+
+void address_acceptor_impl::close() noexcept {
+    if (attached_) {
+        worker_->control().detach_acceptor(this);
+        attached_ = false;
+    }
+    queue_.close(); // the connectors of unaccepted connections see a reset
+}
+
+void address_acceptor_impl::channel_gone() noexcept {
+    // The worker shuts down: it has completed the pending accepts already
+    // (as operation_aborted) and detached the endpoints.
+    attached_ = false;
+    queue_.clear();
+}
+
+bool address_acceptor_impl::offer(std::shared_ptr<endpoint_impl> ep) noexcept {
+    return has_room() && queue_.offer(std::move(ep));
+}
+
+void address_acceptor_impl::accept(operation* op) noexcept {
+    queue_.accept(op, attached_);
+}
+
+} // namespace ucx::detail

@@ -1,0 +1,63 @@
+// Internal: the state behind an address acceptor (`ucx::acceptor(worker&)`).
+// The worker's control channel hands it the hellos that arrive over a UCP
+// endpoint UCX made for a peer that connected from a worker address; it pairs
+// an endpoint with each, or refuses the connection.
+#pragma once
+
+#include <ucx/detail/operation.hpp>
+
+#include "accept_queue.hpp"
+#include "control_message.hpp"
+#include "endpoint_impl.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+namespace ucx::detail {
+
+class worker_impl;
+
+/// Takes the connections from a worker address. One per worker at a time.
+class address_acceptor_impl final : public std::enable_shared_from_this<address_acceptor_impl> {
+public:
+    address_acceptor_impl(std::shared_ptr<worker_impl> w, std::size_t backlog);
+    ~address_acceptor_impl();
+    address_acceptor_impl(const address_acceptor_impl&) = delete;
+    address_acceptor_impl& operator=(const address_acceptor_impl&) = delete;
+
+    const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
+    /// Starts taking connections (owner thread). `address_in_use` when the
+    /// worker has an open address acceptor already.
+    void open(error_code& ec);
+    bool is_open() const noexcept { return attached_; }
+    /// Refuses later connections, drops unaccepted ones, aborts accepts. Idempotent.
+    void close() noexcept;
+    /// Starts an accept (owner thread); completes with an endpoint.
+    void accept(operation* op) noexcept;
+
+    /// A hello over `reply_ep`, a UCP endpoint the worker does not know, from
+    /// the peer with worker address `address` (empty when it did not come):
+    /// accepted by `acceptor` when it has room, else refused (owner thread,
+    /// after progress).
+    static void take_hello(worker_impl& w, address_acceptor_impl* acceptor, ucp_ep_h reply_ep,
+                           const control_message& hello,
+                           std::span<const std::byte> address) noexcept;
+    /// The worker shuts down.
+    void channel_gone() noexcept;
+
+private:
+    /// A connection whose handshake is done; false when the backlog is full.
+    bool offer(std::shared_ptr<endpoint_impl> ep) noexcept;
+    /// Whether another connection fits in the backlog.
+    bool has_room() const noexcept { return queue_.ready() < backlog_; }
+
+    std::shared_ptr<worker_impl> worker_;
+    std::size_t backlog_;
+    bool attached_ = false;
+    accept_queue queue_{*worker_};
+};
+
+} // namespace ucx::detail

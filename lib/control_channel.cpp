@@ -1,0 +1,176 @@
+#include <ucx/log.hpp>
+
+#include "address_acceptor.hpp"
+#include "control_channel.hpp"
+#include "endpoint_impl.hpp"
+#include "worker_impl.hpp"
+
+#include <new>
+#include <span>
+#include <string>
+
+namespace ucx::detail {
+
+bool control_channel::open() noexcept {
+    ucp_am_handler_param_t am{};
+    am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    am.id = control_am_id;
+    am.cb = &control_channel::on_message;
+    am.arg = this;
+    open_ = ucp_worker_set_am_recv_handler(worker_.native(), &am) == UCS_OK;
+    return open_;
+}
+
+ucs_status_t control_channel::on_message(void* arg, const void* header, std::size_t header_length,
+                                         void* data, std::size_t length,
+                                         const ucp_am_recv_param_t* param) noexcept {
+    // Inside ucp_worker_progress: validate and queue only.
+    auto* self = static_cast<control_channel*>(arg);
+    auto message = control_message::decode(
+        std::span<const std::byte>(static_cast<const std::byte*>(header), header_length));
+    if (!message || !param || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+        param->reply_ep == nullptr) {
+        ++self->dropped_;
+        return UCS_OK;
+    }
+    if (self->takes_hellos_ && message->type == control_type::hello &&
+        self->find(param->reply_ep) == nullptr) {
+        // A peer that connected from a worker address; the data is its
+        // worker address (eager: small).
+        try {
+            const auto* p = static_cast<const std::byte*>(data);
+            self->hellos_.push_back(
+                pending_hello{param->reply_ep, *message,
+                              (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !p
+                                  ? std::vector<std::byte>()
+                                  : std::vector<std::byte>(p, p + length)});
+            self->worker_.defer(*self, deferred_stage::requests);
+        } catch (...) {
+            // Unanswered: the connector waits for its peer's failure or a cancel.
+        }
+        return UCS_OK;
+    }
+    try {
+        self->queue_.emplace_back(param->reply_ep, *message);
+        self->worker_.defer(*self, deferred_stage::control);
+    } catch (...) {
+        ++self->dropped_;
+    }
+    return UCS_OK;
+}
+
+namespace {
+// A control message in flight: UCX 1.13 cannot copy an AM header, so it lives here.
+struct control_send_state {
+    worker_impl* worker;
+    control_message::wire wire;
+    std::vector<std::byte> payload;
+};
+} // namespace
+
+void control_channel::send(ucp_ep_h ep, const control_message& m,
+                           std::vector<std::byte> payload) noexcept {
+    if (!worker_.native() || ep == nullptr || !open_)
+        return;
+    auto* state = new (std::nothrow) control_send_state{&worker_, m.encode(), std::move(payload)};
+    if (!state)
+        return;
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send = &control_channel::sent;
+    param.user_data = state;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, control_am_id, state->wire.data(), state->wire.size(),
+                                         state->payload.empty() ? nullptr : state->payload.data(),
+                                         state->payload.size(), &param);
+    if (UCS_PTR_IS_PTR(r)) {
+        worker_.internal_request_started();
+        worker_.request_progress();
+        return;
+    }
+    if (UCS_PTR_IS_ERR(r))
+        log::write(log::severity::info, std::string("control message not sent: ") +
+                                            ucs_status_string(UCS_PTR_STATUS(r)));
+    delete state;
+}
+
+void control_channel::sent(void* request, ucs_status_t, void* user_data) noexcept {
+    auto* state = static_cast<control_send_state*>(user_data);
+    state->worker->internal_request_done();
+    ucp_request_free(request);
+    delete state;
+}
+
+void control_channel::map(ucp_ep_h ep, endpoint_impl* impl) {
+    last_found_ep_ = nullptr;
+    endpoints_[ep] = impl;
+}
+
+void control_channel::unmap(ucp_ep_h ep) noexcept {
+    last_found_ep_ = nullptr;
+    endpoints_.erase(ep);
+}
+
+bool control_channel::attach_acceptor(address_acceptor_impl* a) noexcept {
+    if (acceptor_ && acceptor_ != a)
+        return false;
+    acceptor_ = a;
+    takes_hellos_ = true;
+    return true;
+}
+
+void control_channel::detach_acceptor(address_acceptor_impl* a) noexcept {
+    if (acceptor_ == a)
+        acceptor_ = nullptr;
+}
+
+std::size_t control_channel::run_deferred(deferred_stage stage) noexcept {
+    return stage == deferred_stage::control ? route() : take_hellos();
+}
+
+std::size_t control_channel::route() noexcept {
+    // Swapped with a spare that keeps its capacity: no allocation per
+    // control message (stream acknowledgements are steady traffic).
+    queue_.swap(spare_);
+    std::size_t n = 0;
+    for (const auto& [ep, message] : spare_) {
+        if (endpoint_impl* impl = find(ep))
+            impl->on_control(message);
+        else
+            ++dropped_;
+        ++n;
+    }
+    spare_.clear();
+    return n;
+}
+
+std::size_t control_channel::take_hellos() noexcept {
+    hellos_.swap(hellos_spare_);
+    for (const auto& h : hellos_spare_) {
+        if (!worker_.is_open())
+            break;
+        if (endpoint_impl* known = find(h.reply_ep))
+            known->on_control(h.hello); // a repeated hello: ignored there
+        else
+            address_acceptor_impl::take_hello(worker_, acceptor_, h.reply_ep, h.hello, h.address);
+    }
+    const std::size_t n = hellos_spare_.size();
+    hellos_spare_.clear();
+    return n;
+}
+
+void control_channel::shutdown() noexcept {
+    queue_.clear();
+    hellos_.clear();
+}
+
+void control_channel::release() noexcept {
+    if (address_acceptor_impl* a = std::exchange(acceptor_, nullptr))
+        a->channel_gone();
+    takes_hellos_ = false;
+    open_ = false;
+}
+
+} // namespace ucx::detail
