@@ -5,6 +5,7 @@
 #include "am_registry.hpp"
 #include "endpoint_impl.hpp"
 #include "listener_impl.hpp"
+#include "request_param.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -154,12 +155,8 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
             [self = shared_from_this(), state](operation* hello_op) {
                 if (!self->begin(hello_op, false))
                     return;
-                ucp_request_param_t param{};
-                param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                                     UCP_OP_ATTR_FIELD_FLAGS;
-                param.flags = UCP_AM_SEND_FLAG_REPLY;
-                param.cb.send = &worker_impl::send_callback;
-                param.user_data = hello_op;
+                ucp_request_param_t param =
+                    send_param(&worker_impl::send_callback, hello_op, UCP_AM_SEND_FLAG_REPLY);
                 self->submitted(hello_op,
                                 ucp_am_send_nbx(self->ep_, control_am_id, state->wire.data(),
                                                 state->wire.size(), state->address.data(),
@@ -340,17 +337,9 @@ void endpoint_impl::close_ucp(bool flush) noexcept {
         }
         return;
     }
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    if (op) {
-        param.cb.send = &worker_impl::send_callback;
-        param.user_data = op;
-    } else {
-        param.cb.send = &worker_impl::close_callback;
-        param.user_data = worker_.get();
-    }
+    const std::uint32_t flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    ucp_request_param_t param = op ? send_param(&worker_impl::send_callback, op, flags)
+                                   : send_param(&worker_impl::close_callback, worker_.get(), flags);
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
     if (!op) {
         if (UCS_PTR_IS_PTR(r))
@@ -500,10 +489,7 @@ void endpoint_impl::tag_send(operation* op, const void* data, std::size_t size,
                              ucp_tag_t tag) noexcept {
     if (!begin(op, true))
         return;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &worker_impl::send_callback;
-    param.user_data = op;
+    ucp_request_param_t param = send_param(&worker_impl::send_callback, op);
     op->bytes = size;
     submitted(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
 }

@@ -2,6 +2,7 @@
 #include <ucx/error.hpp>
 #include <ucx/log.hpp>
 
+#include "request_param.hpp"
 #include "stream_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -261,10 +262,7 @@ void stream_impl::submit(operation* op, const boost::asio::const_buffer* bufs, s
         op->status = UCS_OK;
         return w.fail(op, error_code());
     }
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &worker_impl::send_callback;
-    param.user_data = op;
+    ucp_request_param_t param = send_param(&worker_impl::send_callback, op);
     op->bytes = total;
     ucs_status_ptr_t r;
     if (n == 1) {
@@ -283,8 +281,7 @@ void stream_impl::submit(operation* op, const boost::asio::const_buffer* bufs, s
             (*iov)[i].length = bufs[i].size();
         }
         op->payload = iov;
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-        param.datatype = ucp_dt_make_iov();
+        add_datatype(param, ucp_dt_make_iov());
         r = ucp_stream_send_nbx(ep_->native(), iov->data(), n, &param);
     }
     if (!UCS_PTR_IS_ERR(r))
@@ -344,12 +341,7 @@ void stream_impl::maybe_ack() noexcept {
     if (ack_->in_flight)
         return; // a later pass sends it
     ack_->wire = control_message{control_type::stream_ack, fsm_.bytes_read()}.encode();
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send = &stream_impl::ack_sent;
-    param.user_data = ack_;
+    ucp_request_param_t param = send_param(&stream_impl::ack_sent, ack_, UCP_AM_SEND_FLAG_REPLY);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep_->native(), control_am_id, ack_->wire.data(),
                                          ack_->wire.size(), nullptr, 0, &param);
     if (UCS_PTR_IS_ERR(r))
@@ -830,12 +822,7 @@ private:
     }
 
     void close(ucp_ep_h ep, std::uint32_t flags) noexcept {
-        ucp_request_param_t param{};
-        param.op_attr_mask =
-            UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        param.flags = flags;
-        param.cb.send = &worker_impl::close_callback;
-        param.user_data = &worker_;
+        ucp_request_param_t param = send_param(&worker_impl::close_callback, &worker_, flags);
         ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
         if (UCS_PTR_IS_PTR(r))
             worker_.close_request_started();

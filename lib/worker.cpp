@@ -5,6 +5,7 @@
 #include "context_impl.hpp"
 #include "endpoint_impl.hpp"
 #include "listener_impl.hpp"
+#include "request_param.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -222,11 +223,8 @@ void worker_impl::tag_recv(operation* op, void* data, std::size_t size, ucp_tag_
     // UCX 1.13 does not fill recv_info when it completes a receive at once
     // from its unexpected queue (observed: length and tag read back as 0), so
     // ask for the callback in every case; it only queues the operation.
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    param.cb.recv = &worker_impl::recv_callback;
-    param.user_data = op;
+    ucp_request_param_t param = recv_param(&worker_impl::recv_callback, op);
+    add_no_immediate_completion(param);
     ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
     submitted(op, r);
 }
@@ -297,12 +295,8 @@ void worker_impl::send_control(ucp_ep_h ep, const control_message& m) noexcept {
     auto* state = new (std::nothrow) control_send_state{this, m.encode()};
     if (!state)
         return;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send = &worker_impl::control_sent;
-    param.user_data = state;
+    ucp_request_param_t param =
+        send_param(&worker_impl::control_sent, state, UCP_AM_SEND_FLAG_REPLY);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep, control_am_id, state->wire.data(), state->wire.size(),
                                          nullptr, 0, &param);
     if (UCS_PTR_IS_PTR(r)) {
