@@ -309,14 +309,12 @@ void endpoint_impl::execute(const connection_actions& actions, operation* new_cl
 void endpoint_impl::start_linger() noexcept {
     try {
         if (!linger_timer_)
-            linger_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
-        linger_timer_->expires_after(goodbye_linger);
-        linger_timer_->async_wait([weak = weak_from_this()](const error_code& ec) {
-            auto self = weak.lock();
-            if (ec || !self)
-                return;
-            self->execute(self->fsm_.linger_expired());
-        });
+            linger_timer_ = std::make_unique<guarded_timer>(worker_->get_executor());
+        linger_timer_->start_after(goodbye_linger, weak_from_this(),
+                                   [](endpoint_impl& self, const error_code& ec) {
+                                       if (!ec)
+                                           self.execute(self.fsm_.linger_expired());
+                                   });
     } catch (...) {
         execute(fsm_.linger_expired()); // close now
     }

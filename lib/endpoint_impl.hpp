@@ -7,8 +7,7 @@
 #include <ucx/worker_address.hpp>
 
 #include "control_message.hpp"
-
-#include <boost/asio/steady_timer.hpp>
+#include "guarded_timer.hpp"
 
 #include <sys/socket.h>
 
@@ -194,7 +193,7 @@ private:
     operation* close_op_ = nullptr;
     endpoint_watcher* watcher_ = nullptr;
     // Graceful close: after the goodbye, wait (bounded) for the peer's ack.
-    std::unique_ptr<boost::asio::steady_timer> linger_timer_;
+    std::unique_ptr<guarded_timer> linger_timer_;
 };
 
 } // namespace ucx::detail

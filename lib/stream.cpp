@@ -185,24 +185,15 @@ bool stream_impl::deadline_passed() const noexcept {
 
 void stream_impl::expires_at(clock_type::time_point t) {
     deadline_ = t;
-    const unsigned generation = ++timer_generation_;
-    timer_.expires_at(t);
-    timer_.async_wait([weak = weak_from_this(), generation](const error_code& ec) {
-        auto self = weak.lock();
-        if (ec || !self || generation != self->timer_generation_)
-            return;
-        self->on_timeout();
+    timer_.start_at(t, weak_from_this(), [](stream_impl& self, const error_code& ec) {
+        if (!ec)
+            self.on_timeout();
     });
 }
 
 void stream_impl::expires_never() noexcept {
     deadline_ = clock_type::time_point::max();
-    ++timer_generation_;
-    try {
-        timer_.cancel();
-    } catch (...) {
-        // The generation check ignores a wait that could not be cancelled.
-    }
+    timer_.cancel();
 }
 
 void stream_impl::on_timeout() noexcept {

@@ -465,28 +465,23 @@ void worker_impl::start_safety_timer() {
     if (options_.safety_interval.count() <= 0 || !worker_ || stopping_)
         return;
     safety_timer_armed_ = true;
-    const unsigned generation = ++timer_generation_;
-    safety_timer_.expires_after(options_.safety_interval);
-    safety_timer_.async_wait([weak = weak_from_this(), generation](const error_code& ec) {
-        auto self = weak.lock();
-        if (!self || generation != self->timer_generation_)
-            return;
-        self->safety_timer_armed_ = false;
-        if (ec || !self->worker_ || self->stopping_ || !self->work_pending())
-            return;
-        ++self->stats_.safety_timer_passes;
-        if (!self->fsm_.pass_scheduled() && !self->fsm_.in_pass())
-            self->run_pass();
-        if (!self->safety_timer_armed_)
-            self->start_safety_timer();
-    });
+    safety_timer_.start_after(options_.safety_interval, weak_from_this(),
+                              [](worker_impl& self, const error_code& ec) {
+                                  self.safety_timer_armed_ = false;
+                                  if (ec || !self.worker_ || self.stopping_ || !self.work_pending())
+                                      return;
+                                  ++self.stats_.safety_timer_passes;
+                                  if (!self.fsm_.pass_scheduled() && !self.fsm_.in_pass())
+                                      self.run_pass();
+                                  if (!self.safety_timer_armed_)
+                                      self.start_safety_timer();
+                              });
 }
 
 void worker_impl::cancel_safety_timer() noexcept {
     if (!safety_timer_armed_)
         return;
     safety_timer_armed_ = false;
-    ++timer_generation_;
     safety_timer_.cancel();
 }
 

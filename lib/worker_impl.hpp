@@ -6,12 +6,12 @@
 #include <ucx/worker.hpp>
 
 #include "control_message.hpp"
+#include "guarded_timer.hpp"
 #include "progress_fsm.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <memory>
 #include <random>
@@ -190,7 +190,7 @@ private:
     worker_options options_;
     ucp_worker_h worker_ = nullptr;
     boost::asio::posix::stream_descriptor efd_;
-    boost::asio::steady_timer safety_timer_;
+    guarded_timer safety_timer_;
     bool safety_timer_armed_ = false;
     progress_fsm fsm_;
     worker_stats stats_{};
@@ -218,7 +218,6 @@ private:
     bool control_channel_ = false;
     std::size_t dropped_control_ = 0;
     std::mt19937_64 rng_{std::random_device{}()};
-    unsigned timer_generation_ = 0;
     bool arm_error_logged_ = false;
 };
 
