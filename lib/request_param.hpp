@@ -12,13 +12,20 @@
 
 namespace ucx::detail {
 
+/// A request completed through a callback that gets `user_data`; the
+/// builders below name the callback.
+inline ucp_request_param_t callback_param(void* user_data) noexcept {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.user_data = user_data;
+    return p;
+}
+
 /// A send-style request (sends, RMA, flushes, endpoint close): `cb` runs with
 /// `user_data` when UCX completes it.
 inline ucp_request_param_t send_param(ucp_send_nbx_callback_t cb, void* user_data) noexcept {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    ucp_request_param_t p = callback_param(user_data);
     p.cb.send = cb;
-    p.user_data = user_data;
     return p;
 }
 
@@ -33,20 +40,16 @@ inline ucp_request_param_t send_param(ucp_send_nbx_callback_t cb, void* user_dat
 
 /// A tag receive: `cb` runs with `user_data` and the receive information.
 inline ucp_request_param_t recv_param(ucp_tag_recv_nbx_callback_t cb, void* user_data) noexcept {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    ucp_request_param_t p = callback_param(user_data);
     p.cb.recv = cb;
-    p.user_data = user_data;
     return p;
 }
 
 /// The fetch of an active message's data (`ucp_am_recv_data_nbx`).
 inline ucp_request_param_t am_recv_param(ucp_am_recv_data_nbx_callback_t cb,
                                          void* user_data) noexcept {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    ucp_request_param_t p = callback_param(user_data);
     p.cb.recv_am = cb;
-    p.user_data = user_data;
     return p;
 }
 
