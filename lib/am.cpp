@@ -1,4 +1,5 @@
 #include <ucx/am.hpp>
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/log.hpp>
 
 #include "am_registry.hpp"
@@ -763,11 +764,8 @@ endpoint am_message::reply_endpoint(error_code& ec) const {
 }
 
 endpoint am_message::reply_endpoint() const {
-    error_code ec;
-    endpoint ep = reply_endpoint(ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::am_message::reply_endpoint");
-    return ep;
+    return detail::throw_on_error("ucx::am_message::reply_endpoint",
+                                  [&](error_code& ec) { return reply_endpoint(ec); });
 }
 
 // ---- worker-level functions ----

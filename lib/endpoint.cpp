@@ -1,4 +1,5 @@
 #include <ucx/detail/results.hpp>
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
 
@@ -635,11 +636,8 @@ boost::asio::ip::tcp::endpoint endpoint::remote_endpoint(error_code& ec) const {
 }
 
 boost::asio::ip::tcp::endpoint endpoint::remote_endpoint() const {
-    error_code ec;
-    auto ep = remote_endpoint(ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::endpoint::remote_endpoint");
-    return ep;
+    return detail::throw_on_error("ucx::endpoint::remote_endpoint",
+                                  [&](error_code& ec) { return remote_endpoint(ec); });
 }
 
 boost::asio::ip::tcp::endpoint endpoint::local_endpoint(error_code& ec) const {
@@ -647,11 +645,8 @@ boost::asio::ip::tcp::endpoint endpoint::local_endpoint(error_code& ec) const {
 }
 
 boost::asio::ip::tcp::endpoint endpoint::local_endpoint() const {
-    error_code ec;
-    auto ep = local_endpoint(ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::endpoint::local_endpoint");
-    return ep;
+    return detail::throw_on_error("ucx::endpoint::local_endpoint",
+                                  [&](error_code& ec) { return local_endpoint(ec); });
 }
 
 ucp_ep_h endpoint::native_handle() const noexcept {

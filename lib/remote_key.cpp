@@ -1,3 +1,4 @@
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/remote_key.hpp>
 
 #include "endpoint_impl.hpp"
@@ -149,11 +150,8 @@ void remote_key_impl::release_worker_resource() noexcept {
 } // namespace detail
 
 remote_key::remote_key(const endpoint& ep, std::span<const std::byte> blob) {
-    error_code ec;
-    remote_key k(ep, blob, ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::remote_key");
-    *this = std::move(k);
+    *this = detail::throw_on_error("ucx::remote_key",
+                                   [&](error_code& ec) { return remote_key(ep, blob, ec); });
 }
 
 remote_key::remote_key(const endpoint& ep, std::span<const std::byte> blob, error_code& ec) {
