@@ -33,10 +33,10 @@ bool check(endpoint_impl& ep, operation* op, std::uint64_t remote_address, std::
     return true;
 }
 
-// A put or a get (`submit` is ucp_put_nbx or ucp_get_nbx): checked, then
+// A put or a get (`Submit` is ucp_put_nbx or ucp_get_nbx): checked, then
 // submitted; an empty one completes at once.
-template <class Submit, class Buffer>
-void transfer(endpoint_impl& ep, operation* op, Submit submit, Buffer data, std::size_t size,
+template <auto Submit, class Buffer>
+void transfer(endpoint_impl& ep, operation* op, Buffer data, std::size_t size,
               std::uint64_t remote_address, const key_ptr& key) noexcept {
     if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
         return;
@@ -44,19 +44,19 @@ void transfer(endpoint_impl& ep, operation* op, Submit submit, Buffer data, std:
     if (size == 0)
         return ep.submitted(op, UCS_STATUS_PTR(UCS_OK));
     ucp_request_param_t p = send_param(&worker_impl::send_callback, op);
-    ep.submitted(op, submit(ep.native(), data, size, remote_address, key->native(), &p));
+    ep.submitted(op, Submit(ep.native(), data, size, remote_address, key->native(), &p));
 }
 
 } // namespace
 
 void rma_put(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
-    transfer(ep, op, &ucp_put_nbx, data, size, remote_address, key);
+    transfer<&ucp_put_nbx>(ep, op, data, size, remote_address, key);
 }
 
 void rma_get(endpoint_impl& ep, operation* op, void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
-    transfer(ep, op, &ucp_get_nbx, data, size, remote_address, key);
+    transfer<&ucp_get_nbx>(ep, op, data, size, remote_address, key);
 }
 
 void rma_flush(endpoint_impl& ep, operation* op) noexcept {
