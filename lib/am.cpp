@@ -1,8 +1,10 @@
 #include <ucx/am.hpp>
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/log.hpp>
 
 #include "am_registry.hpp"
 #include "endpoint_impl.hpp"
+#include "request_param.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -241,12 +243,8 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     m->counted = m->length;
     s.bytes += m->length;
     peak_bytes_ = std::max(peak_bytes_, s.bytes);
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-    param.cb.recv_am = &am_registry::on_fetched;
-    param.user_data = m;
-    param.memory_type = to_ucs(m->mem);
+    ucp_request_param_t param = am_recv_param(&am_registry::on_fetched, m);
+    add_memory_type(param, to_ucs(m->mem));
     m->fetching = true;
     m->fetch_called = false;
     ++fetches_in_flight_;
@@ -660,20 +658,14 @@ void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
     std::size_t total = 0;
     for (std::size_t i = 0; i < count; ++i)
         total += iov[i].length;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.cb.send = &worker_impl::send_callback;
-    param.user_data = op;
-    param.flags = flags;
+    ucp_request_param_t param = send_param(&worker_impl::send_callback, op, flags);
     const void* data = nullptr;
     std::size_t length = 0;
     if (count == 1) {
         data = iov[0].buffer;
         length = iov[0].length;
     } else if (count > 1) {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-        param.datatype = ucp_dt_make_iov();
+        add_datatype(param, ucp_dt_make_iov());
         data = iov;
         length = count;
     }
@@ -805,11 +797,8 @@ endpoint am_message::reply_endpoint(error_code& ec) const {
 }
 
 endpoint am_message::reply_endpoint() const {
-    error_code ec;
-    endpoint ep = reply_endpoint(ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::am_message::reply_endpoint");
-    return ep;
+    return detail::throw_on_error("ucx::am_message::reply_endpoint",
+                                  [&](error_code& ec) { return reply_endpoint(ec); });
 }
 
 // ---- worker-level functions ----

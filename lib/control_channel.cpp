@@ -3,6 +3,7 @@
 #include "address_acceptor.hpp"
 #include "control_channel.hpp"
 #include "endpoint_impl.hpp"
+#include "request_param.hpp"
 #include "worker_impl.hpp"
 
 #include <new>
@@ -76,12 +77,7 @@ void control_channel::send(ucp_ep_h ep, const control_message& m,
     auto* state = new (std::nothrow) control_send_state{&worker_, m.encode(), std::move(payload)};
     if (!state)
         return;
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send = &control_channel::sent;
-    param.user_data = state;
+    ucp_request_param_t param = send_param(&control_channel::sent, state, UCP_AM_SEND_FLAG_REPLY);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep, control_am_id, state->wire.data(), state->wire.size(),
                                          state->payload.empty() ? nullptr : state->payload.data(),
                                          state->payload.size(), &param);

@@ -1,4 +1,5 @@
 #include "control_message.hpp"
+#include "wire.hpp"
 
 #include <cstring>
 
@@ -14,8 +15,7 @@ control_message::wire control_message::encode() const noexcept {
     std::memcpy(w.data(), magic.data(), magic.size());
     w[4] = version;
     w[5] = static_cast<std::byte>(type);
-    for (int i = 0; i < 8; ++i)
-        w[8 + i] = static_cast<std::byte>(recv_tag >> (8 * i));
+    store_le(w, 8, recv_tag);
     return w;
 }
 
@@ -29,8 +29,7 @@ std::optional<control_message> control_message::decode(std::span<const std::byte
         return std::nullopt;
     control_message m;
     m.type = static_cast<control_type>(t);
-    for (int i = 0; i < 8; ++i)
-        m.recv_tag |= std::to_integer<std::uint64_t>(b[8 + i]) << (8 * i);
+    m.recv_tag = load_le<std::uint64_t>(b, 8);
     return m;
 }
 

@@ -1,9 +1,12 @@
+#include <ucx/detail/results.hpp>
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
 
 #include "am_registry.hpp"
 #include "endpoint_impl.hpp"
 #include "listener_impl.hpp"
+#include "request_param.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -302,14 +305,12 @@ void endpoint_impl::execute(const connection_actions& actions, operation* new_cl
 void endpoint_impl::start_linger() noexcept {
     try {
         if (!linger_timer_)
-            linger_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
-        linger_timer_->expires_after(goodbye_linger);
-        linger_timer_->async_wait([weak = weak_from_this()](const error_code& ec) {
-            auto self = weak.lock();
-            if (ec || !self)
-                return;
-            self->execute(self->fsm_.linger_expired());
-        });
+            linger_timer_ = std::make_unique<guarded_timer>(worker_->get_executor());
+        linger_timer_->start_after(goodbye_linger, weak_from_this(),
+                                   [](endpoint_impl& self, const error_code& ec) {
+                                       if (!ec)
+                                           self.execute(self.fsm_.linger_expired());
+                                   });
     } catch (...) {
         execute(fsm_.linger_expired()); // close now
     }
@@ -477,10 +478,7 @@ void endpoint_impl::tag_send(operation* op, const void* data, std::size_t size,
                              ucp_tag_t tag) noexcept {
     if (!begin(op, true))
         return;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &worker_impl::send_callback;
-    param.user_data = op;
+    ucp_request_param_t param = send_param(&worker_impl::send_callback, op);
     op->bytes = size;
     submitted(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
 }
@@ -628,11 +626,8 @@ boost::asio::ip::tcp::endpoint endpoint::remote_endpoint(error_code& ec) const {
 }
 
 boost::asio::ip::tcp::endpoint endpoint::remote_endpoint() const {
-    error_code ec;
-    auto ep = remote_endpoint(ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::endpoint::remote_endpoint");
-    return ep;
+    return detail::throw_on_error("ucx::endpoint::remote_endpoint",
+                                  [&](error_code& ec) { return remote_endpoint(ec); });
 }
 
 boost::asio::ip::tcp::endpoint endpoint::local_endpoint(error_code& ec) const {
@@ -640,11 +635,8 @@ boost::asio::ip::tcp::endpoint endpoint::local_endpoint(error_code& ec) const {
 }
 
 boost::asio::ip::tcp::endpoint endpoint::local_endpoint() const {
-    error_code ec;
-    auto ep = local_endpoint(ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::endpoint::local_endpoint");
-    return ep;
+    return detail::throw_on_error("ucx::endpoint::local_endpoint",
+                                  [&](error_code& ec) { return local_endpoint(ec); });
 }
 
 ucp_ep_h endpoint::native_handle() const noexcept {

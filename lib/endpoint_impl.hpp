@@ -7,9 +7,8 @@
 #include <ucx/worker_address.hpp>
 
 #include "control_message.hpp"
+#include "guarded_timer.hpp"
 #include "worker_component.hpp"
-
-#include <boost/asio/steady_timer.hpp>
 
 #include <sys/socket.h>
 
@@ -197,7 +196,7 @@ private:
     operation* close_op_ = nullptr;
     endpoint_watcher* watcher_ = nullptr;
     // Graceful close: after the goodbye, wait (bounded) for the peer's ack.
-    std::unique_ptr<boost::asio::steady_timer> linger_timer_;
+    std::unique_ptr<guarded_timer> linger_timer_;
 };
 
 } // namespace ucx::detail

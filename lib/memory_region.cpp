@@ -1,3 +1,4 @@
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/memory_region.hpp>
 #include <ucx/remote_key.hpp>
 
@@ -28,10 +29,8 @@ ucs_memory_type_t to_ucs(ucx::memory_type t) noexcept {
 
 memory_region::memory_region(const context& ctx, void* data, std::size_t size,
                              const region_options& options) {
-    error_code ec;
-    map(ctx, data, size, options, false, ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::memory_region");
+    detail::throw_on_error("ucx::memory_region",
+                           [&](error_code& ec) { map(ctx, data, size, options, false, ec); });
 }
 
 memory_region::memory_region(const context& ctx, void* data, std::size_t size,
@@ -41,11 +40,8 @@ memory_region::memory_region(const context& ctx, void* data, std::size_t size,
 
 memory_region memory_region::allocate(const context& ctx, std::size_t size,
                                       const region_options& options) {
-    error_code ec;
-    memory_region r = allocate(ctx, size, options, ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::memory_region::allocate");
-    return r;
+    return detail::throw_on_error("ucx::memory_region::allocate",
+                                  [&](error_code& ec) { return allocate(ctx, size, options, ec); });
 }
 
 memory_region memory_region::allocate(const context& ctx, std::size_t size,
@@ -138,11 +134,8 @@ void memory_region::reset() noexcept {
 }
 
 std::vector<std::byte> memory_region::pack_key() const {
-    error_code ec;
-    auto blob = pack_key(ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::memory_region::pack_key");
-    return blob;
+    return detail::throw_on_error("ucx::memory_region::pack_key",
+                                  [&](error_code& ec) { return pack_key(ec); });
 }
 
 std::vector<std::byte> memory_region::pack_key(error_code& ec) const {

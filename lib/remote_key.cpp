@@ -1,8 +1,9 @@
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/remote_key.hpp>
-#include <ucx/worker_address.hpp>
 
 #include "endpoint_impl.hpp"
 #include "remote_key_impl.hpp"
+#include "wire.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -19,17 +20,9 @@ constexpr std::array<std::byte, 4> magic{std::byte{'U'}, std::byte{'C'}, std::by
                                          std::byte{'K'}};
 constexpr std::byte format_version{1};
 
-void put_le(std::byte* p, std::uint64_t v, int n) noexcept {
-    for (int i = 0; i < n; ++i)
-        p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-
-std::uint64_t get_le(const std::byte* p, int n) noexcept {
-    std::uint64_t v = 0;
-    for (int i = 0; i < n; ++i)
-        v |= std::to_integer<std::uint64_t>(p[i]) << (8 * i);
-    return v;
-}
+using detail::crc32;
+using detail::load_le;
+using detail::store_le;
 
 class key_category_impl final : public boost::system::error_category {
 public:
@@ -68,13 +61,13 @@ std::vector<std::byte> key_blob::build(std::uint64_t address, std::uint64_t leng
     std::memcpy(out.data(), magic.data(), magic.size());
     out[4] = format_version;
     out[5] = static_cast<std::byte>(type);
-    put_le(out.data() + 8, address, 8);
-    put_le(out.data() + 16, length, 8);
-    put_le(out.data() + 24, rkey.size(), 4);
+    store_le(out, 8, address);
+    store_le(out, 16, length);
+    store_le(out, 24, static_cast<std::uint32_t>(rkey.size()));
     if (!rkey.empty())
         std::memcpy(out.data() + header_size, rkey.data(), rkey.size());
     const std::size_t body = header_size + rkey.size();
-    put_le(out.data() + body, crc32(std::span<const std::byte>(out.data(), body)), 4);
+    store_le(out, body, crc32(std::span<const std::byte>(out.data(), body)));
     return out;
 }
 
@@ -92,7 +85,7 @@ key_blob key_blob::parse(std::span<const std::byte> blob, error_code& ec) noexce
         return fail(key_errc::truncated);
     if (blob[4] != format_version)
         return fail(key_errc::unsupported_version);
-    const std::uint64_t rkey_size = get_le(blob.data() + 24, 4);
+    const std::uint64_t rkey_size = load_le<std::uint32_t>(blob, 24);
     if (rkey_size > max_rkey_size)
         return fail(key_errc::corrupt);
     const std::size_t expected = header_size + rkey_size + trailer_size;
@@ -101,11 +94,11 @@ key_blob key_blob::parse(std::span<const std::byte> blob, error_code& ec) noexce
     if (blob.size() > expected)
         return fail(key_errc::corrupt);
     const std::size_t body = header_size + rkey_size;
-    if (crc32(blob.first(body)) != get_le(blob.data() + body, 4))
+    if (crc32(blob.first(body)) != load_le<std::uint32_t>(blob, body))
         return fail(key_errc::corrupt);
     key_blob k;
-    k.address = get_le(blob.data() + 8, 8);
-    k.length = get_le(blob.data() + 16, 8);
+    k.address = load_le<std::uint64_t>(blob, 8);
+    k.length = load_le<std::uint64_t>(blob, 16);
     const auto type = std::to_integer<unsigned>(blob[5]);
     if (type > static_cast<unsigned>(ucx::memory_type::cuda_managed) || blob[6] != std::byte{0} ||
         blob[7] != std::byte{0} || rkey_size == 0 || k.length == 0 ||
@@ -157,11 +150,8 @@ void remote_key_impl::release_worker_resource() noexcept {
 } // namespace detail
 
 remote_key::remote_key(const endpoint& ep, std::span<const std::byte> blob) {
-    error_code ec;
-    remote_key k(ep, blob, ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::remote_key");
-    *this = std::move(k);
+    *this = detail::throw_on_error("ucx::remote_key",
+                                   [&](error_code& ec) { return remote_key(ep, blob, ec); });
 }
 
 remote_key::remote_key(const endpoint& ep, std::span<const std::byte> blob, error_code& ec) {

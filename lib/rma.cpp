@@ -2,20 +2,13 @@
 
 #include "endpoint_impl.hpp"
 #include "remote_key_impl.hpp"
+#include "request_param.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
 
 namespace ucx::detail {
 namespace {
-
-ucp_request_param_t request_param(operation* op) noexcept {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = &worker_impl::send_callback;
-    p.user_data = op;
-    return p;
-}
 
 // The checks every one-sided operation passes before UCX sees it. On failure
 // `op` (begun) is completed with the error.
@@ -40,34 +33,36 @@ bool check(endpoint_impl& ep, operation* op, std::uint64_t remote_address, std::
     return true;
 }
 
+// A put or a get (`Submit` is ucp_put_nbx or ucp_get_nbx): checked, then
+// submitted; an empty one completes at once.
+template <auto Submit, class Buffer>
+void transfer(endpoint_impl& ep, operation* op, Buffer data, std::size_t size,
+              std::uint64_t remote_address, const key_ptr& key) noexcept {
+    if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
+        return;
+    op->bytes = size;
+    if (size == 0)
+        return ep.submitted(op, UCS_STATUS_PTR(UCS_OK));
+    ucp_request_param_t p = send_param(&worker_impl::send_callback, op);
+    ep.submitted(op, Submit(ep.native(), data, size, remote_address, key->native(), &p));
+}
+
 } // namespace
 
 void rma_put(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
-    if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
-        return;
-    op->bytes = size;
-    if (size == 0)
-        return ep.submitted(op, UCS_STATUS_PTR(UCS_OK));
-    ucp_request_param_t p = request_param(op);
-    ep.submitted(op, ucp_put_nbx(ep.native(), data, size, remote_address, key->native(), &p));
+    transfer<&ucp_put_nbx>(ep, op, data, size, remote_address, key);
 }
 
 void rma_get(endpoint_impl& ep, operation* op, void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
-    if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
-        return;
-    op->bytes = size;
-    if (size == 0)
-        return ep.submitted(op, UCS_STATUS_PTR(UCS_OK));
-    ucp_request_param_t p = request_param(op);
-    ep.submitted(op, ucp_get_nbx(ep.native(), data, size, remote_address, key->native(), &p));
+    transfer<&ucp_get_nbx>(ep, op, data, size, remote_address, key);
 }
 
 void rma_flush(endpoint_impl& ep, operation* op) noexcept {
     if (!ep.begin(op, false))
         return;
-    ucp_request_param_t p = request_param(op);
+    ucp_request_param_t p = send_param(&worker_impl::send_callback, op);
     ep.submitted(op, ucp_ep_flush_nbx(ep.native(), &p));
 }
 
@@ -75,7 +70,7 @@ void rma_flush(worker_impl& w, operation* op) noexcept {
     w.start(op);
     if (!w.is_open())
         return w.fail(op, boost::asio::error::operation_aborted);
-    ucp_request_param_t p = request_param(op);
+    ucp_request_param_t p = send_param(&worker_impl::send_callback, op);
     w.submitted(op, ucp_worker_flush_nbx(w.native(), &p));
 }
 
@@ -90,13 +85,10 @@ void rma_atomic(endpoint_impl& ep, operation* op, ucp_atomic_op_t opcode, std::u
     // operation's own `value`, which lives until completion.
     std::uint32_t operand32 = static_cast<std::uint32_t>(operand);
     const void* buffer = size == 4 ? static_cast<const void*>(&operand32) : &operand;
-    ucp_request_param_t p = request_param(op);
-    p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-    p.datatype = ucp_dt_make_contig(size);
-    if (fetch) {
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-        p.reply_buffer = &op->value;
-    }
+    ucp_request_param_t p = send_param(&worker_impl::send_callback, op);
+    add_datatype(p, ucp_dt_make_contig(size));
+    if (fetch)
+        add_reply_buffer(p, &op->value);
     ep.submitted(
         op, ucp_atomic_op_nbx(ep.native(), opcode, buffer, 1, remote_address, key->native(), &p));
 }

@@ -1,6 +1,7 @@
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
 
+#include "request_param.hpp"
 #include "stream_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -180,24 +181,15 @@ bool stream_impl::deadline_passed() const noexcept {
 
 void stream_impl::expires_at(clock_type::time_point t) {
     deadline_ = t;
-    const unsigned generation = ++timer_generation_;
-    timer_.expires_at(t);
-    timer_.async_wait([weak = weak_from_this(), generation](const error_code& ec) {
-        auto self = weak.lock();
-        if (ec || !self || generation != self->timer_generation_)
-            return;
-        self->on_timeout();
+    timer_.start_at(t, weak_from_this(), [](stream_impl& self, const error_code& ec) {
+        if (!ec)
+            self.on_timeout();
     });
 }
 
 void stream_impl::expires_never() noexcept {
     deadline_ = clock_type::time_point::max();
-    ++timer_generation_;
-    try {
-        timer_.cancel();
-    } catch (...) {
-        // The generation check ignores a wait that could not be cancelled.
-    }
+    timer_.cancel();
 }
 
 void stream_impl::on_timeout() noexcept {
@@ -257,10 +249,7 @@ void stream_impl::submit(operation* op, const boost::asio::const_buffer* bufs, s
         op->status = UCS_OK;
         return w.fail(op, error_code());
     }
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &worker_impl::send_callback;
-    param.user_data = op;
+    ucp_request_param_t param = send_param(&worker_impl::send_callback, op);
     op->bytes = total;
     ucs_status_ptr_t r;
     if (n == 1) {
@@ -279,8 +268,7 @@ void stream_impl::submit(operation* op, const boost::asio::const_buffer* bufs, s
             (*iov)[i].length = bufs[i].size();
         }
         op->payload = iov;
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
-        param.datatype = ucp_dt_make_iov();
+        add_datatype(param, ucp_dt_make_iov());
         r = ucp_stream_send_nbx(ep_->native(), iov->data(), n, &param);
     }
     if (!UCS_PTR_IS_ERR(r))
@@ -340,12 +328,7 @@ void stream_impl::maybe_ack() noexcept {
     if (ack_->in_flight)
         return; // a later pass sends it
     ack_->wire = control_message{control_type::stream_ack, fsm_.bytes_read()}.encode();
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send = &stream_impl::ack_sent;
-    param.user_data = ack_;
+    ucp_request_param_t param = send_param(&stream_impl::ack_sent, ack_, UCP_AM_SEND_FLAG_REPLY);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep_->native(), control_am_id, ack_->wire.data(),
                                          ack_->wire.size(), nullptr, 0, &param);
     if (UCS_PTR_IS_ERR(r))

@@ -17,12 +17,12 @@
 #include <ucx/stream.hpp>
 
 #include "endpoint_impl.hpp"
+#include "guarded_timer.hpp"
 #include "stream_fsm.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <array>
 #include <chrono>
@@ -164,9 +164,8 @@ private:
     std::vector<blocked_write> blocked_;
     ack_sender* ack_ = nullptr;
     // Timeouts.
-    boost::asio::steady_timer timer_;
+    guarded_timer timer_;
     clock_type::time_point deadline_ = clock_type::time_point::max();
-    unsigned timer_generation_ = 0;
 };
 
 } // namespace ucx::detail

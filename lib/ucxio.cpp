@@ -1,3 +1,4 @@
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/ucxio.hpp>
 
 #include "endpoint_impl.hpp"
@@ -92,11 +93,8 @@ std::uint64_t ucxio::seek(std::int64_t offset, seek_basis basis, error_code& ec)
 }
 
 std::uint64_t ucxio::seek(std::int64_t offset, seek_basis basis) {
-    error_code ec;
-    std::uint64_t r = seek(offset, basis, ec);
-    if (ec)
-        throw boost::system::system_error(ec, "ucx::ucxio::seek");
-    return r;
+    return detail::throw_on_error("ucx::ucxio::seek",
+                                  [&](error_code& ec) { return seek(offset, basis, ec); });
 }
 
 } // namespace ucx

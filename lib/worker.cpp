@@ -2,6 +2,7 @@
 #include <ucx/worker.hpp>
 
 #include "context_impl.hpp"
+#include "request_param.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -206,11 +207,8 @@ void worker_impl::tag_recv(operation* op, void* data, std::size_t size, ucp_tag_
     // UCX 1.13 does not fill recv_info when it completes a receive at once
     // from its unexpected queue (observed: length and tag read back as 0), so
     // ask for the callback in every case; it only queues the operation.
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    param.cb.recv = &worker_impl::recv_callback;
-    param.user_data = op;
+    ucp_request_param_t param = recv_param(&worker_impl::recv_callback, op);
+    add_no_immediate_completion(param);
     ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
     submitted(op, r);
 }
@@ -258,17 +256,12 @@ void worker_impl::close_callback(void* request, ucs_status_t, void* user_data) n
 }
 
 ucs_status_ptr_t worker_impl::close_ucp_endpoint(ucp_ep_h ep, bool force, operation* op) noexcept {
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    const std::uint32_t flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     if (op) {
-        param.cb.send = &worker_impl::send_callback;
-        param.user_data = op;
+        ucp_request_param_t param = send_param(&worker_impl::send_callback, op, flags);
         return ucp_ep_close_nbx(ep, &param);
     }
-    param.cb.send = &worker_impl::close_callback;
-    param.user_data = this;
+    ucp_request_param_t param = send_param(&worker_impl::close_callback, this, flags);
     if (ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param); UCS_PTR_IS_PTR(r)) {
         ++internal_requests_;
         request_progress();
@@ -414,28 +407,23 @@ void worker_impl::start_safety_timer() {
     if (options_.safety_interval.count() <= 0 || !worker_ || stopping_)
         return;
     safety_timer_armed_ = true;
-    const unsigned generation = ++timer_generation_;
-    safety_timer_.expires_after(options_.safety_interval);
-    safety_timer_.async_wait([weak = weak_from_this(), generation](const error_code& ec) {
-        auto self = weak.lock();
-        if (!self || generation != self->timer_generation_)
-            return;
-        self->safety_timer_armed_ = false;
-        if (ec || !self->worker_ || self->stopping_ || !self->work_pending())
-            return;
-        ++self->stats_.safety_timer_passes;
-        if (!self->fsm_.pass_scheduled() && !self->fsm_.in_pass())
-            self->run_pass();
-        if (!self->safety_timer_armed_)
-            self->start_safety_timer();
-    });
+    safety_timer_.start_after(options_.safety_interval, weak_from_this(),
+                              [](worker_impl& self, const error_code& ec) {
+                                  self.safety_timer_armed_ = false;
+                                  if (ec || !self.worker_ || self.stopping_ || !self.work_pending())
+                                      return;
+                                  ++self.stats_.safety_timer_passes;
+                                  if (!self.fsm_.pass_scheduled() && !self.fsm_.in_pass())
+                                      self.run_pass();
+                                  if (!self.safety_timer_armed_)
+                                      self.start_safety_timer();
+                              });
 }
 
 void worker_impl::cancel_safety_timer() noexcept {
     if (!safety_timer_armed_)
         return;
     safety_timer_armed_ = false;
-    ++timer_generation_;
     safety_timer_.cancel();
 }
 

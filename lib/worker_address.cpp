@@ -1,5 +1,7 @@
 #include <ucx/worker_address.hpp>
 
+#include "wire.hpp"
+
 #include <boost/system/system_error.hpp>
 
 #include <array>
@@ -14,36 +16,18 @@ constexpr std::byte format_version{1};
 // Larger than any address UCX produces; rejects absurd lengths early.
 constexpr std::uint32_t max_address_size = 1u << 20;
 
-void put_u32(std::byte* p, std::uint32_t v) noexcept {
-    for (int i = 0; i < 4; ++i)
-        p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-
-std::uint32_t get_u32(const std::byte* p) noexcept {
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i)
-        v |= std::to_integer<std::uint32_t>(p[i]) << (8 * i);
-    return v;
-}
+using detail::crc32;
+using detail::load_le;
+using detail::store_le;
 
 } // namespace
-
-std::uint32_t crc32(std::span<const std::byte> data) noexcept {
-    std::uint32_t crc = 0xFFFFFFFFu;
-    for (std::byte b : data) {
-        crc ^= std::to_integer<std::uint32_t>(b);
-        for (int k = 0; k < 8; ++k)
-            crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-    }
-    return ~crc;
-}
 
 std::vector<std::byte> worker_address::serialize() const {
     std::vector<std::byte> out(header_size + bytes_.size());
     std::memcpy(out.data(), magic.data(), magic.size());
     out[4] = format_version;
-    put_u32(out.data() + 8, static_cast<std::uint32_t>(bytes_.size()));
-    put_u32(out.data() + 12, crc32(bytes_));
+    store_le(out, 8, static_cast<std::uint32_t>(bytes_.size()));
+    store_le(out, 12, crc32(bytes_));
     if (!bytes_.empty())
         std::memcpy(out.data() + header_size, bytes_.data(), bytes_.size());
     return out;
@@ -57,11 +41,11 @@ worker_address worker_address::deserialize(std::span<const std::byte> wire, erro
         return {};
     if (wire[4] != format_version)
         return {};
-    const std::uint32_t length = get_u32(wire.data() + 8);
+    const std::uint32_t length = load_le<std::uint32_t>(wire, 8);
     if (length == 0 || length > max_address_size || wire.size() != header_size + length)
         return {};
     auto payload = wire.subspan(header_size);
-    if (crc32(payload) != get_u32(wire.data() + 12))
+    if (crc32(payload) != load_le<std::uint32_t>(wire, 12))
         return {};
     ec = {};
     return worker_address(std::vector<std::byte>(payload.begin(), payload.end()));

@@ -7,13 +7,13 @@
 
 #include "control_channel.hpp"
 #include "control_message.hpp"
+#include "guarded_timer.hpp"
 #include "progress_fsm.hpp"
 #include "worker_component.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <array>
 #include <cstdint>
@@ -195,7 +195,7 @@ private:
     worker_options options_;
     ucp_worker_h worker_ = nullptr;
     boost::asio::posix::stream_descriptor efd_;
-    boost::asio::steady_timer safety_timer_;
+    guarded_timer safety_timer_;
     bool safety_timer_armed_ = false;
     progress_fsm fsm_;
     worker_stats stats_{};
@@ -217,7 +217,6 @@ private:
     std::shared_ptr<am_registry> am_;
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{std::random_device{}()};
-    unsigned timer_generation_ = 0;
     bool arm_error_logged_ = false;
 };
 

@@ -46,6 +46,19 @@ void rma_atomic(endpoint_impl& ep, operation* op, ucp_atomic_op_t opcode, std::u
                 std::size_t size, bool fetch, std::uint64_t remote_address,
                 const key_ptr& key) noexcept;
 
+/// The body of `async_put` and `async_get`: `Submit` is `rma_put` or
+/// `rma_get` (a template argument, so the call stays direct).
+template <auto Submit, class Buffer, class CompletionToken>
+auto async_transfer(endpoint& ep, Buffer data, std::uint64_t remote_address, const remote_key& key,
+                    CompletionToken&& token) {
+    const auto& impl = checked(ep);
+    return initiate<void(error_code, std::size_t), bytes_result>(
+        impl, std::forward<CompletionToken>(token),
+        [data, remote_address, k = access::get_impl(key)](endpoint_impl& e, operation* op) {
+            Submit(e, op, data.data(), data.size(), remote_address, k);
+        });
+}
+
 /// An atomic's completion: `(error_code, T old_value)`.
 template <class T>
 struct atomic_result {
@@ -89,13 +102,8 @@ auto async_put(
     endpoint& ep, boost::asio::const_buffer data, std::uint64_t remote_address,
     const remote_key& key,
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
-    const auto& impl = detail::checked(ep);
-    return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-        impl, std::forward<CompletionToken>(token),
-        [data, remote_address, k = detail::access::get_impl(key)](detail::endpoint_impl& e,
-                                                                  detail::operation* op) {
-            detail::rma_put(e, op, data.data(), data.size(), remote_address, k);
-        });
+    return detail::async_transfer<&detail::rma_put>(ep, data, remote_address, key,
+                                                    std::forward<CompletionToken>(token));
 }
 
 /// Reads the peer's memory at `remote_address` (inside the region of `key`)
@@ -108,13 +116,8 @@ auto async_get(
     endpoint& ep, boost::asio::mutable_buffer data, std::uint64_t remote_address,
     const remote_key& key,
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
-    const auto& impl = detail::checked(ep);
-    return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
-        impl, std::forward<CompletionToken>(token),
-        [data, remote_address, k = detail::access::get_impl(key)](detail::endpoint_impl& e,
-                                                                  detail::operation* op) {
-            detail::rma_get(e, op, data.data(), data.size(), remote_address, k);
-        });
+    return detail::async_transfer<&detail::rma_get>(ep, data, remote_address, key,
+                                                    std::forward<CompletionToken>(token));
 }
 
 /// Completes once every one-sided operation started on `ep` before it

@@ -5,6 +5,7 @@
 #include <ucx/detail/access.hpp>
 #include <ucx/detail/initiate.hpp>
 #include <ucx/detail/operation.hpp>
+#include <ucx/detail/throw_on_error.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
 #include <ucx/worker.hpp>
@@ -201,10 +202,8 @@ public:
     }
     /// As above; throws `boost::system::system_error`.
     void assign(endpoint&& ep) {
-        error_code ec;
-        assign(std::move(ep), ec);
-        if (ec)
-            throw boost::system::system_error(ec, "ucx::stream::assign");
+        detail::throw_on_error("ucx::stream::assign",
+                               [&](error_code& ec) { assign(std::move(ep), ec); });
     }
 
     /// Whether the stream is connected and not closed here.
@@ -254,10 +253,8 @@ public:
             detail::stream_cancel(*impl_);
     }
     void shutdown(boost::asio::socket_base::shutdown_type what) {
-        error_code ec;
-        shutdown(what, ec);
-        if (ec)
-            throw boost::system::system_error(ec, "ucx::stream::shutdown");
+        detail::throw_on_error("ucx::stream::shutdown",
+                               [&](error_code& ec) { shutdown(what, ec); });
     }
     /// Pending reads complete with `operation_aborted` (writes cannot be cancelled).
     void cancel() noexcept {
@@ -279,11 +276,8 @@ public:
         return detail::stream_address(*impl_, true, ec);
     }
     boost::asio::ip::tcp::endpoint remote_endpoint() const {
-        error_code ec;
-        auto e = remote_endpoint(ec);
-        if (ec)
-            throw boost::system::system_error(ec, "ucx::stream::remote_endpoint");
-        return e;
+        return detail::throw_on_error("ucx::stream::remote_endpoint",
+                                      [&](error_code& ec) { return remote_endpoint(ec); });
     }
     /// This side's address and port (errors as `remote_endpoint`).
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const {
@@ -294,11 +288,8 @@ public:
         return detail::stream_address(*impl_, false, ec);
     }
     boost::asio::ip::tcp::endpoint local_endpoint() const {
-        error_code ec;
-        auto e = local_endpoint(ec);
-        if (ec)
-            throw boost::system::system_error(ec, "ucx::stream::local_endpoint");
-        return e;
+        return detail::throw_on_error("ucx::stream::local_endpoint",
+                                      [&](error_code& ec) { return local_endpoint(ec); });
     }
 
     /// Operations pending after `d` from now, or started later, time out

@@ -48,7 +48,4 @@ private:
     std::vector<std::byte> bytes_;
 };
 
-/// CRC-32 (IEEE 802.3) of a byte range.
-std::uint32_t crc32(std::span<const std::byte> data) noexcept;
-
 } // namespace ucx
