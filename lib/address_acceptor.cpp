@@ -88,14 +88,8 @@ address_acceptor_impl::~address_acceptor_impl() {
 }
 
 void address_acceptor_impl::open(error_code& ec) {
-    if (!worker_->is_open()) {
-        ec = boost::asio::error::bad_descriptor;
+    if (ec = worker_->accept_support(); ec)
         return;
-    }
-    if (!worker_->has_control_channel()) {
-        ec = make_error_code(error::feature_not_enabled);
-        return;
-    }
     if (attached_) {
         ec = {};
         return;

@@ -61,22 +61,45 @@ ucs_status_t control_channel::on_message(void* arg, const void* header, std::siz
     return UCS_OK;
 }
 
-namespace {
-// A control message in flight: UCX 1.13 cannot copy an AM header, so it lives here.
-struct control_send_state {
-    worker_impl* worker;
+/// A control message in flight: UCX 1.13 cannot copy an AM header, so it
+/// lives here until the send completes.
+struct control_channel::send_state {
+    control_channel* channel;
     control_message::wire wire;
     std::vector<std::byte> payload;
 };
-} // namespace
 
-void control_channel::send(ucp_ep_h ep, const control_message& m,
+control_channel::~control_channel() {
+    for (send_state* s : free_states_)
+        delete s;
+}
+
+control_channel::send_state* control_channel::take_state() noexcept {
+    if (free_states_.empty())
+        return new (std::nothrow) send_state{this, {}, {}};
+    send_state* s = free_states_.back();
+    free_states_.pop_back();
+    return s;
+}
+
+void control_channel::recycle(send_state* s) noexcept {
+    s->payload.clear();
+    try {
+        free_states_.push_back(s);
+    } catch (...) {
+        delete s;
+    }
+}
+
+bool control_channel::send(ucp_ep_h ep, const control_message& m,
                            std::vector<std::byte> payload) noexcept {
     if (!worker_.native() || ep == nullptr || !open_)
-        return;
-    auto* state = new (std::nothrow) control_send_state{&worker_, m.encode(), std::move(payload)};
+        return false;
+    send_state* state = take_state();
     if (!state)
-        return;
+        return false;
+    state->wire = m.encode();
+    state->payload = std::move(payload);
     ucp_request_param_t param = send_param(&control_channel::sent, state, UCP_AM_SEND_FLAG_REPLY);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep, control_am_id, state->wire.data(), state->wire.size(),
                                          state->payload.empty() ? nullptr : state->payload.data(),
@@ -84,19 +107,24 @@ void control_channel::send(ucp_ep_h ep, const control_message& m,
     if (UCS_PTR_IS_PTR(r)) {
         worker_.internal_request_started();
         worker_.request_progress();
-        return;
+        return true;
     }
-    if (UCS_PTR_IS_ERR(r))
+    recycle(state);
+    if (UCS_PTR_IS_ERR(r)) {
         log::write(log::severity::info, std::string("control message not sent: ") +
                                             ucs_status_string(UCS_PTR_STATUS(r)));
-    delete state;
+        return false;
+    }
+    return true;
 }
 
 void control_channel::sent(void* request, ucs_status_t, void* user_data) noexcept {
-    auto* state = static_cast<control_send_state*>(user_data);
-    state->worker->internal_request_done();
+    // Inside ucp_worker_progress: bookkeeping only.
+    auto* state = static_cast<send_state*>(user_data);
+    control_channel& self = *state->channel;
+    self.worker_.internal_request_done();
     ucp_request_free(request);
-    delete state;
+    self.recycle(state);
 }
 
 void control_channel::map(ucp_ep_h ep, endpoint_impl* impl) {

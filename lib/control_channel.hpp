@@ -26,6 +26,7 @@ class control_channel final : public worker_component {
 public:
     explicit control_channel(worker_impl& w) noexcept
         : worker_component(component_kind::service), worker_(w) {}
+    ~control_channel();
 
     /// Installs the control-message handler on the (new) UCP worker; false
     /// when the context has no active messages.
@@ -35,7 +36,11 @@ public:
     /// Sends `m` on `ep`, fire and forget: counted as the worker's internal
     /// work, so shutdown waits for it. `payload` goes as the message's data
     /// (the hello of a connection from a worker address: that worker's address).
-    void send(ucp_ep_h ep, const control_message& m, std::vector<std::byte> payload = {}) noexcept;
+    /// The buffers UCX reads until the send completes (UCX 1.13 cannot copy an
+    /// AM header) are recycled, so steady control traffic (a stream's
+    /// acknowledgements) allocates nothing. False when the message could not
+    /// be handed to UCX.
+    bool send(ucp_ep_h ep, const control_message& m, std::vector<std::byte> payload = {}) noexcept;
 
     /// Routes the control messages that arrive over `ep` to `impl`.
     void map(ucp_ep_h ep, endpoint_impl* impl);
@@ -73,6 +78,9 @@ private:
                                    const ucp_am_recv_param_t* param) noexcept;
     static void sent(void* request, ucs_status_t status, void* user_data) noexcept;
     std::size_t route() noexcept;
+    struct send_state;
+    send_state* take_state() noexcept;
+    void recycle(send_state* s) noexcept;
     std::size_t take_hellos() noexcept;
 
     struct pending_hello {
@@ -94,6 +102,8 @@ private:
     /// Whether hellos over unknown endpoints are taken (an acceptor was attached).
     bool takes_hellos_ = false;
     std::size_t dropped_ = 0;
+    /// Send buffers whose send completed, for the next control messages.
+    std::vector<send_state*> free_states_;
 };
 
 } // namespace ucx::detail

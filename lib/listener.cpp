@@ -23,14 +23,8 @@ listener_impl::~listener_impl() {
 }
 
 void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code& ec) {
-    if (!worker_->is_open()) {
-        ec = boost::asio::error::bad_descriptor;
+    if (ec = worker_->accept_support(); ec)
         return;
-    }
-    if (!worker_->has_control_channel()) {
-        ec = make_error_code(error::feature_not_enabled);
-        return;
-    }
     ucp_listener_params_t params{};
     params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     params.sockaddr.addr = bind.data();

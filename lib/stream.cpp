@@ -1,6 +1,7 @@
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
 
+#include "control_channel.hpp"
 #include "request_param.hpp"
 #include "stream_impl.hpp"
 
@@ -26,20 +27,10 @@ error_code socket_error(const error_code& ec) noexcept {
 stream_impl::stream_impl(std::shared_ptr<worker_impl> w)
     : worker_(std::move(w)), timer_(worker_->get_executor()) {}
 
-/// The buffer of the stream_ack in flight; freed by the last of the stream
-/// and the send (UCX keeps the AM header until the send completes).
-struct stream_impl::ack_sender {
-    int refs = 1;
-    bool in_flight = false;
-    control_message::wire wire{};
-};
-
 stream_impl::~stream_impl() {
     close();
     if (observing_)
         worker_->remove_observer(this);
-    if (ack_ && --ack_->refs == 0)
-        delete ack_;
 }
 
 void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noexcept {
@@ -320,33 +311,11 @@ void stream_impl::peer_stream_end(std::uint64_t total, bool goodbye) noexcept {
 void stream_impl::maybe_ack() noexcept {
     if (!fsm_.ack_due() || !ep_ || !ep_->is_open() || !ep_->has_handshake())
         return;
-    if (!ack_) {
-        ack_ = new (std::nothrow) ack_sender;
-        if (!ack_)
-            return;
-    }
-    if (ack_->in_flight)
-        return; // a later pass sends it
-    ack_->wire = control_message{control_type::stream_ack, fsm_.bytes_read()}.encode();
-    ucp_request_param_t param = send_param(&stream_impl::ack_sent, ack_, UCP_AM_SEND_FLAG_REPLY);
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep_->native(), control_am_id, ack_->wire.data(),
-                                         ack_->wire.size(), nullptr, 0, &param);
-    if (UCS_PTR_IS_ERR(r))
-        return;
-    fsm_.on_ack_sent();
-    if (UCS_PTR_IS_PTR(r)) {
-        ack_->in_flight = true;
-        ++ack_->refs;
-    }
-}
-
-void stream_impl::ack_sent(void* request, ucs_status_t, void* user_data) noexcept {
-    // Inside ucp_worker_progress: bookkeeping only.
-    auto* a = static_cast<ack_sender*>(user_data);
-    ucp_request_free(request);
-    a->in_flight = false;
-    if (--a->refs == 0)
-        delete a;
+    // The worker's control channel sends it (a failed send is tried again
+    // after the next read).
+    if (worker_->control().send(ep_->native(),
+                                control_message{control_type::stream_ack, fsm_.bytes_read()}))
+        fsm_.on_ack_sent();
 }
 
 // ---- reads ----

@@ -104,7 +104,6 @@ private:
         std::array<boost::asio::const_buffer, max_buffers> bufs;
         std::size_t count;
     };
-    struct ack_sender;
 
     /// Hands a write to UCX.
     void submit(operation* op, const boost::asio::const_buffer* bufs, std::size_t n,
@@ -115,7 +114,6 @@ private:
     void fail_blocked(const error_code& ec) noexcept;
     /// Tells the peer how much was read, every `ack_every` bytes.
     void maybe_ack() noexcept;
-    static void ack_sent(void* request, ucs_status_t status, void* user_data) noexcept;
 
     struct pending_read {
         operation* op;
@@ -160,9 +158,8 @@ private:
     std::size_t drained_off_ = 0;
     error_code recv_error_{};
     // Flow control: writes waiting for the reader, in order (a vector keeps
-    // its capacity); the ack's wire buffer.
+    // its capacity).
     std::vector<blocked_write> blocked_;
-    ack_sender* ack_ = nullptr;
     // Timeouts.
     guarded_timer timer_;
     clock_type::time_point deadline_ = clock_type::time_point::max();

@@ -85,6 +85,14 @@ worker_impl::~worker_impl() {
     shutdown();
 }
 
+error_code worker_impl::accept_support() const noexcept {
+    if (!is_open())
+        return boost::asio::error::bad_descriptor;
+    if (!has_control_channel())
+        return make_error_code(error::feature_not_enabled);
+    return {};
+}
+
 void worker_impl::open() {
     if (!context_ || !context_->native())
         throw boost::system::system_error(make_error_code(error::context_closed),

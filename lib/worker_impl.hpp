@@ -141,6 +141,10 @@ public:
     void send_control(ucp_ep_h ep, const control_message& m) noexcept { channel_.send(ep, m); }
     /// Whether the context has active messages (needed for connected endpoints).
     bool has_control_channel() const noexcept { return channel_.is_open(); }
+    /// Whether connections can be accepted on this worker: `bad_descriptor`
+    /// when it is closed, `error::feature_not_enabled` without the control
+    /// channel (the context has no active messages).
+    error_code accept_support() const noexcept;
     /// A fresh random tag for per-endpoint receives.
     std::uint64_t random_tag() { return rng_(); }
     /// Control messages dropped as malformed or unroutable.
