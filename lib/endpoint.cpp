@@ -25,6 +25,15 @@ std::uint64_t next_endpoint_serial() noexcept {
     static std::atomic<std::uint64_t> counter{0};
     return counter.fetch_add(1, std::memory_order_relaxed) + 1;
 }
+
+/// The parameters of a UCP endpoint to the worker at `address` (which must
+/// outlive the ucp_ep_create call).
+ucp_ep_params_t address_params(const worker_address& address) noexcept {
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
+    return params;
+}
 } // namespace
 
 endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker)
@@ -90,9 +99,7 @@ void endpoint_impl::connect(const worker_address& address, error_code& ec) {
         ec = make_error_code(error::empty_address);
         return;
     }
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
+    ucp_ep_params_t params = address_params(address);
     create(params, ec);
     if (!ec)
         execute(fsm_.start({role::address}));
@@ -148,9 +155,7 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
     worker_impl& w = *worker_;
     if (address.empty())
         return w.fail(op, make_error_code(error::empty_address));
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    params.address = reinterpret_cast<const ucp_address_t*>(address.ucx_bytes().data());
+    ucp_ep_params_t params = address_params(address);
     if (!create_client(params, op, true))
         return;
     // The hello carries this worker's address: the acceptor needs it to make
@@ -177,9 +182,7 @@ void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hel
     // peer fails, without a word, unless the application created it: an
     // endpoint created here to the connector's address is paired by UCX
     // with the one the connector's messages arrive on, and is that one.
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    params.address = reinterpret_cast<const ucp_address_t*>(peer.ucx_bytes().data());
+    ucp_ep_params_t params = address_params(peer);
     create(params, ec);
     if (ec)
         return;
