@@ -17,9 +17,6 @@
 
 namespace ucx::detail {
 
-static_assert(stream_max_buffers == stream_impl::max_buffers);
-static_assert(stream_max_read_buffers == stream_impl::max_read_buffers);
-
 // --- the worker an object belongs to ---
 
 worker_core& core_of(worker_impl& w) noexcept {

@@ -44,10 +44,10 @@ class stream_impl final : public progress_observer,
                           public std::enable_shared_from_this<stream_impl> {
 public:
     using clock_type = std::chrono::steady_clock;
-    /// Most buffers of a sequence one read or write takes (like writev/readv).
-    static constexpr std::size_t max_buffers = 64;
-    /// Most buffers of a sequence one pending read keeps.
-    static constexpr std::size_t max_read_buffers = 16;
+    /// Most buffers of a sequence one read or write takes (like writev/readv),
+    /// and one pending read keeps: the public templates' limits.
+    static constexpr std::size_t max_buffers = stream_max_buffers;
+    static constexpr std::size_t max_read_buffers = stream_max_read_buffers;
     /// Flow control: a write waits while this many written bytes are unread.
     static constexpr std::uint64_t window = stream_config{}.window;
     /// Flow control: the reader acknowledges after this many bytes.
