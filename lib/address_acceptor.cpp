@@ -51,11 +51,14 @@ void address_acceptor_impl::take_hello(worker_impl& w, address_acceptor_impl* ac
                                        ucp_ep_h reply_ep, const control_message& hello,
                                        std::span<const std::byte> address) noexcept {
     try {
-        const worker_address peer(std::vector<std::byte>(address.begin(), address.end()));
+        // The connector's address in its wire form. Checked here, before
+        // UCX's address parser sees it (that one aborts the process on
+        // garbage): a malformed one leaves `peer` empty and is refused.
+        error_code ec;
+        const worker_address peer = worker_address::deserialize(address, ec);
         if (acceptor && acceptor->has_room() && !peer.empty()) {
             try {
                 auto e = std::make_shared<endpoint_impl>(w.shared_from_this());
-                error_code ec;
                 e->accept_address(reply_ep, hello, peer, ec);
                 if (!ec) {
                     acceptor->offer(std::move(e));
@@ -70,7 +73,7 @@ void address_acceptor_impl::take_hello(worker_impl& w, address_acceptor_impl* ac
             }
         } else {
             log::write(log::severity::info,
-                       peer.empty() ? "address acceptor: hello without an address, refused"
+                       peer.empty() ? "address acceptor: hello without a valid address, refused"
                        : acceptor   ? "address acceptor: backlog full, connection refused"
                                     : "no address acceptor: connection refused");
         }

@@ -38,7 +38,7 @@ ucs_status_t control_channel::on_message(void* arg, const void* header, std::siz
     if (self->takes_hellos_ && message->type == control_type::hello &&
         self->find(param->reply_ep) == nullptr) {
         // A peer that connected from a worker address; the data is its
-        // worker address (eager: small).
+        // worker address in its wire form, checked by the acceptor (eager: small).
         try {
             const auto* p = static_cast<const std::byte*>(data);
             self->hellos_.push_back(

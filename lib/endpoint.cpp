@@ -159,10 +159,12 @@ void endpoint_impl::connect_address(const worker_address& address, operation* op
     if (!create_client(params, op, true))
         return;
     // The hello carries this worker's address: the acceptor needs it to make
-    // UCX's endpoint for this connection its own (see accept_address).
+    // UCX's endpoint for this connection its own (see accept_address). It
+    // travels in its wire form (length and CRC-32) so that the acceptor can
+    // reject a damaged one: UCX aborts the process on a malformed address.
     try {
         w.control().send(ep_, control_message{control_type::hello, fsm_.local_tag()},
-                         w.address().ucx_bytes());
+                         w.address().serialize());
     } catch (...) {
         force_close(make_error_code(error::allocation_failed));
     }
