@@ -3,6 +3,7 @@
 // stream versus reset, cancellation, timeouts, queued reads, the acceptor;
 // connections from a worker address (the address acceptor).
 #include "child_process.hpp"
+#include "control_message.hpp"
 #include "stream_impl.hpp"
 #include "stream_pattern.hpp"
 #include "test_support.hpp"
@@ -702,6 +703,50 @@ TEST_P(stream_test, address_connect_with_an_empty_or_corrupt_address_fails_clean
     auto [a, c2] = connect_by_address(io, by_address, server, client, server_worker.address());
     EXPECT_FALSE(a) << a.message();
     EXPECT_FALSE(c2) << c2.message();
+}
+
+// A hello whose address does not parse is refused before UCX sees it: UCX's
+// address parser aborts the process on bytes like these, and the hello's data
+// comes from the peer. Sent with UCX directly: the library only sends valid
+// hellos.
+TEST_P(stream_test, a_hello_with_a_damaged_address_is_refused_not_handed_to_ucx) {
+    ucx::acceptor by_address(server_worker);
+    ucx::stream server(server_worker);
+    std::optional<ucx::error_code> accepted;
+    by_address.async_accept(server, [&](ucx::error_code ec) { accepted = ec; });
+
+    ucx::worker sender(ctx, io, strict_worker_options(ucx::progress_mode::event));
+    ucx::endpoint raw(sender, server_worker.address());
+    const auto hello = ucx::detail::control_message{ucx::detail::control_type::hello, 1}.encode();
+    auto crc_mismatch = sender.address().serialize();
+    crc_mismatch.back() ^= std::byte{0x5a};
+    for (const std::vector<std::byte>& damaged :
+         {std::vector<std::byte>(64, std::byte{0xa5}), crc_mismatch}) {
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+        ucs_status_ptr_t r =
+            ucp_am_send_nbx(raw.native_handle(), ucx::detail::control_am_id, hello.data(),
+                            hello.size(), damaged.data(), damaged.size(), &param);
+        ASSERT_FALSE(UCS_PTR_IS_ERR(r));
+        if (UCS_PTR_IS_PTR(r)) {
+            EXPECT_TRUE(
+                run_until(io, [&] { return ucp_request_check_status(r) != UCS_INPROGRESS; }));
+            ucp_request_free(r);
+        }
+        // Time for the server to take the hello (and refuse it).
+        run_until(
+            io, [] { return false; }, std::chrono::milliseconds(200));
+    }
+    EXPECT_FALSE(accepted);
+
+    // The acceptor still takes a valid connection.
+    ucx::stream client(client_worker);
+    std::optional<ucx::error_code> connected;
+    client.async_connect(server_worker.address(), [&](ucx::error_code ec) { connected = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return accepted && connected; }));
+    EXPECT_FALSE(*accepted) << accepted->message();
+    EXPECT_FALSE(*connected) << connected->message();
 }
 
 TEST_P(stream_test, address_connect_to_a_closed_worker_fails) {
