@@ -1,0 +1,213 @@
+// Writes the seed corpora of the fuzz targets: valid encodings made by the
+// library's own encoders, and typical event sequences of the state machines.
+// Usage: make_seeds <corpus directory> (test/fuzz/corpus).
+#include "fuzz.hpp"
+
+#include "control_message.hpp"
+
+#include <ucx/remote_key.hpp>
+#include <ucx/worker_address.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace {
+
+using bytes = std::vector<std::byte>;
+namespace fs = std::filesystem;
+using ucx::fuzz::connection_event;
+using ucx::fuzz::stream_event;
+
+fs::path root;
+
+void write(const std::string& target, const std::string& name, const bytes& b) {
+    const fs::path dir = root / target;
+    fs::create_directories(dir);
+    std::ofstream(dir / ("seed-" + name), std::ios::binary)
+        .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+bytes pattern(std::size_t n, unsigned seed) {
+    bytes b(n);
+    for (std::size_t i = 0; i < n; ++i)
+        b[i] = static_cast<std::byte>((i * 131 + seed * 17) & 0xFF);
+    return b;
+}
+
+/// Builds the reader's input: bytes, and integers little-endian.
+struct encoder {
+    bytes out;
+    encoder& u8(unsigned v) {
+        out.push_back(static_cast<std::byte>(v));
+        return *this;
+    }
+    encoder& uint(std::uint64_t v, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i)
+            u8(static_cast<unsigned>(v >> (8 * i)) & 0xFF);
+        return *this;
+    }
+    encoder& event(connection_event e) { return u8(static_cast<unsigned>(e)); }
+    encoder& event(stream_event e) { return u8(static_cast<unsigned>(e)); }
+    encoder& start(unsigned role, bool by_address, bool listener) {
+        return event(connection_event::start).u8(role).u8(by_address).u8(listener).uint(0x1234, 8);
+    }
+    encoder& control(ucx::detail::control_type t, std::uint64_t value = 0) {
+        return event(connection_event::control).u8(static_cast<unsigned>(t) - 1).uint(value, 8);
+    }
+    encoder& close(bool in_flight, std::uint64_t bytes, bool can_linger) {
+        return event(connection_event::close_graceful).u8(in_flight).uint(bytes, 8).u8(can_linger);
+    }
+};
+
+void worker_addresses() {
+    unsigned i = 0;
+    for (std::size_t n : {1, 7, 64, 300}) {
+        ++i;
+        write("worker_address", "valid-" + std::to_string(n),
+              ucx::worker_address(pattern(n, i)).serialize());
+    }
+}
+
+void remote_keys() {
+    using ucx::key_blob;
+    using ucx::memory_type;
+    write("remote_key", "host",
+          key_blob::build(0x7f0000001000, 4096, memory_type::host, pattern(40, 1)));
+    write("remote_key", "cuda", key_blob::build(0x10000, 1, memory_type::cuda, pattern(1, 2)));
+    write("remote_key", "managed-at-end",
+          key_blob::build(~std::uint64_t{0} - 8, 8, memory_type::cuda_managed, pattern(100, 3)));
+}
+
+void control_messages() {
+    using ucx::detail::control_message;
+    using ucx::detail::control_type;
+    for (unsigned t = 1; t <= static_cast<unsigned>(control_type::stream_ack); ++t) {
+        const auto w = control_message{static_cast<control_type>(t), 0x0102030405060708u}.encode();
+        bytes b{std::byte{control_message::wire_size}};
+        b.insert(b.end(), w.begin(), w.end());
+        if (t == static_cast<unsigned>(control_type::hello)) {
+            write("control_message", "hello-no-address", b);
+            const bytes a = ucx::worker_address(pattern(120, 7)).serialize();
+            b.insert(b.end(), a.begin(), a.end());
+            write("control_message", "hello-with-address", b);
+        } else {
+            write("control_message", "type-" + std::to_string(t), b);
+        }
+    }
+}
+
+void connection_sequences() {
+    using ucx::detail::control_type;
+    const std::string t = "connection_fsm";
+    // Roles: 0 address, 1 client, 2 server, 3 borrowed.
+    write(t, "client-connects-and-closes",
+          encoder{}
+              .start(1, false, false)
+              .control(control_type::welcome, 7)
+              .control(control_type::stream_ack, 100)
+              .close(false, 100, true)
+              .control(control_type::goodbye_ack)
+              .out);
+    write(t, "client-lingers",
+          encoder{}
+              .start(1, true, false)
+              .control(control_type::welcome, 7)
+              .close(true, 5, true)
+              .event(connection_event::sends_drained)
+              .u8(1)
+              .event(connection_event::linger_expired)
+              .out);
+    write(t, "client-refused", encoder{}.start(1, true, false).control(control_type::refused).out);
+    write(t, "server-hello-then-goodbye",
+          encoder{}
+              .start(2, false, true)
+              .control(control_type::hello, 9)
+              .control(control_type::stream_end, 40)
+              .control(control_type::goodbye, 40)
+              .event(connection_event::failure)
+              .u8(1)
+              .out);
+    write(t, "server-listener-goes",
+          encoder{}
+              .start(2, false, true)
+              .event(connection_event::forget_listener)
+              .event(connection_event::force_close)
+              .u8(0)
+              .out);
+    write(t, "address-half-close",
+          encoder{}
+              .start(0, false, false)
+              .event(connection_event::shutdown_stream)
+              .uint(3, 8)
+              .close(false, 3, false)
+              .out);
+    write(t, "borrowed-closes",
+          encoder{}
+              .start(3, false, false)
+              .close(true, 0, true)
+              .event(connection_event::sends_drained)
+              .u8(0)
+              .out);
+}
+
+void stream_sequences() {
+    const std::string t = "stream_fsm";
+    // honest, window, ack_every, the honest peer's total; then events.
+    write(t, "honest-reads-to-eof",
+          encoder{}
+              .u8(1)
+              .uint(100, 2)
+              .uint(10, 2)
+              .uint(30, 2)
+              .event(stream_event::read)
+              .uint(20, 2)
+              .event(stream_event::send_ack)
+              .event(stream_event::peer_end)
+              .uint(30, 2)
+              .u8(0)
+              .event(stream_event::read)
+              .uint(10, 2)
+              .event(stream_event::peer_end)
+              .uint(30, 2)
+              .u8(1)
+              .out);
+    write(t, "writes-wait-for-acks",
+          encoder{}
+              .u8(0)
+              .uint(50, 2)
+              .uint(10, 2)
+              .uint(0, 2)
+              .event(stream_event::write)
+              .uint(60, 2)
+              .u8(0)
+              .event(stream_event::write)
+              .uint(1, 2)
+              .u8(0)
+              .event(stream_event::peer_acked)
+              .uint(60, 2)
+              .event(stream_event::shutdown_send)
+              .event(stream_event::write)
+              .uint(1, 2)
+              .u8(0)
+              .event(stream_event::reset)
+              .out);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: make_seeds <corpus directory>\n");
+        return 2;
+    }
+    root = argv[1];
+    worker_addresses();
+    remote_keys();
+    control_messages();
+    connection_sequences();
+    stream_sequences();
+}
