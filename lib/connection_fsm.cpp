@@ -1,5 +1,7 @@
 #include "connection_fsm.hpp"
 
+#include <ucx/error.hpp>
+
 #include <boost/asio/error.hpp>
 
 namespace ucx::detail {
@@ -22,6 +24,13 @@ connection_action send(control_type m, std::uint64_t value) noexcept {
     return a;
 }
 
+connection_action arm(std::uint64_t ms) noexcept {
+    connection_action a;
+    a.type = type::arm_timer;
+    a.value = ms;
+    return a;
+}
+
 connection_action to_stream(type t, std::uint64_t value, bool goodbye = false) noexcept {
     connection_action a;
     a.type = t;
@@ -38,6 +47,10 @@ connection_actions connection_fsm::start(const start_params& p) noexcept {
     role_ = p.role;
     by_address_ = p.by_address;
     local_tag_ = p.local_tag;
+    if (has_handshake()) {
+        handshake_timeout_ms_ = p.handshake_timeout_ms;
+        heartbeat_interval_ms_ = p.heartbeat_interval_ms;
+    }
     switch (p.role) {
     case connection_role::address:
     case connection_role::borrowed:
@@ -47,14 +60,75 @@ connection_actions connection_fsm::start(const start_params& p) noexcept {
     case connection_role::client:
         connect_pending_ = true;
         state_ = connection_state::connecting;
-        out.push(send(control_type::hello, local_tag_));
+        // By address, the endpoint sends the hello itself, with its address.
+        if (!by_address_)
+            out.push(send(control_type::hello, local_tag_));
         break;
     case connection_role::server:
         listener_pending_ = p.listener;
         state_ = connection_state::accepting;
         break;
     }
+    if (handshake_timeout_ms_ != 0 && !established_) {
+        timer_armed_ = true;
+        out.push(arm(handshake_timeout_ms_));
+    }
     return out;
+}
+
+void connection_fsm::opened(connection_actions& out) noexcept {
+    heard_ = false;
+    silent_ticks_ = 0;
+    if (heartbeat_interval_ms_ != 0) {
+        timer_armed_ = true;
+        out.push(arm(heartbeat_interval_ms_));
+    } else {
+        stop_timer(out);
+    }
+}
+
+void connection_fsm::stop_timer(connection_actions& out) noexcept {
+    if (timer_armed_) {
+        timer_armed_ = false;
+        out.push(act(type::cancel_timer));
+    }
+}
+
+connection_actions connection_fsm::timer_expired() noexcept {
+    connection_actions out;
+    if (!timer_armed_ || !has_endpoint())
+        return out;
+    timer_armed_ = false;
+    switch (state_) {
+    case connection_state::connecting:
+    case connection_state::accepting:
+        // The handshake deadline: the peer never completed it.
+        return force_close(make_error_code(error::handshake_timeout));
+    case connection_state::open:
+    case connection_state::closing:
+        // A heartbeat tick (a close waiting for its sends is watched too).
+        // After the peer's goodbye there is nobody to watch.
+        if (peer_goodbye_ || heartbeat_interval_ms_ == 0 || !established_)
+            return out;
+        if (heard_) {
+            heard_ = false;
+            silent_ticks_ = 0;
+        } else if (++silent_ticks_ >= silent_ticks_limit) {
+            if (state_ == connection_state::closing) {
+                close_unanswered(out);
+                return out;
+            }
+            return force_close(make_error_code(error::peer_unresponsive));
+        } else {
+            // Silent for a tick: ask; a live peer answers before the next.
+            out.push(send(control_type::ping, silent_ticks_));
+        }
+        timer_armed_ = true;
+        out.push(arm(heartbeat_interval_ms_));
+        return out;
+    default:
+        return out;
+    }
 }
 
 void connection_fsm::fail(connection_actions& out, const error_code& ec) noexcept {
@@ -70,7 +144,14 @@ connection_actions connection_fsm::on_control(const control_message& m) noexcept
     // Nothing reaches an endpoint without its UCP endpoint.
     if (!has_endpoint())
         return out;
+    // Any word from the peer shows it is alive.
+    heard_ = true;
     switch (m.type) {
+    case control_type::ping:
+        out.push(send(control_type::pong, m.recv_tag));
+        return out;
+    case control_type::pong:
+        return out;
     case control_type::hello:
         // A repeated hello, or one to a client: ignored.
         if (role_ != connection_role::server || state_ != connection_state::accepting || error_)
@@ -79,6 +160,7 @@ connection_actions connection_fsm::on_control(const control_message& m) noexcept
         established_ = true;
         state_ = connection_state::open;
         out.push(send(control_type::welcome, local_tag_));
+        opened(out);
         if (listener_pending_) {
             listener_pending_ = false;
             out.push(act(type::listener_established));
@@ -91,6 +173,7 @@ connection_actions connection_fsm::on_control(const control_message& m) noexcept
             peer_tag_ = m.recv_tag;
             established_ = true;
             state_ = connection_state::open;
+            opened(out);
             if (connect_pending_) {
                 connect_pending_ = false;
                 out.push(act(type::complete_connect));
@@ -134,10 +217,8 @@ connection_actions connection_fsm::on_control(const control_message& m) noexcept
             return force_close(boost::asio::error::connection_refused);
         return out;
     case control_type::goodbye_ack:
-        if (state_ == connection_state::lingering) {
-            out.push(act(type::cancel_linger));
+        if (state_ == connection_state::lingering)
             close_now(out);
-        }
         return out;
     }
     return out;
@@ -155,8 +236,11 @@ connection_actions connection_fsm::force_close(const error_code& ec) noexcept {
     const bool local = ec == boost::asio::error::operation_aborted;
     if (state_ == connection_state::closed)
         return out;
-    if (state_ == connection_state::lingering)
+    stop_timer(out);
+    if (linger_armed_) {
+        linger_armed_ = false;
         out.push(act(type::cancel_linger));
+    }
     if (close_pending_) {
         // A graceful close under way: aborted by a local force close; done
         // (the peer is gone, which is not an error) after a failure.
@@ -212,6 +296,9 @@ connection_actions connection_fsm::close_graceful(bool sends_in_flight, std::uin
     state_ = connection_state::closing;
     // The sends in flight complete first (a rendezvous send completes only
     // when the peer has fetched the data); then goodbye, then close.
+    // While they are in flight the peer stays watched: a peer that stopped
+    // fails the close (timer_expired); one that is alive but slow to receive
+    // is waited for.
     if (!sends_in_flight)
         drain(out, can_linger);
     return out;
@@ -239,8 +326,11 @@ void connection_fsm::drain(connection_actions& out, bool can_linger) noexcept {
         if (!peer_goodbye_ && can_linger) {
             // The peer's UCX drops the stream data it has not handed out yet
             // when this endpoint closes: wait until the peer took it (its
-            // ack), or the linger time passed.
+            // ack), or the linger time passed. The linger bounds the wait,
+            // so the peer need not be watched any more.
             state_ = connection_state::lingering;
+            stop_timer(out);
+            linger_armed_ = true;
             out.push(act(type::start_linger));
             return;
         }
@@ -249,6 +339,11 @@ void connection_fsm::drain(connection_actions& out, bool can_linger) noexcept {
 }
 
 void connection_fsm::close_now(connection_actions& out) noexcept {
+    stop_timer(out);
+    if (linger_armed_) {
+        linger_armed_ = false;
+        out.push(act(type::cancel_linger));
+    }
     close_pending_ = false;
     state_ = connection_state::closed;
     out.push(act(type::close_flush));
@@ -256,9 +351,25 @@ void connection_fsm::close_now(connection_actions& out) noexcept {
 
 connection_actions connection_fsm::linger_expired() noexcept {
     connection_actions out;
-    if (state_ == connection_state::lingering)
-        close_now(out);
+    if (state_ == connection_state::lingering && linger_armed_) {
+        linger_armed_ = false;
+        close_unanswered(out);
+    }
     return out;
+}
+
+void connection_fsm::close_unanswered(connection_actions& out) noexcept {
+    // The peer did not take the sends or acknowledge the goodbye: it may not
+    // have everything, so the close reports it; closing in flush mode could
+    // wait for such a peer forever, so the endpoint is force-closed.
+    stop_timer(out);
+    const error_code ec = make_error_code(error::peer_unresponsive);
+    close_pending_ = false;
+    out.push(act(type::complete_close, ec));
+    out.push(act(type::fail_operations, ec));
+    out.push(act(type::take_received));
+    out.push(act(type::close_force));
+    state_ = connection_state::closed;
 }
 
 connection_actions connection_fsm::shutdown_stream(std::uint64_t stream_bytes) noexcept {

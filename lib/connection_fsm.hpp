@@ -9,6 +9,17 @@
 // the linger time passed. stream_end (a half close) and stream_ack (flow
 // control) concern a ucx::stream over the endpoint and are handed to it.
 //
+// Liveness: a connected endpoint watches its peer. One timer serves the
+// connection's deadlines: while the handshake runs it is the handshake
+// deadline (a client's connect, a server's wait for the hello); once open it
+// ticks every `heartbeat_interval`. A tick after which nothing came from the
+// peer sends a ping (the peer answers pong); `silent_ticks_limit` such ticks
+// in a row and the peer is unresponsive: the endpoint fails with
+// `error::peer_unresponsive`. A graceful close waits for its sends while the
+// peer is alive (still watched), then for the goodbye's acknowledgement at
+// most the linger time; an unresponsive peer fails the close with that error
+// and the UCP endpoint is force-closed.
+//
 // `connection_fsm` takes the events (a control message, the UCP endpoint's
 // failure, a local close, the sends drained, the linger timer) and answers
 // with the actions the endpoint must execute, in order. It owns the
@@ -55,6 +66,8 @@ enum class connection_action_type : std::uint8_t {
     take_received,        ///< the stream takes UCX's received data before it goes
     start_linger,         ///< start the linger timer (then linger_expired)
     cancel_linger,        ///< cancel the linger timer
+    arm_timer,            ///< (re)arm the connection timer for `value` ms (then timer_expired)
+    cancel_timer,         ///< cancel the connection timer
     accept_close,         ///< keep the close operation just given
     reject_close,         ///< complete the close operation just given with `ec` (not kept)
     complete_close,       ///< complete the kept close operation with `ec`
@@ -108,7 +121,17 @@ public:
         bool listener = false;
         /// Client/server: the tag on which this side receives per-endpoint messages.
         std::uint64_t local_tag = 0;
+        /// Client/server: how long the handshake may take, in ms (0: no limit).
+        std::uint64_t handshake_timeout_ms = 0;
+        /// Client/server: how often an open connection checks that the peer
+        /// spoke, in ms (0: the peer is not watched).
+        std::uint64_t heartbeat_interval_ms = 0;
     };
+
+    /// Ticks without a word from the peer after which it is unresponsive: the
+    /// silence lasts between `silent_ticks_limit` and `silent_ticks_limit + 1`
+    /// intervals.
+    static constexpr unsigned silent_ticks_limit = 4;
 
     /// The UCP endpoint exists: address and borrowed endpoints are open at
     /// once; a client sends its hello; a server waits for the peer's.
@@ -126,13 +149,17 @@ public:
                                       bool can_linger) noexcept;
     /// The sends in flight completed during a graceful close.
     connection_actions sends_drained(bool can_linger) noexcept;
-    /// The linger timer expired (or could not be started).
+    /// The linger timer expired: a close still waiting for the peer's ack
+    /// completes with `error::peer_unresponsive`, and the UCP endpoint is
+    /// force-closed.
     connection_actions linger_expired() noexcept;
     /// Force close: operation_aborted for a local close (the endpoint's error
     /// becomes bad_descriptor), else why (a timeout, refused, no memory).
     connection_actions force_close(const error_code& ec) noexcept;
     /// Half close of a stream: tells the peer the total it wrote.
     connection_actions shutdown_stream(std::uint64_t stream_bytes) noexcept;
+    /// The connection timer expired: the handshake deadline, or a heartbeat tick.
+    connection_actions timer_expired() noexcept;
     /// The listener waiting for the handshake goes away.
     void forget_listener() noexcept { listener_pending_ = false; }
 
@@ -161,11 +188,18 @@ public:
     bool connect_pending() const noexcept { return connect_pending_; }
     bool close_pending() const noexcept { return close_pending_; }
     bool listener_pending() const noexcept { return listener_pending_; }
+    /// Heartbeat ticks in a row after which nothing had come from the peer.
+    unsigned silent_ticks() const noexcept { return silent_ticks_; }
 
 private:
     void fail(connection_actions& out, const error_code& ec) noexcept;
     void drain(connection_actions& out, bool can_linger) noexcept;
     void close_now(connection_actions& out) noexcept;
+    /// The connection is open: start watching the peer.
+    void opened(connection_actions& out) noexcept;
+    void stop_timer(connection_actions& out) noexcept;
+    /// A graceful close the peer does not answer: fails it, force-closes.
+    void close_unanswered(connection_actions& out) noexcept;
 
     connection_state state_ = connection_state::idle;
     connection_role role_ = connection_role::address;
@@ -176,6 +210,13 @@ private:
     bool close_pending_ = false;
     bool goodbye_sent_ = false;
     bool peer_goodbye_ = false;
+    bool linger_armed_ = false;
+    bool timer_armed_ = false;
+    /// Something came from the peer since the last heartbeat tick.
+    bool heard_ = false;
+    unsigned silent_ticks_ = 0;
+    std::uint64_t handshake_timeout_ms_ = 0;
+    std::uint64_t heartbeat_interval_ms_ = 0;
     error_code error_{};
     std::uint64_t local_tag_ = 0;
     std::uint64_t peer_tag_ = 0;

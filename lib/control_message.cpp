@@ -25,7 +25,7 @@ std::optional<control_message> control_message::decode(std::span<const std::byte
     if (std::memcmp(b.data(), magic.data(), magic.size()) != 0 || b[4] != version)
         return std::nullopt;
     const auto t = std::to_integer<std::uint8_t>(b[5]);
-    if (t < 1 || t > static_cast<std::uint8_t>(control_type::stream_ack))
+    if (t < 1 || t > static_cast<std::uint8_t>(last_control_type))
         return std::nullopt;
     control_message m;
     m.type = static_cast<control_type>(t);

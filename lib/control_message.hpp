@@ -28,6 +28,9 @@ inline constexpr unsigned control_am_id = 4095;
 /// refused: the answer to a hello over an endpoint made from a worker address
 /// when no address acceptor takes it (the connect fails with
 /// `connection_refused`).
+/// ping/pong: liveness. A side that heard nothing from its peer for a while
+/// sends ping; the peer answers pong (whatever its own settings), so a side
+/// that watches its peer hears from it at least that often.
 enum class control_type : std::uint8_t {
     hello = 1,
     welcome = 2,
@@ -35,8 +38,13 @@ enum class control_type : std::uint8_t {
     goodbye_ack = 4,
     stream_end = 5,
     refused = 6,
-    stream_ack = 7
+    stream_ack = 7,
+    ping = 8,
+    pong = 9,
 };
+
+/// The highest message type this version knows.
+inline constexpr control_type last_control_type = control_type::pong;
 
 struct control_message {
     control_type type{};

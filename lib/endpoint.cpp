@@ -12,6 +12,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -132,9 +133,7 @@ bool endpoint_impl::create_client(ucp_ep_params_t& params, operation* op,
     }
     connect_op_ = op;
     // Sends the hello (connect_to), or leaves it to connect_address.
-    const auto actions = fsm_.start({role::client, by_address, false, worker_->random_tag()});
-    if (!by_address)
-        execute(actions);
+    execute(fsm_.start(connection_params(role::client, by_address, false, worker_timeouts())));
     return true;
 }
 
@@ -198,7 +197,7 @@ void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hel
         return;
     }
     ec = {};
-    execute(fsm_.start({role::server, true, false, worker_->random_tag()}));
+    execute(fsm_.start(connection_params(role::server, true, false, worker_timeouts())));
     on_control(hello); // established; sends the welcome
 }
 
@@ -210,7 +209,7 @@ void endpoint_impl::adopt(ucp_ep_h ep) noexcept {
 }
 
 void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* listener,
-                                   error_code& ec) {
+                                   const connection_timeouts& timeouts, error_code& ec) {
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
     params.conn_request = request;
@@ -218,7 +217,28 @@ void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* li
     if (ec)
         return;
     listener_ = listener;
-    execute(fsm_.start({role::server, false, true, worker_->random_tag()}));
+    execute(fsm_.start(connection_params(role::server, false, true, timeouts)));
+}
+
+connection_timeouts endpoint_impl::worker_timeouts() const noexcept {
+    const worker_options& o = worker_->options();
+    return {o.peer_timeout, o.handshake_timeout};
+}
+
+connection_fsm::start_params
+endpoint_impl::connection_params(role r, bool by_address, bool listener,
+                                 const connection_timeouts& t) const noexcept {
+    auto ms = [](std::chrono::milliseconds d) {
+        return d.count() > 0 ? static_cast<std::uint64_t>(d.count()) : std::uint64_t{0};
+    };
+    connection_fsm::start_params p{r, by_address, listener, worker_->random_tag()};
+    p.handshake_timeout_ms = ms(t.handshake_timeout);
+    // A peer silent for `silent_ticks_limit` ticks fails: the silence lasts
+    // between the timeout and a quarter more.
+    if (const std::uint64_t timeout = ms(t.peer_timeout); timeout != 0)
+        p.heartbeat_interval_ms =
+            std::max<std::uint64_t>(1, timeout / connection_fsm::silent_ticks_limit);
+    return p;
 }
 
 void endpoint_impl::on_control(const control_message& m) noexcept {
@@ -272,6 +292,13 @@ void endpoint_impl::execute(const connection_actions& actions, operation* new_cl
             if (linger_timer_)
                 linger_timer_->cancel();
             break;
+        case type::arm_timer:
+            arm_timer(a.value);
+            break;
+        case type::cancel_timer:
+            if (timer_)
+                timer_->cancel();
+            break;
         case type::accept_close:
             // The close operation owns the endpoint until it completes.
             if (new_close_op) {
@@ -318,6 +345,21 @@ void endpoint_impl::start_linger() noexcept {
                                    });
     } catch (...) {
         execute(fsm_.linger_expired()); // close now
+    }
+}
+
+void endpoint_impl::arm_timer(std::uint64_t ms) noexcept {
+    try {
+        if (!timer_)
+            timer_ = std::make_unique<guarded_timer>(worker_->get_executor());
+        timer_->start_after(std::chrono::milliseconds(ms), weak_from_this(),
+                            [](endpoint_impl& self, const error_code& ec) {
+                                if (!ec)
+                                    self.execute(self.fsm_.timer_expired());
+                            });
+    } catch (...) {
+        // Without a timer the connection is not watched; it still works.
+        log::write(log::severity::warning, "endpoint: could not arm the connection timer");
     }
 }
 

@@ -21,6 +21,13 @@ namespace ucx::detail {
 class worker_impl;
 class listener_impl;
 
+/// A connection's deadlines (zero: none). See `worker_options::peer_timeout`
+/// and `worker_options::handshake_timeout`.
+struct connection_timeouts {
+    std::chrono::milliseconds peer_timeout{0};
+    std::chrono::milliseconds handshake_timeout{0};
+};
+
 /// The ucx::stream over an endpoint: told what concerns it (owner thread).
 class endpoint_watcher {
 public:
@@ -69,7 +76,8 @@ public:
                         error_code& ec) noexcept;
     /// Server side: accepts a connection request; the listener is told when
     /// the handshake is done.
-    void accept_request(ucp_conn_request_h request, listener_impl* listener, error_code& ec);
+    void accept_request(ucp_conn_request_h request, listener_impl* listener,
+                        const connection_timeouts& timeouts, error_code& ec);
 
     ucp_ep_h native() const noexcept { return ep_; }
     const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
@@ -173,6 +181,12 @@ private:
     void abort_pending() noexcept;
     void finish_connect(const error_code& ec) noexcept;
     void start_linger() noexcept;
+    /// The protocol's start parameters of a client/server endpoint.
+    connection_fsm::start_params connection_params(role r, bool by_address, bool listener,
+                                                   const connection_timeouts& t) const noexcept;
+    /// The worker's defaults.
+    connection_timeouts worker_timeouts() const noexcept;
+    void arm_timer(std::uint64_t ms) noexcept;
     /// Closes the UCP endpoint (flush mode: the kept close operation
     /// completes with it; else force).
     void close_ucp(bool flush) noexcept;
@@ -197,6 +211,8 @@ private:
     endpoint_watcher* watcher_ = nullptr;
     // Graceful close: after the goodbye, wait (bounded) for the peer's ack.
     std::unique_ptr<guarded_timer> linger_timer_;
+    // The connection's deadline: the handshake's, then the heartbeat ticks.
+    std::unique_ptr<guarded_timer> timer_;
 };
 
 } // namespace ucx::detail

@@ -110,6 +110,10 @@ public:
             return "memory allocation failed";
         case error::no_endpoint:
             return "completed without an endpoint";
+        case error::peer_unresponsive:
+            return "peer unresponsive";
+        case error::handshake_timeout:
+            return "connection handshake timed out";
         }
         return "unknown ucx.library error";
     }
@@ -147,6 +151,9 @@ public:
             return make_error_condition(std_errc::value_too_large);
         case error::allocation_failed:
             return make_error_condition(std_errc::not_enough_memory);
+        case error::peer_unresponsive:
+        case error::handshake_timeout:
+            return make_error_condition(std_errc::timed_out);
         default:
             return boost::system::error_condition(ev, *this);
         }

@@ -14,9 +14,10 @@ namespace ucx {
 namespace detail {
 
 listener_impl::listener_impl(std::shared_ptr<worker_impl> worker, std::size_t backlog,
-                             filter_type filter)
+                             filter_type filter, const connection_timeouts& timeouts)
     : worker_component(component_kind::listener), worker_(std::move(worker)),
-      backlog_(std::max<std::size_t>(1, backlog)), filter_(std::move(filter)) {}
+      backlog_(std::max<std::size_t>(1, backlog)), timeouts_(timeouts), filter_(std::move(filter)) {
+}
 
 listener_impl::~listener_impl() {
     close();
@@ -83,7 +84,7 @@ void listener_impl::process_requests() noexcept {
         }
         auto ep = std::make_shared<endpoint_impl>(worker_);
         error_code ec;
-        ep->accept_request(request, this, ec);
+        ep->accept_request(request, this, timeouts_, ec);
         if (ec) {
             log::write(log::severity::warning, "listener: accepting failed: " + ec.message());
             continue;
@@ -120,13 +121,24 @@ void listener_impl::close() noexcept {
     queue_.close();
 }
 
+namespace {
+std::shared_ptr<listener_impl> make_listener(worker& w, listener_options& options) {
+    const std::shared_ptr<worker_impl>& impl = checked(w);
+    const worker_options& defaults = impl->options();
+    const connection_timeouts timeouts{
+        options.peer_timeout.value_or(defaults.peer_timeout),
+        options.handshake_timeout.value_or(defaults.handshake_timeout)};
+    return std::make_shared<listener_impl>(impl, options.backlog, std::move(options.accept_filter),
+                                           timeouts);
+}
+} // namespace
+
 } // namespace detail
 
 listener::listener(worker& w, const boost::asio::ip::tcp::endpoint& bind,
                    listener_options options) {
     error_code ec;
-    impl_ = std::make_shared<detail::listener_impl>(detail::checked(w), options.backlog,
-                                                    std::move(options.accept_filter));
+    impl_ = detail::make_listener(w, options);
     impl_->open(bind, ec);
     if (ec)
         throw boost::system::system_error(ec, "ucx::listener");
@@ -134,8 +146,7 @@ listener::listener(worker& w, const boost::asio::ip::tcp::endpoint& bind,
 
 listener::listener(worker& w, const boost::asio::ip::tcp::endpoint& bind, listener_options options,
                    error_code& ec)
-    : impl_(std::make_shared<detail::listener_impl>(detail::checked(w), options.backlog,
-                                                    std::move(options.accept_filter))) {
+    : impl_(detail::make_listener(w, options)) {
     impl_->open(bind, ec);
 }
 

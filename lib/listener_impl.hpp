@@ -21,7 +21,8 @@ class listener_impl final : public worker_component {
 public:
     using filter_type = std::function<bool(const boost::asio::ip::tcp::endpoint&)>;
 
-    listener_impl(std::shared_ptr<worker_impl> worker, std::size_t backlog, filter_type filter);
+    listener_impl(std::shared_ptr<worker_impl> worker, std::size_t backlog, filter_type filter,
+                  const connection_timeouts& timeouts);
     ~listener_impl();
     listener_impl(const listener_impl&) = delete;
     listener_impl& operator=(const listener_impl&) = delete;
@@ -54,6 +55,7 @@ private:
     std::shared_ptr<worker_impl> worker_;
     ucp_listener_h handle_ = nullptr;
     std::size_t backlog_;
+    connection_timeouts timeouts_;
     filter_type filter_;
     std::size_t rejected_ = 0;
     std::vector<ucp_conn_request_h> requests_;

@@ -116,6 +116,15 @@ enum class error : int {
     allocation_failed,
     /// A connect or accept finished without an endpoint.
     no_endpoint,
+    /// The connected peer said nothing for longer than its peer timeout (a
+    /// stopped or hung process, a dropped or downed link), or did not
+    /// acknowledge a graceful close within the linger time: the endpoint
+    /// failed.
+    peer_unresponsive,
+    /// The connection's handshake did not complete within the handshake
+    /// timeout (a connect to a peer that does not answer; on a listener, a
+    /// client that never sent its hello, which is then closed unseen).
+    handshake_timeout,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

@@ -10,8 +10,10 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace ucx {
@@ -29,6 +31,13 @@ struct listener_options {
     /// Decides per connection request, from the client's address; returning
     /// false rejects it (the client's connect fails). Empty: accept all.
     std::function<bool(const boost::asio::ip::tcp::endpoint& client)> accept_filter{};
+    /// The accepted connections' peer timeout; unset: the worker's
+    /// (`worker_options::peer_timeout`), zero: not watched.
+    std::optional<std::chrono::milliseconds> peer_timeout{};
+    /// How long a client may take to complete the handshake before its
+    /// connection is closed (it never reaches `async_accept`); unset: the
+    /// worker's (`worker_options::handshake_timeout`), zero: no limit.
+    std::optional<std::chrono::milliseconds> handshake_timeout{};
 };
 
 /// Listens on an address and port for clients that `ucx::async_connect`, the

@@ -48,6 +48,24 @@ struct worker_options {
     /// receive buffers in the processor's cache (1 MiB messages over shared
     /// memory: 29-33 GB/s with 64 MiB, 52 GB/s with 4 MiB).
     std::size_t am_queue_bytes = std::size_t(4) << 20;
+    /// Connected endpoints (`async_connect`, listeners, address acceptors):
+    /// a peer from which nothing came for this long is unresponsive (a
+    /// stopped or hung process, a link that drops or is down): the endpoint
+    /// fails and every pending operation on it completes with
+    /// `ucx::error::peer_unresponsive`, on both sides. Each side pings a
+    /// silent peer every quarter of it, and the peer answers; a failure is
+    /// reported between one and one and a quarter times this after the last
+    /// word from the peer. A process that does not run its io_context for
+    /// this long looks dead to its peers: raise it for such programs. Zero
+    /// disables the watch (this side still answers its peers' pings). A
+    /// listener's `listener_options::peer_timeout` overrides it.
+    std::chrono::milliseconds peer_timeout = std::chrono::seconds(5);
+    /// How long a connection's handshake may take: `async_connect` fails with
+    /// `ucx::error::handshake_timeout` after it; a listener (or address
+    /// acceptor) closes a connection whose client did not complete the
+    /// handshake in this time, unseen by `async_accept`. Zero: no limit. A
+    /// listener's `listener_options::handshake_timeout` overrides it.
+    std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
 };
 
 /// Counters of a worker's progress engine (for diagnostics and tests).

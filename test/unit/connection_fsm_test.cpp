@@ -3,6 +3,8 @@
 // sequences. No UCX, no I/O: the actions are recorded, not executed.
 #include "connection_fsm.hpp"
 
+#include <ucx/error.hpp>
+
 #include <boost/asio/error.hpp>
 
 #include <gtest/gtest.h>
@@ -37,6 +39,10 @@ inline std::string ec_name(const ec_t& ec) {
         return "connection_reset";
     if (ec == ae::timed_out)
         return "timed_out";
+    if (ec == ucx::error::peer_unresponsive)
+        return "peer_unresponsive";
+    if (ec == ucx::error::handshake_timeout)
+        return "handshake_timeout";
     return "ec" + std::to_string(ec.value());
 }
 
@@ -56,6 +62,10 @@ inline std::string msg_name(control_type t) {
         return "refused";
     case control_type::stream_ack:
         return "stream_ack";
+    case control_type::ping:
+        return "ping";
+    case control_type::pong:
+        return "pong";
     }
     return "?";
 }
@@ -86,6 +96,10 @@ inline std::string str(const connection_action& a) {
         return "start_linger";
     case T::cancel_linger:
         return "cancel_linger";
+    case T::arm_timer:
+        return "arm(" + std::to_string(a.value) + ")";
+    case T::cancel_timer:
+        return "cancel_timer";
     case T::accept_close:
         return "accept_close";
     case T::reject_close:
@@ -139,6 +153,14 @@ inline connection_fsm::start_params client() {
 }
 inline connection_fsm::start_params server() {
     return {connection_role::server, false, true, local_tag};
+}
+
+/// A client and a server that watch their peer: handshake deadline 1000 ms,
+/// heartbeat every 250 ms.
+inline connection_fsm::start_params watched(connection_fsm::start_params p) {
+    p.handshake_timeout_ms = 1000;
+    p.heartbeat_interval_ms = 250;
+    return p;
 }
 
 inline control_message msg(control_type t, std::uint64_t v) {
@@ -210,6 +232,8 @@ inline std::vector<input> inputs() {
         {"start_server", [](connection_fsm& f) { return f.start(server()); }},
         {"start_address", [](connection_fsm& f) { return f.start({connection_role::address}); }},
         {"start_borrowed", [](connection_fsm& f) { return f.start({connection_role::borrowed}); }},
+        {"start_client_watched", [](connection_fsm& f) { return f.start(watched(client())); }},
+        {"start_server_watched", [](connection_fsm& f) { return f.start(watched(server())); }},
         {"forget_listener",
          [](connection_fsm& f) {
              f.forget_listener();
@@ -235,6 +259,9 @@ inline std::vector<input> inputs() {
         {"abort", [](connection_fsm& f) { return f.force_close(ae::operation_aborted); }},
         {"timeout", [](connection_fsm& f) { return f.force_close(ae::timed_out); }},
         {"shutdown", [](connection_fsm& f) { return f.shutdown_stream(20); }},
+        {"ping", [](connection_fsm& f) { return f.on_control(msg(control_type::ping, 3)); }},
+        {"pong", [](connection_fsm& f) { return f.on_control(msg(control_type::pong, 3)); }},
+        {"timer", [](connection_fsm& f) { return f.timer_expired(); }},
     };
 }
 
@@ -254,6 +281,8 @@ const transition transitions[] = {
     {"idle", "start_server", "", "accepting"},
     {"idle", "start_address", "", "open"},
     {"idle", "start_borrowed", "", "open"},
+    {"idle", "start_client_watched", "send(hello,4369) arm(1000)", "connecting"},
+    {"idle", "start_server_watched", "arm(1000)", "accepting"},
     {"idle", "forget_listener", "", "idle"},
     {"idle", "hello", "", "idle"},
     {"idle", "welcome", "", "idle"},
@@ -271,10 +300,15 @@ const transition transitions[] = {
     {"idle", "abort", "fail_operations(operation_aborted)", "closed"},
     {"idle", "timeout", "fail_operations(timed_out)", "closed"},
     {"idle", "shutdown", "", "idle"},
+    {"idle", "ping", "", "idle"},
+    {"idle", "pong", "", "idle"},
+    {"idle", "timer", "", "idle"},
     {"connecting", "start_client", "", "connecting"},
     {"connecting", "start_server", "", "connecting"},
     {"connecting", "start_address", "", "connecting"},
     {"connecting", "start_borrowed", "", "connecting"},
+    {"connecting", "start_client_watched", "", "connecting"},
+    {"connecting", "start_server_watched", "", "connecting"},
     {"connecting", "forget_listener", "", "connecting"},
     {"connecting", "hello", "", "connecting"},
     {"connecting", "welcome", "complete_connect()", "open"},
@@ -308,10 +342,15 @@ const transition transitions[] = {
     {"connecting", "timeout",
      "complete_connect(timed_out) fail_operations(timed_out) take_received close_force", "closed"},
     {"connecting", "shutdown", "", "connecting"},
+    {"connecting", "ping", "send(pong,3)", "connecting"},
+    {"connecting", "pong", "", "connecting"},
+    {"connecting", "timer", "", "connecting"},
     {"accepting", "start_client", "", "accepting"},
     {"accepting", "start_server", "", "accepting"},
     {"accepting", "start_address", "", "accepting"},
     {"accepting", "start_borrowed", "", "accepting"},
+    {"accepting", "start_client_watched", "", "accepting"},
+    {"accepting", "start_server_watched", "", "accepting"},
     {"accepting", "forget_listener", "", "accepting"},
     {"accepting", "hello", "send(welcome,4369) listener_established", "open"},
     {"accepting", "welcome", "", "accepting"},
@@ -335,10 +374,15 @@ const transition transitions[] = {
     {"accepting", "timeout", "fail_operations(timed_out) take_received close_force listener_failed",
      "closed"},
     {"accepting", "shutdown", "", "accepting"},
+    {"accepting", "ping", "send(pong,3)", "accepting"},
+    {"accepting", "pong", "", "accepting"},
+    {"accepting", "timer", "", "accepting"},
     {"open_client", "start_client", "", "open"},
     {"open_client", "start_server", "", "open"},
     {"open_client", "start_address", "", "open"},
     {"open_client", "start_borrowed", "", "open"},
+    {"open_client", "start_client_watched", "", "open"},
+    {"open_client", "start_server_watched", "", "open"},
     {"open_client", "forget_listener", "", "open"},
     {"open_client", "hello", "", "open"},
     {"open_client", "welcome", "", "open"},
@@ -361,10 +405,15 @@ const transition transitions[] = {
      "closed"},
     {"open_client", "timeout", "fail_operations(timed_out) take_received close_force", "closed"},
     {"open_client", "shutdown", "send(stream_end,20)", "open"},
+    {"open_client", "ping", "send(pong,3)", "open"},
+    {"open_client", "pong", "", "open"},
+    {"open_client", "timer", "", "open"},
     {"open_server", "start_client", "", "open"},
     {"open_server", "start_server", "", "open"},
     {"open_server", "start_address", "", "open"},
     {"open_server", "start_borrowed", "", "open"},
+    {"open_server", "start_client_watched", "", "open"},
+    {"open_server", "start_server_watched", "", "open"},
     {"open_server", "forget_listener", "", "open"},
     {"open_server", "hello", "", "open"},
     {"open_server", "welcome", "", "open"},
@@ -387,10 +436,15 @@ const transition transitions[] = {
      "closed"},
     {"open_server", "timeout", "fail_operations(timed_out) take_received close_force", "closed"},
     {"open_server", "shutdown", "send(stream_end,20)", "open"},
+    {"open_server", "ping", "send(pong,3)", "open"},
+    {"open_server", "pong", "", "open"},
+    {"open_server", "timer", "", "open"},
     {"open_address", "start_client", "", "open"},
     {"open_address", "start_server", "", "open"},
     {"open_address", "start_address", "", "open"},
     {"open_address", "start_borrowed", "", "open"},
+    {"open_address", "start_client_watched", "", "open"},
+    {"open_address", "start_server_watched", "", "open"},
     {"open_address", "forget_listener", "", "open"},
     {"open_address", "hello", "", "open"},
     {"open_address", "welcome", "", "open"},
@@ -411,10 +465,15 @@ const transition transitions[] = {
      "closed"},
     {"open_address", "timeout", "fail_operations(timed_out) take_received close_force", "closed"},
     {"open_address", "shutdown", "", "open"},
+    {"open_address", "ping", "send(pong,3)", "open"},
+    {"open_address", "pong", "", "open"},
+    {"open_address", "timer", "", "open"},
     {"open_borrowed", "start_client", "", "open"},
     {"open_borrowed", "start_server", "", "open"},
     {"open_borrowed", "start_address", "", "open"},
     {"open_borrowed", "start_borrowed", "", "open"},
+    {"open_borrowed", "start_client_watched", "", "open"},
+    {"open_borrowed", "start_server_watched", "", "open"},
     {"open_borrowed", "forget_listener", "", "open"},
     {"open_borrowed", "hello", "", "open"},
     {"open_borrowed", "welcome", "", "open"},
@@ -436,10 +495,15 @@ const transition transitions[] = {
      "closed"},
     {"open_borrowed", "timeout", "fail_operations(timed_out) take_received release", "closed"},
     {"open_borrowed", "shutdown", "", "open"},
+    {"open_borrowed", "ping", "send(pong,3)", "open"},
+    {"open_borrowed", "pong", "", "open"},
+    {"open_borrowed", "timer", "", "open"},
     {"peer_gone", "start_client", "", "open"},
     {"peer_gone", "start_server", "", "open"},
     {"peer_gone", "start_address", "", "open"},
     {"peer_gone", "start_borrowed", "", "open"},
+    {"peer_gone", "start_client_watched", "", "open"},
+    {"peer_gone", "start_server_watched", "", "open"},
     {"peer_gone", "forget_listener", "", "open"},
     {"peer_gone", "hello", "", "open"},
     {"peer_gone", "welcome", "", "open"},
@@ -459,10 +523,15 @@ const transition transitions[] = {
      "closed"},
     {"peer_gone", "timeout", "fail_operations(eof) take_received close_force", "closed"},
     {"peer_gone", "shutdown", "", "open"},
+    {"peer_gone", "ping", "send(pong,3)", "open"},
+    {"peer_gone", "pong", "", "open"},
+    {"peer_gone", "timer", "", "open"},
     {"closing", "start_client", "", "closing"},
     {"closing", "start_server", "", "closing"},
     {"closing", "start_address", "", "closing"},
     {"closing", "start_borrowed", "", "closing"},
+    {"closing", "start_client_watched", "", "closing"},
+    {"closing", "start_server_watched", "", "closing"},
     {"closing", "forget_listener", "", "closing"},
     {"closing", "hello", "", "closing"},
     {"closing", "welcome", "", "closing"},
@@ -488,10 +557,15 @@ const transition transitions[] = {
     {"closing", "timeout",
      "complete_close() fail_operations(bad_descriptor) take_received close_force", "closed"},
     {"closing", "shutdown", "", "closing"},
+    {"closing", "ping", "send(pong,3)", "closing"},
+    {"closing", "pong", "", "closing"},
+    {"closing", "timer", "", "closing"},
     {"closing_borrowed", "start_client", "", "closing"},
     {"closing_borrowed", "start_server", "", "closing"},
     {"closing_borrowed", "start_address", "", "closing"},
     {"closing_borrowed", "start_borrowed", "", "closing"},
+    {"closing_borrowed", "start_client_watched", "", "closing"},
+    {"closing_borrowed", "start_server_watched", "", "closing"},
     {"closing_borrowed", "forget_listener", "", "closing"},
     {"closing_borrowed", "hello", "", "closing"},
     {"closing_borrowed", "welcome", "", "closing"},
@@ -516,10 +590,15 @@ const transition transitions[] = {
     {"closing_borrowed", "timeout",
      "complete_close() fail_operations(bad_descriptor) take_received release", "closed"},
     {"closing_borrowed", "shutdown", "", "closing"},
+    {"closing_borrowed", "ping", "send(pong,3)", "closing"},
+    {"closing_borrowed", "pong", "", "closing"},
+    {"closing_borrowed", "timer", "", "closing"},
     {"lingering", "start_client", "", "lingering"},
     {"lingering", "start_server", "", "lingering"},
     {"lingering", "start_address", "", "lingering"},
     {"lingering", "start_borrowed", "", "lingering"},
+    {"lingering", "start_client_watched", "", "lingering"},
+    {"lingering", "start_server_watched", "", "lingering"},
     {"lingering", "forget_listener", "", "lingering"},
     {"lingering", "hello", "", "lingering"},
     {"lingering", "welcome", "", "lingering"},
@@ -538,7 +617,10 @@ const transition transitions[] = {
     {"lingering", "close_sends", "reject_close(already_started)", "lingering"},
     {"lingering", "close_nolinger", "reject_close(already_started)", "lingering"},
     {"lingering", "drained", "", "lingering"},
-    {"lingering", "linger_expired", "close_flush", "closed"},
+    {"lingering", "linger_expired",
+     "complete_close(peer_unresponsive) fail_operations(peer_unresponsive) take_received "
+     "close_force",
+     "closed"},
     {"lingering", "abort",
      "cancel_linger complete_close(operation_aborted) fail_operations(operation_aborted) "
      "take_received close_force",
@@ -547,10 +629,15 @@ const transition transitions[] = {
      "cancel_linger complete_close() fail_operations(bad_descriptor) take_received close_force",
      "closed"},
     {"lingering", "shutdown", "", "lingering"},
+    {"lingering", "ping", "send(pong,3)", "lingering"},
+    {"lingering", "pong", "", "lingering"},
+    {"lingering", "timer", "", "lingering"},
     {"closed", "start_client", "", "closed"},
     {"closed", "start_server", "", "closed"},
     {"closed", "start_address", "", "closed"},
     {"closed", "start_borrowed", "", "closed"},
+    {"closed", "start_client_watched", "", "closed"},
+    {"closed", "start_server_watched", "", "closed"},
     {"closed", "forget_listener", "", "closed"},
     {"closed", "hello", "", "closed"},
     {"closed", "welcome", "", "closed"},
@@ -568,6 +655,9 @@ const transition transitions[] = {
     {"closed", "abort", "", "closed"},
     {"closed", "timeout", "", "closed"},
     {"closed", "shutdown", "", "closed"},
+    {"closed", "ping", "", "closed"},
+    {"closed", "pong", "", "closed"},
+    {"closed", "timer", "", "closed"},
 };
 
 TEST(ConnectionFsm, EveryInputInEveryState) {
@@ -742,6 +832,153 @@ TEST(ConnectionFsm, ForceCloseWithAReasonKeepsIt) {
     EXPECT_EQ(f.error(), ae::timed_out);
     // The peer's endpoint is gone: closing again has nothing to do.
     EXPECT_EQ(str(f.close_graceful(false, 0, true)), "reject_close()");
+}
+
+// ---------------------------------------------------------------- liveness
+
+TEST(ConnectionFsm, ClientHandshakeDeadline) {
+    connection_fsm f;
+    EXPECT_EQ(str(f.start(watched(client()))), "send(hello,4369) arm(1000)");
+    // No welcome before the deadline: the connect fails, the endpoint closes.
+    EXPECT_EQ(str(f.timer_expired()),
+              "complete_connect(handshake_timeout) "
+              "fail_operations(handshake_timeout) take_received close_force");
+    EXPECT_EQ(f.state(), connection_state::closed);
+    EXPECT_EQ(f.error(), ucx::error::handshake_timeout);
+    // A welcome that comes too late changes nothing.
+    EXPECT_TRUE(f.on_control(msg(control_type::welcome, 7)).empty());
+    EXPECT_TRUE(f.timer_expired().empty());
+}
+
+TEST(ConnectionFsm, ServerHandshakeDeadlineNeverReachesTheListener) {
+    connection_fsm f;
+    EXPECT_EQ(str(f.start(watched(server()))), "arm(1000)");
+    EXPECT_EQ(str(f.timer_expired()),
+              "fail_operations(handshake_timeout) take_received close_force listener_failed");
+    EXPECT_FALSE(f.listener_pending());
+    EXPECT_TRUE(f.on_control(msg(control_type::hello, 5)).empty());
+}
+
+TEST(ConnectionFsm, HandshakeDoneInTimeStartsTheHeartbeat) {
+    connection_fsm c;
+    c.start(watched(client()));
+    EXPECT_EQ(str(c.on_control(msg(control_type::welcome, 7))), "arm(250) complete_connect()");
+    connection_fsm s;
+    s.start(watched(server()));
+    EXPECT_EQ(str(s.on_control(msg(control_type::hello, 7))),
+              "send(welcome,4369) arm(250) listener_established");
+}
+
+TEST(ConnectionFsm, WithoutHeartbeatTheHandshakeTimerIsCancelled) {
+    auto p = client();
+    p.handshake_timeout_ms = 1000;
+    connection_fsm f;
+    EXPECT_EQ(str(f.start(p)), "send(hello,4369) arm(1000)");
+    EXPECT_EQ(str(f.on_control(msg(control_type::welcome, 7))), "cancel_timer complete_connect()");
+    // A stale expiry does nothing.
+    EXPECT_TRUE(f.timer_expired().empty());
+    EXPECT_TRUE(f.is_open());
+}
+
+TEST(ConnectionFsm, SilentPeerIsPingedThenUnresponsive) {
+    connection_fsm f;
+    f.start(watched(client()));
+    f.on_control(msg(control_type::welcome, 7));
+    // Each silent tick pings, with the count of silent ticks so far.
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,1) arm(250)");
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,2) arm(250)");
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,3) arm(250)");
+    EXPECT_EQ(f.silent_ticks(), 3u);
+    EXPECT_TRUE(f.is_open());
+    EXPECT_EQ(str(f.timer_expired()),
+              "fail_operations(peer_unresponsive) take_received close_force");
+    EXPECT_EQ(f.state(), connection_state::closed);
+    EXPECT_EQ(f.error(), ucx::error::peer_unresponsive);
+    EXPECT_TRUE(f.timer_expired().empty());
+}
+
+TEST(ConnectionFsm, AnyWordFromThePeerResetsTheSilence) {
+    connection_fsm f;
+    f.start(watched(server()));
+    f.on_control(msg(control_type::hello, 7));
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,1) arm(250)");
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,2) arm(250)");
+    EXPECT_TRUE(f.on_control(msg(control_type::pong, 2)).empty());
+    EXPECT_EQ(str(f.timer_expired()), "arm(250)"); // heard: no ping
+    EXPECT_EQ(f.silent_ticks(), 0u);
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,1) arm(250)");
+    // The peer's own ping, or stream traffic, counts too.
+    EXPECT_EQ(str(f.on_control(msg(control_type::ping, 1))), "send(pong,1)");
+    EXPECT_EQ(str(f.timer_expired()), "arm(250)");
+    EXPECT_EQ(str(f.on_control(msg(control_type::stream_ack, 9))), "peer_stream_acked(9)");
+    EXPECT_EQ(str(f.timer_expired()), "arm(250)");
+    EXPECT_TRUE(f.is_open());
+}
+
+TEST(ConnectionFsm, APeerThatAnswersIsNeverUnresponsive) {
+    connection_fsm f;
+    f.start(watched(client()));
+    f.on_control(msg(control_type::welcome, 7));
+    for (int i = 0; i < 1000; ++i) {
+        const auto as = f.timer_expired();
+        for (const auto& a : as)
+            if (a.type == connection_action_type::send_control && a.message == control_type::ping)
+                f.on_control(msg(control_type::pong, a.value));
+    }
+    EXPECT_TRUE(f.is_open());
+    EXPECT_LE(f.silent_ticks(), 1u);
+}
+
+TEST(ConnectionFsm, ThePeersGoodbyeStopsTheWatch) {
+    connection_fsm f;
+    f.start(watched(client()));
+    f.on_control(msg(control_type::welcome, 7));
+    f.on_control(msg(control_type::goodbye, 0));
+    EXPECT_TRUE(f.timer_expired().empty());
+    EXPECT_EQ(f.error(), ae::eof);
+}
+
+TEST(ConnectionFsm, AClosesWaitForSendsIsWatched) {
+    connection_fsm f;
+    f.start(watched(client()));
+    f.on_control(msg(control_type::welcome, 7));
+    // Sends in flight: the close waits for them while the peer answers.
+    EXPECT_EQ(str(f.close_graceful(true, 5, true)), "abort_operations accept_close");
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,1) arm(250)");
+    f.on_control(msg(control_type::pong, 1));
+    EXPECT_EQ(str(f.timer_expired()), "arm(250)");
+    // A peer that stopped answering fails the close.
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,1) arm(250)");
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,2) arm(250)");
+    EXPECT_EQ(str(f.timer_expired()), "send(ping,3) arm(250)");
+    EXPECT_EQ(str(f.timer_expired()),
+              "complete_close(peer_unresponsive) "
+              "fail_operations(peer_unresponsive) take_received close_force");
+    EXPECT_EQ(f.state(), connection_state::closed);
+    EXPECT_FALSE(f.close_pending());
+}
+
+TEST(ConnectionFsm, TheGoodbyeStopsTheWatchAndTheLingerBoundsTheClose) {
+    connection_fsm f;
+    f.start(watched(client()));
+    f.on_control(msg(control_type::welcome, 7));
+    EXPECT_EQ(str(f.close_graceful(true, 5, true)), "abort_operations accept_close");
+    EXPECT_EQ(str(f.sends_drained(true)), "send(goodbye,5) cancel_timer start_linger");
+    EXPECT_TRUE(f.timer_expired().empty());
+    EXPECT_EQ(str(f.linger_expired()),
+              "complete_close(peer_unresponsive) "
+              "fail_operations(peer_unresponsive) take_received close_force");
+    EXPECT_EQ(f.state(), connection_state::closed);
+}
+
+TEST(ConnectionFsm, AnAcknowledgedGoodbyeCancelsTheLinger) {
+    connection_fsm f;
+    f.start(client());
+    f.on_control(msg(control_type::welcome, 7));
+    EXPECT_EQ(str(f.close_graceful(false, 5, true)),
+              "abort_operations accept_close send(goodbye,5) start_linger");
+    EXPECT_EQ(str(f.on_control(msg(control_type::goodbye_ack, 0))), "cancel_linger close_flush");
+    EXPECT_TRUE(f.linger_expired().empty());
 }
 
 TEST(ConnectionFsm, StartsOnlyOnce) {

@@ -152,6 +152,8 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::null_allocator,
     ucx::error::allocation_failed,
     ucx::error::no_endpoint,
+    ucx::error::peer_unresponsive,
+    ucx::error::handshake_timeout,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {
@@ -233,6 +235,8 @@ TEST(LibraryCategory, DefaultErrorConditionIsPortable) {
         {ucx::error::header_too_large, sys_errc::message_size},
         {ucx::error::key_too_large, sys_errc::value_too_large},
         {ucx::error::allocation_failed, sys_errc::not_enough_memory},
+        {ucx::error::peer_unresponsive, sys_errc::timed_out},
+        {ucx::error::handshake_timeout, sys_errc::timed_out},
     };
     for (const auto& [e, cond] : cases) {
         const ucx::error_code ec = ucx::make_error_code(e);
