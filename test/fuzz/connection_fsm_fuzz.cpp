@@ -56,6 +56,7 @@ struct model {
     bool close_pending = false;
     bool listener_pending = false;
     bool linger_running = false;
+    bool timer_running = false;
     int endpoint_closes = 0;
     int hellos = 0;
     int welcomes = 0;
@@ -145,6 +146,14 @@ void check(connection_fsm& fsm, model& m, connection_event event, connection_sta
         case type::release:
             UCX_ASIO_FUZZ_CHECK(++m.endpoint_closes == 1);
             break;
+        case type::arm_timer:
+            UCX_ASIO_FUZZ_CHECK(a.value != 0);
+            m.timer_running = true;
+            break;
+        case type::cancel_timer:
+            UCX_ASIO_FUZZ_CHECK(m.timer_running);
+            m.timer_running = false;
+            break;
         case type::abort_operations:
         case type::peer_stream_acked:
         case type::take_received:
@@ -160,6 +169,12 @@ void check(connection_fsm& fsm, model& m, connection_event event, connection_sta
     UCX_ASIO_FUZZ_CHECK(fsm.close_pending() == m.close_pending);
     UCX_ASIO_FUZZ_CHECK(fsm.listener_pending() == m.listener_pending);
     UCX_ASIO_FUZZ_CHECK(m.linger_running == (fsm.state() == connection_state::lingering));
+    // The connection timer runs only before the goodbye: never with the
+    // linger, never once closed.
+    if (m.timer_running)
+        UCX_ASIO_FUZZ_CHECK(fsm.state() != connection_state::lingering &&
+                            fsm.state() != connection_state::closed &&
+                            fsm.state() != connection_state::idle);
     UCX_ASIO_FUZZ_CHECK(!fsm.is_open() || fsm.established());
     if (fsm.state() == connection_state::closed) {
         UCX_ASIO_FUZZ_CHECK(!m.connect_pending && !m.close_pending && !m.listener_pending);
@@ -188,6 +203,8 @@ void connection_fsm(input data) {
             p.by_address = r.flag();
             p.listener = r.flag();
             p.local_tag = r.uint(8);
+            p.handshake_timeout_ms = r.flag() ? 100 : 0;
+            p.heartbeat_interval_ms = r.flag() ? 25 : 0;
             if (before == connection_state::idle) {
                 m.started = true;
                 m.connect_pending = p.role == connection_role::client;
@@ -199,7 +216,7 @@ void connection_fsm(input data) {
         case connection_event::control: {
             detail::control_message msg;
             msg.type = static_cast<control_type>(
-                1 + r.byte() % static_cast<std::uint8_t>(control_type::stream_ack));
+                1 + r.byte() % static_cast<std::uint8_t>(detail::last_control_type));
             msg.recv_tag = r.uint(8);
             actions = fsm.on_control(msg);
             break;
@@ -228,6 +245,11 @@ void connection_fsm(input data) {
         case connection_event::forget_listener:
             fsm.forget_listener();
             m.listener_pending = false;
+            break;
+        case connection_event::timer_expired:
+            // An expiry consumes the arming; a stale one must change nothing.
+            m.timer_running = false;
+            actions = fsm.timer_expired();
             break;
         case connection_event::count:
             break;

@@ -39,7 +39,7 @@ inline constexpr target targets[] = {
 /// before `count` and gets a case in its target's switch (committed corpora
 /// then decode to other sequences, which still must not crash).
 enum class connection_event : std::uint8_t {
-    start,          ///< role, by_address, listener, local tag
+    start,          ///< role, by_address, listener, local tag, timers on
     control,        ///< type, value
     failure,        ///< error
     close_graceful, ///< sends_in_flight, stream bytes, can_linger
@@ -48,6 +48,7 @@ enum class connection_event : std::uint8_t {
     force_close,     ///< error
     shutdown_stream, ///< stream bytes
     forget_listener,
+    timer_expired,
     count
 };
 

@@ -52,8 +52,14 @@ struct encoder {
     }
     encoder& event(connection_event e) { return u8(static_cast<unsigned>(e)); }
     encoder& event(stream_event e) { return u8(static_cast<unsigned>(e)); }
-    encoder& start(unsigned role, bool by_address, bool listener) {
-        return event(connection_event::start).u8(role).u8(by_address).u8(listener).uint(0x1234, 8);
+    encoder& start(unsigned role, bool by_address, bool listener, bool timers = false) {
+        return event(connection_event::start)
+            .u8(role)
+            .u8(by_address)
+            .u8(listener)
+            .uint(0x1234, 8)
+            .u8(timers)
+            .u8(timers);
     }
     encoder& control(ucx::detail::control_type t, std::uint64_t value = 0) {
         return event(connection_event::control).u8(static_cast<unsigned>(t) - 1).uint(value, 8);
@@ -85,7 +91,7 @@ void remote_keys() {
 void control_messages() {
     using ucx::detail::control_message;
     using ucx::detail::control_type;
-    for (unsigned t = 1; t <= static_cast<unsigned>(control_type::stream_ack); ++t) {
+    for (unsigned t = 1; t <= static_cast<unsigned>(ucx::detail::last_control_type); ++t) {
         const auto w = control_message{static_cast<control_type>(t), 0x0102030405060708u}.encode();
         bytes b{std::byte{control_message::wire_size}};
         b.insert(b.end(), w.begin(), w.end());
@@ -117,6 +123,31 @@ void connection_sequences() {
               .start(1, true, false)
               .control(control_type::welcome, 7)
               .close(true, 5, true)
+              .event(connection_event::sends_drained)
+              .u8(1)
+              .event(connection_event::linger_expired)
+              .out);
+    write(t, "client-watched-peer-goes-silent",
+          encoder{}
+              .start(1, false, false, true)
+              .control(control_type::welcome, 7)
+              .event(connection_event::timer_expired)
+              .control(control_type::pong, 1)
+              .event(connection_event::timer_expired)
+              .event(connection_event::timer_expired)
+              .event(connection_event::timer_expired)
+              .event(connection_event::timer_expired)
+              .event(connection_event::timer_expired)
+              .out);
+    write(t, "server-handshake-deadline",
+          encoder{}.start(2, false, true, true).event(connection_event::timer_expired).out);
+    write(t, "client-watched-close",
+          encoder{}
+              .start(1, false, false, true)
+              .control(control_type::welcome, 7)
+              .close(true, 5, true)
+              .event(connection_event::timer_expired)
+              .control(control_type::ping, 2)
               .event(connection_event::sends_drained)
               .u8(1)
               .event(connection_event::linger_expired)
