@@ -5,6 +5,7 @@
 // io_context, so "stopping" a peer is not running its io_context.
 #include "test_support.hpp"
 
+#include <boost/asio/write.hpp>
 #include <ucp/api/ucp.h>
 
 #include <arpa/inet.h>
@@ -271,6 +272,31 @@ TEST_P(liveness, a_close_whose_goodbye_is_not_acknowledged_ends_after_the_linger
     ASSERT_TRUE(run_until(
         client_io, [&] { return closed.has_value(); }, 30s));
     EXPECT_EQ(*closed, ucx::error::peer_unresponsive) << closed->message();
+}
+
+TEST_P(liveness, a_stream_whose_peer_stops_fails_reads_and_writes) {
+    ucx::worker server_worker(ctx, server_io, watched(400ms));
+    ucx::worker client_worker(ctx, client_io, watched(400ms));
+    ucx::acceptor acceptor(server_worker, loopback());
+    ucx::stream client(client_worker), server(server_worker);
+    std::optional<ucx::error_code> a, c;
+    acceptor.async_accept(server, [&](ucx::error_code ec) { a = ec; });
+    client.async_connect("127.0.0.1", std::to_string(acceptor.local_endpoint().port()),
+                         [&](ucx::error_code ec) { c = ec; });
+    ASSERT_TRUE(run_both_until(server_io, client_io, [&] { return a && c; }));
+    ASSERT_FALSE(*a);
+    ASSERT_FALSE(*c);
+    // The server stops while the client reads and writes more than the
+    // window lets through unacknowledged.
+    std::vector<char> in(16), out(32 << 20);
+    std::optional<ucx::error_code> read, wrote;
+    client.async_read_some(asio::buffer(in), [&](ucx::error_code ec, std::size_t) { read = ec; });
+    asio::async_write(client, asio::buffer(out),
+                      [&](ucx::error_code ec, std::size_t) { wrote = ec; });
+    ASSERT_TRUE(run_until(
+        client_io, [&] { return read && wrote; }, 20s));
+    EXPECT_EQ(*read, ucx::error::peer_unresponsive) << read->message();
+    EXPECT_EQ(*wrote, ucx::error::peer_unresponsive) << wrote->message();
 }
 
 INSTANTIATE_TEST_SUITE_P(all, liveness, testing::Values(transport::tcp, transport::shared_memory),
