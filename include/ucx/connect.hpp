@@ -41,6 +41,8 @@ void connect_to_address(worker_impl& w, operation* op, const worker_address& to)
 /// listens or the listener rejects (`errc::unreachable`,
 /// `errc::connection_reset`, `errc::rejected`, ...), `operation_aborted` when
 /// cancelled through the handler's cancellation slot. Library errors:
+/// `ucx::error::handshake_timeout` when the server's welcome did not come
+/// within `worker_options::handshake_timeout` (a stopped or cut-off server),
 /// `ucx::error::feature_not_enabled` when the context has no `feature::am`,
 /// `ucx::error::allocation_failed` when the endpoint could not be allocated.
 template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>

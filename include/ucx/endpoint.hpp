@@ -94,7 +94,9 @@ public:
     bool is_open() const noexcept;
 
     /// Why the endpoint is not usable: the peer failure UCX reported,
-    /// `asio::error::eof` after the peer closed gracefully, or
+    /// `ucx::error::peer_unresponsive` when a connected peer stopped
+    /// answering (`worker_options::peer_timeout`), `asio::error::eof` after
+    /// the peer closed gracefully, or
     /// `bad_descriptor` once closed here. Empty while open.
     error_code error() const noexcept;
 
@@ -168,8 +170,9 @@ public:
     }
 
     /// Waits until the endpoint stops being usable, and says why: the peer
-    /// failure (`errc::connection_reset`, `errc::endpoint_timeout`, ...),
-    /// `asio::error::eof` when the peer closed gracefully, or
+    /// failure (`errc::connection_reset`, `errc::endpoint_timeout`,
+    /// `ucx::error::peer_unresponsive`, ...), `asio::error::eof` when the peer
+    /// closed gracefully, or
     /// `asio::error::operation_aborted` when closed here. Completes at once if
     /// that already happened. Cancellable.
     /// Completion signature: `void(error_code)`.
@@ -188,7 +191,10 @@ public:
     /// `asio::error::eof`), then closes. Pending receives complete with
     /// `operation_aborted`. A peer that is already gone (failed, or closed
     /// first) is not an error; after a local close it is `bad_descriptor`,
-    /// during another `async_close` `already_started`.
+    /// during another `async_close` `already_started`. A peer that stops
+    /// answering while the close waits for its sends, or does not
+    /// acknowledge the goodbye within the linger (5 s), ends it with
+    /// `ucx::error::peer_unresponsive` (the endpoint is then force-closed).
     /// Completion signature: `void(error_code)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_close(

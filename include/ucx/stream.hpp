@@ -92,7 +92,9 @@ void stream_write(stream_impl& s, operation* op, const boost::asio::const_buffer
 /// (an in-band marker, since UCX reports every disconnect as a reset). When
 /// the peer crashed or aborted, reads yield `asio::error::connection_reset`
 /// (after the bytes already received) and writes fail; writes after the peer
-/// closed cleanly fail with `asio::error::broken_pipe`.
+/// closed cleanly fail with `asio::error::broken_pipe`. A peer that stops
+/// answering (stopped process, dropped link) fails reads and writes with
+/// `ucx::error::peer_unresponsive` after the worker's peer timeout.
 ///
 /// Half close: `shutdown(shutdown_send)` ends this direction only (the peer
 /// reads eof after the data, and may go on writing), as on a TCP socket.
@@ -358,7 +360,8 @@ public:
     /// Reads some bytes into `buffers` (at most 16 buffers of the sequence
     /// are filled): completes when at least one byte arrived, with as many as
     /// were available. Errors: `asio::error::eof` after the peer closed and
-    /// everything was read, `connection_reset`, `operation_aborted`,
+    /// everything was read, `connection_reset`, `ucx::error::peer_unresponsive`,
+    /// `operation_aborted`,
     /// `timed_out`, `bad_descriptor` after `close()`, `not_connected`
     /// (`asio::error`), `ucx::error::allocation_failed`.
     /// Cancellable through the handler's cancellation slot.
@@ -386,7 +389,8 @@ public:
     /// IOV. Flow control: a write that starts while 8 MiB written here are
     /// unread by the peer waits until the peer reads (docs/stream.md).
     /// The buffers must stay valid until completion. Errors:
-    /// `connection_reset` (the peer failed), `broken_pipe` (the peer closed),
+    /// `connection_reset` (the peer failed), `ucx::error::peer_unresponsive`,
+    /// `broken_pipe` (the peer closed),
     /// `bad_descriptor` after `close()`, `timed_out`, `operation_aborted`
     /// after `abort()`, `ucx::error::allocation_failed`. Not cancellable (UCX
     /// cannot take a send back).
