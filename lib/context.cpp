@@ -57,6 +57,9 @@ make_config_settings(const context_options& options,
     std::vector<std::pair<std::string, std::string>> out;
     auto env_has = [&](const char* name) { return getenv(name) != nullptr; };
 
+    if (!options.ucx_keepalive && !env_has("UCX_KEEPALIVE_INTERVAL"))
+        out.emplace_back("KEEPALIVE_INTERVAL", "inf");
+
     // UCX 1.13 applies transport settings given to ucp_config_modify under the
     // name of the table that declares them: posix and sysv inherit
     // ERROR_HANDLING from the "MM_" table (a "POSIX_..." key is rejected as an

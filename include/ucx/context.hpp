@@ -89,6 +89,14 @@ struct context_options {
     /// (and not 0), constructing the context fails with
     /// `ucx::error::invalid_option`.
     std::size_t shared_memory_segment_size = 32832;
+    /// UCX's own keepalive on endpoints (`KEEPALIVE_INTERVAL`). Off by
+    /// default: connected endpoints are watched by the library's heartbeats
+    /// (`worker_options::peer_timeout`), which also cover a stopped peer and
+    /// shared memory, while UCX 1.13's keepalive only reaches the side that
+    /// opened the TCP connection and has aborted a surviving process on an
+    /// assertion after many peers were killed at once. Ignored when the
+    /// environment sets `UCX_KEEPALIVE_INTERVAL`.
+    bool ucx_keepalive = false;
     /// Arbitrary UCX settings, by name without the `UCX_` prefix
     /// (e.g. {"RNDV_THRESH", "64k"}); they override the environment.
     std::map<std::string, std::string> config{};

@@ -43,9 +43,25 @@ std::optional<std::string> value_of(const settings& s, const std::string& key) {
     return v;
 }
 
+TEST(ConfigSettings, UcxKeepaliveIsOffUnlessAskedFor) {
+    fake_env env;
+    EXPECT_EQ(value_of(env.run({}), "KEEPALIVE_INTERVAL"), "inf");
+    ucx::context_options o;
+    o.ucx_keepalive = true;
+    EXPECT_FALSE(has_key(env.run(o), "KEEPALIVE_INTERVAL"));
+    env.vars["UCX_KEEPALIVE_INTERVAL"] = "1s";
+    EXPECT_FALSE(has_key(env.run({}), "KEEPALIVE_INTERVAL"));
+    // An explicit setting in `config` wins: it comes last.
+    o.ucx_keepalive = false;
+    o.config["KEEPALIVE_INTERVAL"] = "2s";
+    EXPECT_EQ(value_of(fake_env{}.run(o), "KEEPALIVE_INTERVAL"), "2s");
+}
+
 TEST(ConfigSettings, DefaultsGiveMmErrorHandlingAndSegmentSize) {
     const fake_env env;
-    EXPECT_EQ(env.run({}), (settings{{"MM_ERROR_HANDLING", "y"}, {"MM_SEG_SIZE", "32832"}}));
+    EXPECT_EQ(env.run({}), (settings{{"KEEPALIVE_INTERVAL", "inf"},
+                                     {"MM_ERROR_HANDLING", "y"},
+                                     {"MM_SEG_SIZE", "32832"}}));
 }
 
 TEST(ConfigSettings, GetenvIsAskedNotTheProcessEnvironment) {
@@ -53,7 +69,7 @@ TEST(ConfigSettings, GetenvIsAskedNotTheProcessEnvironment) {
     // UCX_MM_ERROR_HANDLING, the setting is suppressed even if the real one lacks it.
     fake_env env;
     env.vars["UCX_MM_ERROR_HANDLING"] = "n";
-    EXPECT_EQ(env.run({}), (settings{{"MM_SEG_SIZE", "32832"}}));
+    EXPECT_EQ(env.run({}), (settings{{"KEEPALIVE_INTERVAL", "inf"}, {"MM_SEG_SIZE", "32832"}}));
 }
 
 TEST(ConfigSettings, EnvErrorHandlingSuppressesMmErrorHandling) {
@@ -62,7 +78,8 @@ TEST(ConfigSettings, EnvErrorHandlingSuppressesMmErrorHandling) {
         fake_env env;
         env.vars[var] = "y";
         EXPECT_FALSE(has_key(env.run({}), "MM_ERROR_HANDLING")) << var;
-        EXPECT_EQ(env.run({}), (settings{{"MM_SEG_SIZE", "32832"}})) << var;
+        EXPECT_EQ(env.run({}), (settings{{"KEEPALIVE_INTERVAL", "inf"}, {"MM_SEG_SIZE", "32832"}}))
+            << var;
     }
 }
 
@@ -70,7 +87,7 @@ TEST(ConfigSettings, OptionOffSuppressesMmErrorHandling) {
     const fake_env env;
     ucx::context_options o;
     o.shared_memory_error_handling = false;
-    EXPECT_EQ(env.run(o), (settings{{"MM_SEG_SIZE", "32832"}}));
+    EXPECT_EQ(env.run(o), (settings{{"KEEPALIVE_INTERVAL", "inf"}, {"MM_SEG_SIZE", "32832"}}));
 }
 
 TEST(ConfigSettings, SegmentSizeFollowsOptionAndYieldsToEnvironment) {
@@ -99,9 +116,10 @@ TEST(ConfigSettings, DisabledTransportsGiveNegatedTls) {
     ucx::context_options o;
     o.transports.tcp = false;
     o.transports.cma = false;
-    EXPECT_EQ(
-        env.run(o),
-        (settings{{"MM_ERROR_HANDLING", "y"}, {"MM_SEG_SIZE", "32832"}, {"TLS", "^tcp,cma"}}));
+    EXPECT_EQ(env.run(o), (settings{{"KEEPALIVE_INTERVAL", "inf"},
+                                    {"MM_ERROR_HANDLING", "y"},
+                                    {"MM_SEG_SIZE", "32832"},
+                                    {"TLS", "^tcp,cma"}}));
 
     ucx::context_options all_off;
     all_off.transports = {false, false, false, false, false, false};
@@ -118,7 +136,7 @@ TEST(ConfigSettings, NoSharedMemoryGivesNotMmAndNoErrorHandling) {
     const fake_env env;
     ucx::context_options o;
     o.transports.shared_memory = false;
-    EXPECT_EQ(env.run(o), (settings{{"TLS", "^mm"}}));
+    EXPECT_EQ(env.run(o), (settings{{"KEEPALIVE_INTERVAL", "inf"}, {"TLS", "^mm"}}));
 }
 
 TEST(ConfigSettings, EnvTlsWithoutSharedMemorySuppressesMmErrorHandling) {
@@ -151,9 +169,9 @@ TEST(ConfigSettings, NetDevicesAreJoined) {
     o.shared_memory_error_handling = false;
     o.shared_memory_segment_size = 0;
     o.net_devices = {"lo", "eth0"};
-    EXPECT_EQ(env.run(o), (settings{{"NET_DEVICES", "lo,eth0"}}));
+    EXPECT_EQ(env.run(o), (settings{{"KEEPALIVE_INTERVAL", "inf"}, {"NET_DEVICES", "lo,eth0"}}));
     o.net_devices = {"mlx5_0:1"};
-    EXPECT_EQ(env.run(o), (settings{{"NET_DEVICES", "mlx5_0:1"}}));
+    EXPECT_EQ(env.run(o), (settings{{"KEEPALIVE_INTERVAL", "inf"}, {"NET_DEVICES", "mlx5_0:1"}}));
 }
 
 TEST(ConfigSettings, ConfigEntriesPassThroughWithPrefixStripped) {
@@ -169,7 +187,7 @@ TEST(ConfigSettings, ConfigEntriesPassThroughWithPrefixStripped) {
     EXPECT_FALSE(has_key(s, "UCX_KEEPALIVE_INTERVAL"));
     // Only a leading "UCX_" is a prefix.
     o.config = {{"XUCX_A", "1"}};
-    EXPECT_EQ(env.run(o), (settings{{"XUCX_A", "1"}}));
+    EXPECT_EQ(env.run(o), (settings{{"KEEPALIVE_INTERVAL", "inf"}, {"XUCX_A", "1"}}));
 }
 
 TEST(ConfigSettings, ConfigEntriesComeLastAndOverride) {
