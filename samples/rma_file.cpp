@@ -232,6 +232,38 @@ private:
     std::size_t size_ = 0;
 };
 
+// An output file that appears under its name only when complete: the data
+// goes to a temporary file beside it, renamed over the name by commit();
+// without commit (a failure, a lost peer, a digest mismatch) the temporary is
+// removed, so no partial file can be mistaken for the real one.
+class output_file {
+public:
+    output_file(const std::string& path, std::size_t size)
+        : path_(path), temp_(path + ".part-" + std::to_string(::getpid())),
+          file_(mapped_file::create(temp_, size)) {}
+    output_file(const output_file&) = delete;
+    output_file& operator=(const output_file&) = delete;
+    ~output_file() {
+        if (!committed_)
+            ::unlink(temp_.c_str());
+    }
+    char* data() const { return file_.data(); }
+    std::size_t size() const { return file_.size(); }
+    /// Makes the complete file appear under its name.
+    void commit() {
+        file_ = mapped_file();
+        if (::rename(temp_.c_str(), path_.c_str()) != 0)
+            throw std::runtime_error("cannot rename " + temp_ + " to " + path_ + ": " +
+                                     std::strerror(errno));
+        committed_ = true;
+    }
+
+private:
+    std::string path_, temp_;
+    mapped_file file_;
+    bool committed_ = false;
+};
+
 // ---- progress bar on stderr: bytes, rate, ETA ----
 
 class progress_bar {
@@ -364,13 +396,14 @@ asio::awaitable<void> serve_client(ucx::context& ctx, ucx::endpoint ep, const se
         co_await send_key(ep, req.size, req.size ? &region : nullptr);
         // The client flushes, then says the data is ready.
         co_await recv_text(ep, done_tag);
-        mapped_file file = mapped_file::create(s.out, req.size);
+        output_file file(s.out, req.size);
         if (req.size > 0)
             std::memcpy(file.data(), region.data(), req.size);
         region.reset();
         const std::string digest = sha256_hex(file.data(), file.size());
-        std::printf("received %s: %zu bytes, sha256 %s\n", s.out.c_str(), file.size(),
-                    digest.c_str());
+        const std::size_t received = file.size();
+        file.commit();
+        std::printf("received %s: %zu bytes, sha256 %s\n", s.out.c_str(), received, digest.c_str());
         co_await send_text(ep, digest, digest_tag);
     } else if (op == "BENCH") {
         auto region = ucx::memory_region::allocate(ctx, std::max<std::uint64_t>(req.size, 8));
@@ -462,7 +495,7 @@ asio::awaitable<int> pull(ucx::worker& w, const settings& s) {
     auto ep = co_await connect(w, s, "PULL", 0);
     ucx::remote_key key;
     const std::uint64_t size = co_await recv_key(ep, key);
-    mapped_file out = mapped_file::create(s.out, size);
+    output_file out(s.out, size);
     if (size > 0) {
         ucx::ucxio dev(key);
         co_await in_parallel_chunks(size, s, [&](std::uint64_t off, std::size_t n) {
@@ -475,6 +508,11 @@ asio::awaitable<int> pull(ucx::worker& w, const settings& s) {
     const std::string local = sha256_hex(out.data(), out.size());
     std::printf("sha256 local %s\nsha256 remote %s\n%s\n", local.c_str(), remote.c_str(),
                 local == remote ? "match" : "MISMATCH");
+    // Only a verified copy takes the name; otherwise nothing is left behind.
+    if (local == remote)
+        out.commit();
+    else
+        std::fprintf(stderr, "rma_file: digest mismatch, %s not written\n", s.out.c_str());
     key.reset();
     co_await ep.async_close(asio::use_awaitable);
     co_return local == remote ? 0 : 1;

@@ -34,6 +34,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/multiple_exceptions.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -257,7 +258,12 @@ int run(const options& o) {
         if (!e)
             return;
         try {
-            std::rethrow_exception(e);
+            try {
+                std::rethrow_exception(e);
+            } catch (const asio::multiple_exceptions& m) {
+                // Both directions failed (the peer is gone): the first says why.
+                std::rethrow_exception(m.first_exception());
+            }
         } catch (const boost::system::system_error& x) {
             std::cerr << "\nucxcat: " << x.code().message() << "\n";
         } catch (const std::exception& x) {
