@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 using namespace ucx_test;
 
@@ -138,6 +139,41 @@ INSTANTIATE_TEST_SUITE_P(all, rma_file_process,
                          [](const testing::TestParamInfo<transport>& info) {
                              return to_string(info.param);
                          });
+
+TEST(rma_file_errors, a_pull_whose_server_dies_leaves_no_output_file) {
+    // Slow, small chunks over TCP, so the server can be killed mid-transfer.
+    temp_file source("killed_source"), pulled("killed_pulled");
+    write_random(source.path, tcp_file_size);
+    child_process server(
+        {UCX_ASIO_RMA_FILE, "serve", "--port", "0", "--file", source.path, "--transport", "tcp"});
+    std::string line;
+    do
+        line = server.read_line();
+    while (!line.empty() && line.rfind("listening on ", 0) != 0);
+    ASSERT_FALSE(line.empty()) << "the server did not start";
+    const std::string port = line.substr(line.rfind(':') + 1);
+    child_process client({UCX_ASIO_RMA_FILE, "pull", "--port", port, "--out", pulled.path,
+                          "--parallel", "1", "--chunk", "4096", "--quiet"});
+    // The client writes to a temporary beside the output while data flows:
+    // once it exists, the server dies.
+    const std::string temp = pulled.path + ".part-" + std::to_string(client.pid());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!std::filesystem::exists(temp) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(std::filesystem::exists(temp)) << "the transfer did not start";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    server.kill_now();
+    server.wait();
+    const int status = client.wait();
+    EXPECT_NE(status, 0) << "a lost transfer reported success";
+    EXPECT_LT(status, 128) << "crashed instead of failing";
+    // Neither the file nor its temporary is left behind.
+    EXPECT_FALSE(std::filesystem::exists(pulled.path)) << "a partial file was left";
+    const auto dir = std::filesystem::path(pulled.path).parent_path();
+    const auto stem = std::filesystem::path(pulled.path).filename().string();
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+        EXPECT_NE(e.path().filename().string().rfind(stem, 0), 0u) << "left behind: " << e.path();
+}
 
 TEST(rma_file_errors, no_server_is_a_clean_failure) {
     temp_file out("never");
