@@ -27,7 +27,10 @@ namespace {
 class session : public std::enable_shared_from_this<session> {
 public:
     session(ucx::endpoint ep, std::size_t max_size, std::size_t id, bool quiet)
-        : ep_(std::move(ep)), buffer_(max_size), id_(id), quiet_(quiet) {}
+        // Left uninitialized: the pages take memory only once a message
+        // fills them, so an idle client costs little.
+        : ep_(std::move(ep)), buffer_(std::make_unique_for_overwrite<char[]>(max_size)),
+          size_(max_size), id_(id), quiet_(quiet) {}
 
     void start() {
         if (!quiet_) {
@@ -41,7 +44,7 @@ public:
 private:
     void receive() {
         ep_.async_recv(
-            asio::buffer(buffer_), 0, 0,
+            asio::buffer(buffer_.get(), size_), 0, 0,
             [self = shared_from_this()](ucx::error_code ec, std::size_t n, std::uint32_t tag) {
                 if (ec)
                     return self->finish(ec);
@@ -50,7 +53,7 @@ private:
     }
 
     void echo(std::size_t n, std::uint32_t tag) {
-        ep_.async_send(asio::buffer(buffer_.data(), n), tag,
+        ep_.async_send(asio::buffer(buffer_.get(), n), tag,
                        [self = shared_from_this()](ucx::error_code ec, std::size_t) {
                            if (ec)
                                return self->finish(ec);
@@ -71,7 +74,8 @@ private:
     }
 
     ucx::endpoint ep_;
-    std::vector<char> buffer_;
+    std::unique_ptr<char[]> buffer_;
+    std::size_t size_;
     std::size_t id_;
     std::size_t echoed_ = 0;
     bool quiet_;
