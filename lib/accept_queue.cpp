@@ -10,26 +10,23 @@
 
 namespace ucx::detail {
 
-void accept_queue::accept(operation* op, bool open) noexcept {
+void accept_queue::accept(endpoint_op* op, bool open) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->library_owned = true;
     op->cancel_hook = &accept_queue::cancel;
-    op->hook_context = this;
+    op->cancel_context = this;
     if (!open)
-        return w.fail(op, boost::asio::error::bad_descriptor);
+        return w.complete(op, boost::asio::error::bad_descriptor);
     if (!ready_.empty()) {
-        op->payload = std::move(ready_.front());
+        op->subject = std::move(ready_.front());
         ready_.pop_front();
-        op->status = UCS_OK;
-        w.finished(op); // delivered by the next pass, never inside this call
-        w.request_progress();
-        return;
+        return w.complete(op, error_code()); // delivered by a later pass
     }
     try {
         accepts_.push_back(op);
     } catch (...) {
-        w.fail(op, make_error_code(error::allocation_failed));
+        w.complete(op, make_error_code(error::allocation_failed));
     }
 }
 
@@ -42,30 +39,29 @@ bool accept_queue::offer(std::shared_ptr<endpoint_impl> ep) noexcept {
         }
         return true;
     }
-    operation* op = accepts_.front();
+    endpoint_op* op = accepts_.front();
     accepts_.pop_front();
-    op->payload = std::move(ep);
-    op->status = UCS_OK;
-    worker_->finished(op);
-    worker_->request_progress();
+    op->subject = std::move(ep);
+    worker_->complete(op, error_code());
     return true;
 }
 
 void accept_queue::cancel(operation* op) noexcept {
-    auto* self = static_cast<accept_queue*>(op->hook_context);
-    auto it = std::find(self->accepts_.begin(), self->accepts_.end(), op);
+    auto* self = static_cast<accept_queue*>(op->cancel_context);
+    auto it =
+        std::find(self->accepts_.begin(), self->accepts_.end(), static_cast<endpoint_op*>(op));
     if (it == self->accepts_.end())
         return;
     self->accepts_.erase(it);
-    self->worker_->fail(op, boost::asio::error::operation_aborted);
+    self->worker_->complete(op, boost::asio::error::operation_aborted);
 }
 
 void accept_queue::close() noexcept {
     ready_.clear();
     auto accepts = std::move(accepts_);
     accepts_.clear();
-    for (operation* op : accepts)
-        worker_->fail(op, boost::asio::error::operation_aborted);
+    for (endpoint_op* op : accepts)
+        worker_->complete(op, boost::asio::error::operation_aborted);
 }
 
 void accept_queue::clear() noexcept {

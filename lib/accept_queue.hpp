@@ -23,7 +23,7 @@ public:
     /// Starts accept `op`: completes it with a ready connection (delivered by
     /// the next pass, never inside this call), or keeps it waiting; fails it
     /// with `bad_descriptor` when the acceptor is not `open`. Cancellable.
-    void accept(operation* op, bool open) noexcept;
+    void accept(endpoint_op* op, bool open) noexcept;
     /// A connection whose handshake is done: to the oldest waiting accept,
     /// else kept. False when it could not be kept.
     bool offer(std::shared_ptr<endpoint_impl> ep) noexcept;
@@ -40,7 +40,7 @@ private:
 
     worker_impl* worker_;
     std::deque<std::shared_ptr<endpoint_impl>> ready_;
-    std::deque<operation*> accepts_;
+    std::deque<endpoint_op*> accepts_;
 };
 
 } // namespace ucx::detail

@@ -124,7 +124,7 @@ bool address_acceptor_impl::offer(std::shared_ptr<endpoint_impl> ep) noexcept {
     return has_room() && queue_.offer(std::move(ep));
 }
 
-void address_acceptor_impl::accept(operation* op) noexcept {
+void address_acceptor_impl::accept(endpoint_op* op) noexcept {
     queue_.accept(op, attached_);
 }
 

@@ -36,7 +36,7 @@ public:
     /// Refuses later connections, drops unaccepted ones, aborts accepts. Idempotent.
     void close() noexcept;
     /// Starts an accept (owner thread); completes with an endpoint.
-    void accept(operation* op) noexcept;
+    void accept(endpoint_op* op) noexcept;
 
     /// A hello over `reply_ep`, a UCP endpoint the worker does not know, from
     /// the peer with worker address `address` (empty when it did not come):

@@ -183,7 +183,7 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
     }
     id_state& s = self->state_of(m->id);
     if (!m->rendezvous && !m->error && s.head == nullptr && !s.waiting.empty() &&
-        s.waiting.front()->hook_context == nullptr) {
+        s.waiting.front()->cancel_context == nullptr) {
         // The common case: a receive for any sender waits and nothing is
         // queued ahead of this message. Hand it over now (the operation is
         // only queued; its handler runs after progress returns), without a
@@ -295,8 +295,8 @@ bool sent_by(const am_message_state* m, const endpoint_impl* ep) noexcept {
 bool am_registry::deliver_one(id_state& s) {
     // Waiting receives first, in the order they were started.
     for (std::size_t i = 0; i < s.waiting.size(); ++i) {
-        operation* op = s.waiting[i];
-        const auto* from = static_cast<const endpoint_impl*>(op->hook_context);
+        am_recv_op* op = s.waiting[i];
+        const endpoint_impl* from = op->from;
         am_message_state *m = s.head, *prev = nullptr;
         while (m && from && !sent_by(m, from)) {
             prev = m;
@@ -306,7 +306,7 @@ bool am_registry::deliver_one(id_state& s) {
             if (from && from->error()) {
                 // That peer is gone and nothing of it is left.
                 s.waiting.erase(s.waiting.begin() + static_cast<std::ptrdiff_t>(i));
-                worker_->fail(op, from->error());
+                worker_->complete(op, from->error());
                 return true;
             }
             continue;
@@ -331,13 +331,10 @@ bool am_registry::deliver_one(id_state& s) {
 }
 
 void am_registry::hand_over(id_state& s, std::size_t index, am_message_state* m) noexcept {
-    operation* op = s.waiting[index];
+    am_recv_op* op = s.waiting[index];
     s.waiting.erase(s.waiting.begin() + static_cast<std::ptrdiff_t>(index));
     op->message = m;
-    op->status = UCS_OK;
-    if (m->error)
-        op->error = m->error;
-    worker_->finished(op);
+    worker_->complete(op, m->error);
 }
 
 void am_registry::pump(id_state& s) {
@@ -415,26 +412,27 @@ std::shared_ptr<am_registry> make_am_registry(worker_impl& w) {
     return am;
 }
 
-void worker_impl::am_recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
+void worker_impl::am_recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept {
     if (!am_) {
         start(op);
-        return fail(op, is_open() ? make_error_code(error::feature_not_enabled)
-                                  : error_code(boost::asio::error::operation_aborted));
+        return complete(op, is_open() ? make_error_code(error::feature_not_enabled)
+                                      : error_code(boost::asio::error::operation_aborted));
     }
     am_->recv(op, id, from);
 }
 
-void am_registry::recv(operation* op, unsigned id, endpoint_impl* from) noexcept {
+void am_registry::recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->library_owned = true;
     op->cancel_hook = &am_registry::cancel_recv;
-    op->hook_context = from;
-    op->sender_tag = id;
+    op->cancel_context = this;
+    op->id = id;
+    op->from = from;
     if (!w.is_open() || op->cancel_requested)
-        return w.fail(op, boost::asio::error::operation_aborted);
+        return w.complete(op, boost::asio::error::operation_aborted);
     if (id > am_max_id)
-        return w.fail(op, make_error_code(error::invalid_am_id));
+        return w.complete(op, make_error_code(error::invalid_am_id));
     try {
         id_state& s = state_of(id);
         s.waiting.push_back(op);
@@ -443,32 +441,31 @@ void am_registry::recv(operation* op, unsigned id, endpoint_impl* from) noexcept
         if (s.head || from)
             mark(s, id);
     } catch (...) {
-        return w.fail(op, make_error_code(error::allocation_failed));
+        return w.complete(op, make_error_code(error::allocation_failed));
     }
     w.request_progress();
 }
 
 void am_registry::cancel_recv(operation* op) noexcept {
-    am_registry* self = op->owner ? op->owner->am() : nullptr;
-    if (!self)
-        return;
-    auto it = self->ids_.find(static_cast<unsigned>(op->sender_tag));
+    auto* self = static_cast<am_registry*>(op->cancel_context);
+    auto* recv = static_cast<am_recv_op*>(op);
+    auto it = self->ids_.find(recv->id);
     if (it == self->ids_.end())
         return;
     auto& waiting = it->second.waiting;
-    auto pos = std::find(waiting.begin(), waiting.end(), op);
+    auto pos = std::find(waiting.begin(), waiting.end(), recv);
     if (pos == waiting.end())
         return;
     waiting.erase(pos);
-    self->worker_->fail(op, boost::asio::error::operation_aborted);
+    self->worker_->complete(op, boost::asio::error::operation_aborted);
 }
 
 void am_registry::endpoint_failed(endpoint_impl* ep, const error_code&) noexcept {
     // Receives bound to that peer take what it sent before; the rest fail in
     // the next pass.
     for (auto& [id, s] : ids_) {
-        for (operation* op : s.waiting) {
-            if (op->hook_context == ep) {
+        for (am_recv_op* op : s.waiting) {
+            if (op->from == ep) {
                 mark(s, id);
                 break;
             }
@@ -629,15 +626,14 @@ void am_registry::detach() noexcept {
     worker_ = nullptr;
 }
 
-std::tuple<error_code, am_message> am_recv_result::extract(const error_code& ec, operation& op) {
-    auto* m = static_cast<am_message_state*>(op.message);
-    op.message = nullptr;
+std::tuple<error_code, am_message> am_recv_result::extract(const error_code& ec, am_recv_op& op) {
+    am_message_state* m = std::exchange(op.message, nullptr);
     if (!m)
         return {ec, am_message()};
     return {ec, access::construct<am_message>(m)};
 }
 
-void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
+void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
              std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
              unsigned flags) noexcept {
     if (!ep.begin(op, true))
@@ -645,11 +641,11 @@ void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
     worker_impl& w = *ep.worker();
     am_registry* am = w.am();
     if (!am)
-        return w.fail(op, make_error_code(error::feature_not_enabled));
+        return w.complete(op, make_error_code(error::feature_not_enabled));
     if (id > am_max_id)
-        return w.fail(op, make_error_code(error::invalid_am_id));
+        return w.complete(op, make_error_code(error::invalid_am_id));
     if (header_length > am->max_header())
-        return w.fail(op, make_error_code(error::header_too_large));
+        return w.complete(op, make_error_code(error::header_too_large));
     // The header copy follows the IOV array in the operation's storage.
     auto* iov = const_cast<ucp_dt_iov_t*>(buffers);
     auto* header_copy = reinterpret_cast<std::byte*>(iov + count);

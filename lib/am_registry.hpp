@@ -102,7 +102,7 @@ public:
     void detach() noexcept;
 
     /// Starts a receive of one message on `id` (from `from` only, if set).
-    void recv(operation* op, unsigned id, endpoint_impl* from) noexcept;
+    void recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept;
     void set_handler(unsigned id, am_handler handler);
     void set_memory_type(unsigned id, ucx::memory_type type);
     void set_allocator(std::shared_ptr<am_allocator> allocator);
@@ -138,7 +138,7 @@ private:
         am_message_state* tail = nullptr;
         std::size_t messages = 0;
         std::size_t bytes = 0;
-        std::vector<operation*> waiting;
+        std::vector<am_recv_op*> waiting;
         std::shared_ptr<am_handler> handler;
         ucx::memory_type mem = memory_type::host;
         bool dirty = false;

@@ -17,35 +17,35 @@ namespace {
 // The endpoint a connect completes with (the operation owns it until then);
 // null when `op` already failed.
 std::shared_ptr<endpoint_impl> connecting_endpoint(const std::shared_ptr<worker_impl>& w,
-                                                   operation* op) noexcept {
+                                                   endpoint_op* op) noexcept {
     if (op->cancel_requested) {
         w->start(op);
-        w->fail(op, boost::asio::error::operation_aborted);
+        w->complete(op, boost::asio::error::operation_aborted);
         return nullptr;
     }
     try {
         auto ep = std::make_shared<endpoint_impl>(w);
-        op->payload = ep;
+        op->subject = ep;
         return ep;
     } catch (...) {
         w->start(op);
-        w->fail(op, make_error_code(error::allocation_failed));
+        w->complete(op, make_error_code(error::allocation_failed));
         return nullptr;
     }
 }
 
-void connect_endpoint(const std::shared_ptr<worker_impl>& w, operation* op,
+void connect_endpoint(const std::shared_ptr<worker_impl>& w, endpoint_op* op,
                       const boost::asio::ip::tcp::endpoint& to) noexcept {
     if (auto ep = connecting_endpoint(w, op))
         ep->connect_to(to.data(), static_cast<socklen_t>(to.size()), op);
 }
 
 /// Starts the connection once the name is resolved (owner thread).
-void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, const error_code& ec,
+void connect_resolved(const std::shared_ptr<worker_impl>& w, endpoint_op* op, const error_code& ec,
                       const boost::asio::ip::tcp::resolver::results_type& results) noexcept {
     if (ec || results.empty()) {
         w->start(op);
-        return w->fail(op, ec ? ec : error_code(boost::asio::error::host_not_found));
+        return w->complete(op, ec ? ec : error_code(boost::asio::error::host_not_found));
     }
     auto chosen = results.begin();
     for (auto it = results.begin(); it != results.end(); ++it) {
@@ -58,7 +58,7 @@ void connect_resolved(const std::shared_ptr<worker_impl>& w, operation* op, cons
 }
 } // namespace
 
-void connect_by_name(worker_impl& w, operation* op, const std::string& host,
+void connect_by_name(worker_impl& w, endpoint_op* op, const std::string& host,
                      const std::string& service) {
     auto self = w.shared_from_this();
     auto resolver = std::make_shared<boost::asio::ip::tcp::resolver>(w.get_executor());
@@ -69,12 +69,12 @@ void connect_by_name(worker_impl& w, operation* op, const std::string& host,
         });
 }
 
-void connect_to_endpoint(worker_impl& w, operation* op,
+void connect_to_endpoint(worker_impl& w, endpoint_op* op,
                          const boost::asio::ip::tcp::endpoint& to) noexcept {
     connect_endpoint(w.shared_from_this(), op, to);
 }
 
-void connect_to_address(worker_impl& w, operation* op, const worker_address& to) noexcept {
+void connect_to_address(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept {
     if (auto ep = connecting_endpoint(w.shared_from_this(), op))
         ep->connect_address(to, op);
 }

@@ -106,29 +106,29 @@ void endpoint_impl::connect(const worker_address& address, error_code& ec) {
         execute(fsm_.start({role::address}));
 }
 
-bool endpoint_impl::begin_connect(operation* op) noexcept {
+bool endpoint_impl::begin_connect(endpoint_op* op) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->library_owned = true;
     op->cancel_hook = &endpoint_impl::cancel_connect;
     op->endpoint = this;
     if (!w.is_open()) {
-        w.fail(op, boost::asio::error::operation_aborted);
+        w.complete(op, boost::asio::error::operation_aborted);
         return false;
     }
     if (!w.has_control_channel()) {
-        w.fail(op, make_error_code(error::feature_not_enabled));
+        w.complete(op, make_error_code(error::feature_not_enabled));
         return false;
     }
     return true;
 }
 
-bool endpoint_impl::create_client(ucp_ep_params_t& params, operation* op,
+bool endpoint_impl::create_client(ucp_ep_params_t& params, endpoint_op* op,
                                   bool by_address) noexcept {
     error_code ec;
     create(params, ec);
     if (ec) {
-        worker_->fail(op, ec);
+        worker_->complete(op, ec);
         return false;
     }
     connect_op_ = op;
@@ -137,7 +137,7 @@ bool endpoint_impl::create_client(ucp_ep_params_t& params, operation* op,
     return true;
 }
 
-void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, operation* op) noexcept {
+void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, endpoint_op* op) noexcept {
     if (!begin_connect(op))
         return;
     ucp_ep_params_t params{};
@@ -148,12 +148,12 @@ void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, operation* o
     create_client(params, op, false);
 }
 
-void endpoint_impl::connect_address(const worker_address& address, operation* op) noexcept {
+void endpoint_impl::connect_address(const worker_address& address, endpoint_op* op) noexcept {
     if (!begin_connect(op))
         return;
     worker_impl& w = *worker_;
     if (address.empty())
-        return w.fail(op, make_error_code(error::empty_address));
+        return w.complete(op, make_error_code(error::empty_address));
     ucp_ep_params_t params = address_params(address);
     if (!create_client(params, op, true))
         return;
@@ -245,7 +245,7 @@ void endpoint_impl::on_control(const control_message& m) noexcept {
     execute(fsm_.on_control(m));
 }
 
-void endpoint_impl::execute(const connection_actions& actions, operation* new_close_op) noexcept {
+void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_close_op) noexcept {
     // Completing an operation may drop the last owner of this endpoint
     // (a connect or close owns it); stay alive until done. Null in the destructor.
     const auto keep_alive = weak_from_this().lock();
@@ -302,22 +302,17 @@ void endpoint_impl::execute(const connection_actions& actions, operation* new_cl
         case type::accept_close:
             // The close operation owns the endpoint until it completes.
             if (new_close_op) {
-                new_close_op->payload = shared_from_this();
+                new_close_op->subject = shared_from_this();
                 close_op_ = std::exchange(new_close_op, nullptr);
             }
             break;
         case type::reject_close:
-            if (operation* op = std::exchange(new_close_op, nullptr)) {
-                if (!a.ec)
-                    op->status = UCS_OK;
-                w.fail(op, a.ec);
-            }
+            if (endpoint_op* op = std::exchange(new_close_op, nullptr))
+                w.complete(op, a.ec);
             break;
         case type::complete_close:
-            if (operation* op = std::exchange(close_op_, nullptr)) {
-                op->status = UCS_OK;
-                w.fail(op, a.ec);
-            }
+            if (endpoint_op* op = std::exchange(close_op_, nullptr))
+                w.complete(op, a.ec);
             break;
         case type::close_flush:
             close_ucp(true);
@@ -369,13 +364,11 @@ void endpoint_impl::close_ucp(bool flush) noexcept {
     ucp_ep_h ep = std::exchange(ep_, nullptr);
     // Flush mode: the goodbye goes out first, and the close operation
     // completes when UCX is done.
-    operation* op = flush ? std::exchange(close_op_, nullptr) : nullptr;
+    endpoint_op* op = flush ? std::exchange(close_op_, nullptr) : nullptr;
     if (!ep || !w.native()) {
         // Gone with the worker: closed.
-        if (op) {
-            op->status = UCS_OK;
-            w.fail(op, error_code());
-        }
+        if (op)
+            w.complete(op, error_code());
         return;
     }
     ucs_status_ptr_t r = w.close_ucp_endpoint(ep, !flush, op);
@@ -392,18 +385,12 @@ void endpoint_impl::close_ucp(bool flush) noexcept {
 }
 
 void endpoint_impl::finish_connect(const error_code& ec) noexcept {
-    operation* op = connect_op_;
+    endpoint_op* op = std::exchange(connect_op_, nullptr);
     if (!op)
         return;
-    connect_op_ = nullptr;
-    if (ec) {
-        worker_->fail(op, ec);
-        return;
-    }
-    op->payload = shared_from_this();
-    op->status = UCS_OK;
-    worker_->finished(op);
-    worker_->request_progress();
+    if (!ec)
+        op->subject = shared_from_this();
+    worker_->complete(op, ec);
 }
 
 void endpoint_impl::cancel_connect(operation* op) noexcept {
@@ -417,7 +404,7 @@ void endpoint_impl::cancel_wait(operation* op) noexcept {
     if (!self)
         return;
     std::erase(self->waiters_, op);
-    self->worker_->fail(op, boost::asio::error::operation_aborted);
+    self->worker_->complete(op, boost::asio::error::operation_aborted);
 }
 
 void endpoint_impl::error_callback(void* arg, ucp_ep_h, ucs_status_t status) noexcept {
@@ -453,7 +440,7 @@ void endpoint_impl::fail_pending(const error_code& ec) noexcept {
     auto waiters = std::move(waiters_);
     waiters_.clear();
     for (operation* op : waiters)
-        w.fail(op, ec);
+        w.complete(op, ec);
     if (am_registry* am = w.am())
         am->endpoint_failed(this, ec);
 }
@@ -470,7 +457,7 @@ void endpoint_impl::abort_pending() noexcept {
     auto waiters = std::move(waiters_);
     waiters_.clear();
     for (operation* p : waiters)
-        w.fail(p, boost::asio::error::operation_aborted);
+        w.complete(p, boost::asio::error::operation_aborted);
 }
 
 void endpoint_impl::unmap() noexcept {
@@ -503,11 +490,11 @@ bool endpoint_impl::begin(operation* op, bool counted) noexcept {
     w.start(op);
     op->endpoint = this;
     if (!w.is_open()) {
-        w.fail(op, boost::asio::error::operation_aborted);
+        w.complete(op, boost::asio::error::operation_aborted);
         return false;
     }
     if (!ep_ || error()) {
-        w.fail(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));
+        w.complete(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));
         return false;
     }
     if (counted) {
@@ -521,7 +508,7 @@ void endpoint_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
     worker_->submitted(op, result);
 }
 
-void endpoint_impl::tag_send(operation* op, const void* data, std::size_t size,
+void endpoint_impl::tag_send(transfer_op* op, const void* data, std::size_t size,
                              ucp_tag_t tag) noexcept {
     if (!begin(op, true))
         return;
@@ -534,17 +521,17 @@ namespace {
 constexpr ucp_tag_t id_mask = ~ucp_tag_t{0} << 32;
 } // namespace
 
-void endpoint_impl::send(operation* op, const void* data, std::size_t size,
+void endpoint_impl::send(transfer_op* op, const void* data, std::size_t size,
                          std::uint32_t tag) noexcept {
     if (!has_handshake() || !fsm_.established()) {
         worker_->start(op);
         op->endpoint = this;
-        return worker_->fail(op, error() ? error() : make_error_code(error::not_connected));
+        return worker_->complete(op, error() ? error() : make_error_code(error::not_connected));
     }
     tag_send(op, data, size, (fsm_.peer_tag() & id_mask) | tag);
 }
 
-void endpoint_impl::recv(operation* op, void* data, std::size_t size, std::uint32_t tag,
+void endpoint_impl::recv(tag_recv_op* op, void* data, std::size_t size, std::uint32_t tag,
                          std::uint32_t mask) noexcept {
     worker_impl& w = *worker_;
     const ucp_tag_t ucx_tag = (fsm_.local_tag() & id_mask) | tag;
@@ -557,7 +544,7 @@ void endpoint_impl::recv(operation* op, void* data, std::size_t size, std::uint3
     if (!has_handshake() || !fsm_.established() || (err && !drain)) {
         w.start(op);
         op->endpoint = this;
-        return w.fail(op, err ? err : make_error_code(error::not_connected));
+        return w.complete(op, err ? err : make_error_code(error::not_connected));
     }
     op->endpoint = this;
     w.tag_recv(op, data, size, ucx_tag, ucx_mask);
@@ -575,11 +562,11 @@ void endpoint_impl::wait_error(operation* op) noexcept {
     op->endpoint = this;
     op->cancel_hook = &endpoint_impl::cancel_wait;
     if (error() || !ep_)
-        return w.fail(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));
+        return w.complete(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));
     waiters_.push_back(op);
 }
 
-void endpoint_impl::close_gracefully(operation* op, std::uint64_t stream_bytes) noexcept {
+void endpoint_impl::close_gracefully(endpoint_op* op, std::uint64_t stream_bytes) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     execute(fsm_.close_graceful(sends_in_flight_ > 0, stream_bytes, w.is_open()), op);

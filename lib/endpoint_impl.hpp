@@ -57,13 +57,13 @@ public:
     /// Creates the UCP endpoint to a worker address, in peer error mode.
     void connect(const worker_address& address, error_code& ec);
     /// Client side: connects to a listener; `op` completes when the
-    /// handshake is done (payload: this endpoint) or the connection fails.
-    void connect_to(const sockaddr* addr, socklen_t len, operation* op) noexcept;
+    /// handshake is done (its result: this endpoint) or the connection fails.
+    void connect_to(const sockaddr* addr, socklen_t len, endpoint_op* op) noexcept;
     /// Client side over a worker address: creates the UCP endpoint (peer
     /// error mode) and sends the hello; `op` completes when the peer's
-    /// address acceptor welcomes it (payload: this endpoint), refuses it
+    /// address acceptor welcomes it (its result: this endpoint), refuses it
     /// (`connection_refused`) or the connection fails.
-    void connect_address(const worker_address& address, operation* op) noexcept;
+    void connect_address(const worker_address& address, endpoint_op* op) noexcept;
     /// Wraps a UCP endpoint that UCX owns (the reply endpoint of an active
     /// message): usable for sends; closing it only forgets it.
     void adopt(ucp_ep_h ep) noexcept;
@@ -99,16 +99,16 @@ public:
     bool begin(operation* op, bool counted) noexcept;
     /// Hands UCX's answer for an operation begun with `begin`.
     void submitted(operation* op, ucs_status_ptr_t result) noexcept;
-    void tag_send(operation* op, const void* data, std::size_t size, ucp_tag_t tag) noexcept;
+    void tag_send(transfer_op* op, const void* data, std::size_t size, ucp_tag_t tag) noexcept;
     /// Per-endpoint messaging: the UCX tag is the receiving endpoint's random
     /// 32-bit id (high half) and the user's 32-bit tag (low half).
-    void send(operation* op, const void* data, std::size_t size, std::uint32_t tag) noexcept;
-    void recv(operation* op, void* data, std::size_t size, std::uint32_t tag,
+    void send(transfer_op* op, const void* data, std::size_t size, std::uint32_t tag) noexcept;
+    void recv(tag_recv_op* op, void* data, std::size_t size, std::uint32_t tag,
               std::uint32_t mask) noexcept;
     void wait_error(operation* op) noexcept;
     /// Graceful close; the goodbye tells the peer `stream_bytes` (what a
     /// ucx::stream wrote).
-    void close_gracefully(operation* op, std::uint64_t stream_bytes = 0) noexcept;
+    void close_gracefully(endpoint_op* op, std::uint64_t stream_bytes = 0) noexcept;
 
     /// Force-closes: operations in flight complete with `ec` (or
     /// operation_aborted for a local close), later ones fail with `error()`.
@@ -167,14 +167,14 @@ private:
     static void cancel_connect(operation* op) noexcept;
     /// The start shared by both connects: links `op`, checks the worker.
     /// False when `op` already failed.
-    bool begin_connect(operation* op) noexcept;
+    bool begin_connect(endpoint_op* op) noexcept;
     /// Creates the UCP endpoint of a client connection, which `op` completes.
     /// False when `op` already failed.
-    bool create_client(ucp_ep_params_t& params, operation* op, bool by_address) noexcept;
+    bool create_client(ucp_ep_params_t& params, endpoint_op* op, bool by_address) noexcept;
     static void cancel_wait(operation* op) noexcept;
     void create(ucp_ep_params_t& params, error_code& ec) noexcept;
     /// Executes what the connection protocol decided, in order.
-    void execute(const connection_actions& actions, operation* new_close_op = nullptr) noexcept;
+    void execute(const connection_actions& actions, endpoint_op* new_close_op = nullptr) noexcept;
     /// Fails everything pending on this endpoint with `ec`.
     void fail_pending(const error_code& ec) noexcept;
     /// Graceful close: pending receives and waits end with operation_aborted.
@@ -203,11 +203,11 @@ private:
     connection_fsm fsm_;
     bool registered_ = false;
     bool mapped_ = false;
-    operation* connect_op_ = nullptr;
+    endpoint_op* connect_op_ = nullptr;
     listener_impl* listener_ = nullptr;
     std::vector<operation*> waiters_;
     std::size_t sends_in_flight_ = 0;
-    operation* close_op_ = nullptr;
+    endpoint_op* close_op_ = nullptr;
     endpoint_watcher* watcher_ = nullptr;
     // Graceful close: after the goodbye, wait (bounded) for the peer's ack.
     std::unique_ptr<guarded_timer> linger_timer_;

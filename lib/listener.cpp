@@ -102,7 +102,7 @@ void listener_impl::on_failed(endpoint_impl* ep) noexcept {
     std::erase_if(handshaking_, [ep](const auto& p) { return p.get() == ep; });
 }
 
-void listener_impl::accept(operation* op) noexcept {
+void listener_impl::accept(endpoint_op* op) noexcept {
     queue_.accept(op, handle_ != nullptr);
 }
 

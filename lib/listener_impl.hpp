@@ -36,7 +36,7 @@ public:
     std::size_t rejected() const noexcept { return rejected_; }
 
     /// Starts an accept (owner thread).
-    void accept(operation* op) noexcept;
+    void accept(endpoint_op* op) noexcept;
     /// Handles the connection requests queued by the UCX callback (after progress).
     void process_requests() noexcept;
     std::size_t run_deferred(deferred_stage) noexcept override {

@@ -41,29 +41,29 @@ void cancel(operation* op) noexcept {
 
 // --- tag messaging ---
 
-void tag_send(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               tag_t tag) noexcept {
     ep.tag_send(op, data, size, tag);
 }
-void tag_recv(worker_impl& w, operation* op, void* data, std::size_t size, tag_t tag,
+void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
               tag_t mask) noexcept {
     w.tag_recv(op, data, size, tag, mask);
 }
 
 // --- endpoints ---
 
-void endpoint_send(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                    std::uint32_t tag) noexcept {
     ep.send(op, data, size, tag);
 }
-void endpoint_recv(endpoint_impl& ep, operation* op, void* data, std::size_t size,
+void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                    std::uint32_t tag, std::uint32_t mask) noexcept {
     ep.recv(op, data, size, tag, mask);
 }
 void endpoint_wait_error(endpoint_impl& ep, operation* op) noexcept {
     ep.wait_error(op);
 }
-void endpoint_close(endpoint_impl& ep, operation* op) noexcept {
+void endpoint_close(endpoint_impl& ep, endpoint_op* op) noexcept {
     ep.close_gracefully(op);
 }
 bool endpoint_is_open(const endpoint_impl& ep) noexcept {
@@ -75,16 +75,16 @@ const std::shared_ptr<worker_impl>& endpoint_worker(const endpoint_impl& ep) noe
 
 // --- active messages ---
 
-void am_recv(worker_impl& w, operation* op, unsigned id) noexcept {
+void am_recv(worker_impl& w, am_recv_op* op, unsigned id) noexcept {
     w.am_recv(op, id, nullptr);
 }
-void am_recv(endpoint_impl& ep, operation* op, unsigned id) noexcept {
+void am_recv(endpoint_impl& ep, am_recv_op* op, unsigned id) noexcept {
     ep.worker()->am_recv(op, id, &ep);
 }
 
 // --- listeners ---
 
-void listener_accept(listener_impl& l, operation* op) noexcept {
+void listener_accept(listener_impl& l, endpoint_op* op) noexcept {
     l.accept(op);
 }
 
@@ -109,7 +109,7 @@ bool stream_is_open(const stream_impl& s) noexcept {
 void stream_close(stream_impl& s) noexcept {
     s.close();
 }
-void stream_close(stream_impl& s, operation* op) noexcept {
+void stream_close(stream_impl& s, endpoint_op* op) noexcept {
     s.close(op);
 }
 void stream_abort(stream_impl& s) noexcept {
@@ -136,13 +136,12 @@ std::uint64_t stream_bytes_written(const stream_impl& s) noexcept {
 std::uint64_t stream_bytes_read(const stream_impl& s) noexcept {
     return s.bytes_read();
 }
-void stream_read(stream_impl& s, operation* op, const boost::asio::mutable_buffer* bufs,
+void stream_read(stream_impl& s, transfer_op* op, const boost::asio::mutable_buffer* bufs,
                  std::size_t n) noexcept {
     s.read(op, bufs, n);
 }
-void stream_write(stream_impl& s, operation* op, const boost::asio::const_buffer* bufs,
-                  std::size_t n) noexcept {
-    s.write(op, bufs, n);
+void stream_write(stream_impl& s, stream_write_op* op) noexcept {
+    s.write(op);
 }
 
 // --- address acceptors ---
@@ -162,7 +161,7 @@ void address_acceptor_close(address_acceptor_impl& a) noexcept {
 worker_address address_acceptor_address(const address_acceptor_impl& a) {
     return a.worker()->address();
 }
-void address_acceptor_accept(address_acceptor_impl& a, operation* op) noexcept {
+void address_acceptor_accept(address_acceptor_impl& a, endpoint_op* op) noexcept {
     a.accept(op);
 }
 

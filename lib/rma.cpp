@@ -11,32 +11,33 @@ namespace ucx::detail {
 namespace {
 
 // The checks every one-sided operation passes before UCX sees it. On failure
-// `op` (begun) is completed with the error.
-bool check(endpoint_impl& ep, operation* op, std::uint64_t remote_address, std::size_t size,
+// `op` (begun, a put, get or atomic) is completed with the error.
+template <class Op>
+bool check(endpoint_impl& ep, Op* op, std::uint64_t remote_address, std::size_t size,
            const key_ptr& key) noexcept {
     worker_impl& w = *ep.worker();
     if (!key || !key->native()) {
-        w.fail(op, key ? error_code(boost::asio::error::operation_aborted)
-                       : make_error_code(key_errc::no_key));
+        w.complete(op, key ? error_code(boost::asio::error::operation_aborted)
+                           : make_error_code(key_errc::no_key));
         return false;
     }
     if (key->endpoint().get() != &ep) {
-        w.fail(op, make_error_code(key_errc::wrong_endpoint));
+        w.complete(op, make_error_code(key_errc::wrong_endpoint));
         return false;
     }
     if (!key->contains(remote_address, size)) {
-        w.fail(op, make_error_code(error::out_of_bounds));
+        w.complete(op, make_error_code(error::out_of_bounds));
         return false;
     }
     // Keep the rkey alive until UCX is done with the operation.
-    op->payload = key;
+    op->key = key;
     return true;
 }
 
 // A put or a get (`Submit` is ucp_put_nbx or ucp_get_nbx): checked, then
 // submitted; an empty one completes at once.
 template <auto Submit, class Buffer>
-void transfer(endpoint_impl& ep, operation* op, Buffer data, std::size_t size,
+void transfer(endpoint_impl& ep, rma_op* op, Buffer data, std::size_t size,
               std::uint64_t remote_address, const key_ptr& key) noexcept {
     if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
         return;
@@ -49,12 +50,12 @@ void transfer(endpoint_impl& ep, operation* op, Buffer data, std::size_t size,
 
 } // namespace
 
-void rma_put(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+void rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
     transfer<&ucp_put_nbx>(ep, op, data, size, remote_address, key);
 }
 
-void rma_get(endpoint_impl& ep, operation* op, void* data, std::size_t size,
+void rma_get(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
     transfer<&ucp_get_nbx>(ep, op, data, size, remote_address, key);
 }
@@ -69,18 +70,18 @@ void rma_flush(endpoint_impl& ep, operation* op) noexcept {
 void rma_flush(worker_impl& w, operation* op) noexcept {
     w.start(op);
     if (!w.is_open())
-        return w.fail(op, boost::asio::error::operation_aborted);
+        return w.complete(op, boost::asio::error::operation_aborted);
     ucp_request_param_t p = send_param(&worker_impl::send_callback, op);
     w.submitted(op, ucp_worker_flush_nbx(w.native(), &p));
 }
 
-void rma_atomic(endpoint_impl& ep, operation* op, ucp_atomic_op_t opcode, std::uint64_t operand,
+void rma_atomic(endpoint_impl& ep, atomic_op* op, ucp_atomic_op_t opcode, std::uint64_t operand,
                 std::size_t size, bool fetch, std::uint64_t remote_address,
                 const key_ptr& key) noexcept {
     if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
         return;
     if (remote_address % size != 0)
-        return ep.worker()->fail(op, make_error_code(error::misaligned_address));
+        return ep.worker()->complete(op, make_error_code(error::misaligned_address));
     // UCX copies the operand at submission; the reply buffer is the
     // operation's own `value`, which lives until completion.
     std::uint32_t operand32 = static_cast<std::uint32_t>(operand);

@@ -100,20 +100,21 @@ void stream_impl::close() noexcept {
         return;
     // The close runs in the background; the operation keeps the endpoint alive.
     try {
-        start_operation<error_result>(
+        start_operation<error_result<endpoint_op>>(
             [ep](const error_code&) {}, w,
-            [ep, total = fsm_.bytes_written()](operation* op) { ep->close_gracefully(op, total); });
+            [ep, total = fsm_.bytes_written()](endpoint_op* op) {
+                ep->close_gracefully(op, total);
+            });
     } catch (...) {
         ep->force_close(boost::asio::error::operation_aborted);
     }
 }
 
-void stream_impl::close(operation* op) noexcept {
+void stream_impl::close(endpoint_op* op) noexcept {
     worker_impl& w = *worker_;
     if (!ep_) {
         w.start(op);
-        op->status = UCS_OK;
-        return w.fail(op, error_code());
+        return w.complete(op, error_code());
     }
     resume_writes(true);
     auto ep = shut_local();
@@ -199,68 +200,57 @@ void stream_impl::on_timeout() noexcept {
 
 // ---- writes ----
 
-void stream_impl::write(operation* op, const boost::asio::const_buffer* bufs,
-                        std::size_t n) noexcept {
-    worker_impl& w = *worker_;
+namespace {
+std::size_t total_of(const stream_write_op& op) noexcept {
     std::size_t total = 0;
-    for (std::size_t i = 0; i < n; ++i)
-        total += bufs[i].size();
+    for (std::size_t i = 0; i < op.count; ++i)
+        total += op.iov[i].length;
+    return total;
+}
+} // namespace
+
+void stream_impl::write(stream_write_op* op) noexcept {
+    worker_impl& w = *worker_;
+    const std::size_t total = total_of(*op);
     const write_decision decision = fsm_.start_write(total, !blocked_.empty());
     if (!ep_ || deadline_passed() || decision == write_decision::broken_pipe) {
         w.start(op);
         if (!ep_)
-            return w.fail(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
-                                      : error_code(boost::asio::error::not_connected));
+            return w.complete(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
+                                          : error_code(boost::asio::error::not_connected));
         if (deadline_passed())
-            return w.fail(op, boost::asio::error::timed_out);
+            return w.complete(op, boost::asio::error::timed_out);
         // Shut down here, or the peer closed: nobody reads any more.
-        return w.fail(op, boost::asio::error::broken_pipe);
+        return w.complete(op, boost::asio::error::broken_pipe);
     }
     if (decision == write_decision::wait) {
         // Flow control: wait (in order) until the reader makes room.
         try {
-            blocked_write b{op, {}, n};
-            std::copy_n(bufs, n, b.bufs.begin());
-            blocked_.push_back(b);
+            blocked_.push_back(op);
         } catch (...) {
             w.start(op);
-            w.fail(op, make_error_code(error::allocation_failed));
+            w.complete(op, make_error_code(error::allocation_failed));
         }
         return;
     }
-    submit(op, bufs, n, total);
+    submit(op, total);
 }
 
-void stream_impl::submit(operation* op, const boost::asio::const_buffer* bufs, std::size_t n,
-                         std::size_t total) noexcept {
-    worker_impl& w = *worker_;
+void stream_impl::submit(stream_write_op* op, std::size_t total) noexcept {
     if (!ep_->begin(op, total > 0))
         return;
-    if (total == 0) {
-        op->status = UCS_OK;
-        return w.fail(op, error_code());
-    }
+    if (total == 0)
+        return worker_->complete(op, error_code());
     ucp_request_param_t param = send_param(&worker_impl::send_callback, op);
     op->bytes = total;
     ucs_status_ptr_t r;
-    if (n == 1) {
-        r = ucp_stream_send_nbx(ep_->native(), bufs[0].data(), total, &param);
+    if (op->count == 1) {
+        r = ucp_stream_send_nbx(ep_->native(), op->iov[0].buffer, total, &param);
     } else {
-        // UCX reads the IOV array until the send completes: the operation owns it.
-        std::shared_ptr<std::vector<ucp_dt_iov_t>> iov;
-        try {
-            iov = std::make_shared<std::vector<ucp_dt_iov_t>>(n);
-        } catch (...) {
-            // Undo the count begin() took: finished() does it for counted ops.
-            return w.fail(op, make_error_code(error::allocation_failed));
-        }
-        for (std::size_t i = 0; i < n; ++i) {
-            (*iov)[i].buffer = const_cast<void*>(bufs[i].data());
-            (*iov)[i].length = bufs[i].size();
-        }
-        op->payload = iov;
+        // UCX reads the IOV array, which lives in the operation, until the
+        // send completes.
         add_datatype(param, ucp_dt_make_iov());
-        r = ucp_stream_send_nbx(ep_->native(), iov->data(), n, &param);
+        r = ucp_stream_send_nbx(ep_->native(), op->iov, op->count, &param);
     }
     if (!UCS_PTR_IS_ERR(r))
         fsm_.on_sent(total);
@@ -279,21 +269,16 @@ void stream_impl::resume_writes(bool force) noexcept {
         return fail_blocked(ec);
     }
     std::size_t i = 0;
-    for (; i < blocked_.size() && ep_ && (force || !fsm_.window_full()); ++i) {
-        const blocked_write& b = blocked_[i];
-        std::size_t total = 0;
-        for (std::size_t k = 0; k < b.count; ++k)
-            total += b.bufs[k].size();
-        submit(b.op, b.bufs.data(), b.count, total);
-    }
+    for (; i < blocked_.size() && ep_ && (force || !fsm_.window_full()); ++i)
+        submit(blocked_[i], total_of(*blocked_[i]));
     blocked_.erase(blocked_.begin(), blocked_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 void stream_impl::fail_blocked(const error_code& ec) noexcept {
     worker_impl& w = *worker_;
-    for (const blocked_write& b : blocked_) {
-        w.start(b.op);
-        w.fail(b.op, ec);
+    for (stream_write_op* op : blocked_) {
+        w.start(op);
+        w.complete(op, ec);
     }
     blocked_.clear();
 }
@@ -320,22 +305,22 @@ void stream_impl::maybe_ack() noexcept {
 
 // ---- reads ----
 
-void stream_impl::read(operation* op, const boost::asio::mutable_buffer* bufs,
+void stream_impl::read(transfer_op* op, const boost::asio::mutable_buffer* bufs,
                        std::size_t n) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->library_owned = true;
     op->cancel_hook = &stream_impl::cancel_read;
-    op->hook_context = this;
+    op->cancel_context = this;
     if (!w.is_open())
-        return w.fail(op, boost::asio::error::operation_aborted);
+        return w.complete(op, boost::asio::error::operation_aborted);
     if (op->cancel_requested)
-        return w.fail(op, boost::asio::error::operation_aborted);
+        return w.complete(op, boost::asio::error::operation_aborted);
     if (!ep_)
-        return w.fail(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
-                                  : error_code(boost::asio::error::not_connected));
+        return w.complete(op, closed_ ? error_code(boost::asio::error::bad_descriptor)
+                                      : error_code(boost::asio::error::not_connected));
     if (deadline_passed())
-        return w.fail(op, boost::asio::error::timed_out);
+        return w.complete(op, boost::asio::error::timed_out);
     pending_read r{op, {}, 0};
     std::size_t total = 0;
     for (std::size_t i = 0; i < n && r.count < max_read_buffers; ++i) {
@@ -346,13 +331,12 @@ void stream_impl::read(operation* op, const boost::asio::mutable_buffer* bufs,
     }
     if (total == 0) {
         // Asio: a read into no space completes at once with 0 bytes.
-        op->status = UCS_OK;
-        return w.fail(op, error_code());
+        return w.complete(op, error_code());
     }
     try {
         reads_.push_back(r);
     } catch (...) {
-        return w.fail(op, make_error_code(error::allocation_failed));
+        return w.complete(op, make_error_code(error::allocation_failed));
     }
     // Data may be there already; the completion still goes through the queue.
     serve();
@@ -368,7 +352,7 @@ void stream_impl::read(operation* op, const boost::asio::mutable_buffer* bufs,
 }
 
 void stream_impl::cancel_read(operation* op) noexcept {
-    auto* self = static_cast<stream_impl*>(op->hook_context);
+    auto* self = static_cast<stream_impl*>(op->cancel_context);
     if (!self)
         return;
     auto it = std::find_if(self->reads_.begin(), self->reads_.end(),
@@ -376,7 +360,7 @@ void stream_impl::cancel_read(operation* op) noexcept {
     if (it == self->reads_.end())
         return;
     self->reads_.erase(it);
-    self->worker_->fail(op, boost::asio::error::operation_aborted);
+    self->worker_->complete(op, boost::asio::error::operation_aborted);
     if (self->reads_.empty() && self->observing_) {
         self->worker_->remove_observer(self);
         self->observing_ = false;
@@ -387,7 +371,7 @@ void stream_impl::fail_reads(const error_code& ec) noexcept {
     auto reads = std::move(reads_);
     reads_.clear();
     for (const pending_read& r : reads)
-        worker_->fail(r.op, ec);
+        worker_->complete(r.op, ec);
     if (observing_) {
         worker_->remove_observer(this);
         observing_ = false;
@@ -504,11 +488,10 @@ std::size_t stream_impl::serve() noexcept {
             pending_read& r = reads_.front();
             const std::size_t n = copy_out(r);
             fsm_.on_read(n);
-            operation* op = r.op;
+            transfer_op* op = r.op;
             reads_.erase(reads_.begin());
             op->bytes = n;
-            op->status = UCS_OK;
-            w.finished(op);
+            w.complete(op, error_code());
             ++done;
             continue;
         }
@@ -516,7 +499,7 @@ std::size_t stream_impl::serve() noexcept {
         if (!end_state(ec))
             break;
         for (const pending_read& r : reads_)
-            w.fail(r.op, ec);
+            w.complete(r.op, ec);
         done += reads_.size();
         reads_.clear();
     }

@@ -70,7 +70,7 @@ public:
     /// written, then eof.
     void close() noexcept;
     /// As close(); `op` completes when UCX closed the endpoint (owner thread).
-    void close(operation* op) noexcept;
+    void close(endpoint_op* op) noexcept;
     /// Abortive close: pending operations end with operation_aborted; the
     /// peer sees connection_reset.
     void abort() noexcept;
@@ -90,8 +90,8 @@ public:
     std::uint64_t bytes_read() const noexcept { return fsm_.bytes_read(); }
 
     // Owner thread.
-    void write(operation* op, const boost::asio::const_buffer* bufs, std::size_t n) noexcept;
-    void read(operation* op, const boost::asio::mutable_buffer* bufs, std::size_t n) noexcept;
+    void write(stream_write_op* op) noexcept;
+    void read(transfer_op* op, const boost::asio::mutable_buffer* bufs, std::size_t n) noexcept;
 
     std::size_t after_progress() noexcept override;
     void take_received(ucp_ep_h ep) noexcept override;
@@ -99,15 +99,8 @@ public:
     void peer_stream_acked(std::uint64_t bytes) noexcept override;
 
 private:
-    struct blocked_write {
-        operation* op;
-        std::array<boost::asio::const_buffer, max_buffers> bufs;
-        std::size_t count;
-    };
-
-    /// Hands a write to UCX.
-    void submit(operation* op, const boost::asio::const_buffer* bufs, std::size_t n,
-                std::size_t total) noexcept;
+    /// Hands a write (`total` bytes) to UCX.
+    void submit(stream_write_op* op, std::size_t total) noexcept;
     /// Submits the waiting writes the window allows (all with `force`).
     void resume_writes(bool force) noexcept;
     /// Fails the waiting writes with `ec`.
@@ -116,7 +109,7 @@ private:
     void maybe_ack() noexcept;
 
     struct pending_read {
-        operation* op;
+        transfer_op* op;
         std::array<boost::asio::mutable_buffer, max_read_buffers> bufs;
         std::size_t count;
     };
@@ -159,7 +152,8 @@ private:
     error_code recv_error_{};
     // Flow control: writes waiting for the reader, in order (a vector keeps
     // its capacity).
-    std::vector<blocked_write> blocked_;
+    /// Writes waiting for the window, in order (their buffers are in them).
+    std::vector<stream_write_op*> blocked_;
     // Timeouts.
     guarded_timer timer_;
     clock_type::time_point deadline_ = clock_type::time_point::max();

@@ -24,7 +24,7 @@ namespace {
 
 // Starts `op` and settles what needs no UCX: returns the byte count to move
 // (0 means `op` is already settled).
-std::size_t prepare(endpoint_impl& ep, operation* op, const key_ptr& key, std::uint64_t offset,
+std::size_t prepare(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint64_t offset,
                     std::size_t size, bool write) {
     const std::uint64_t length = key ? key->length() : 0;
     if (key && size > 0 && offset < length)
@@ -32,25 +32,25 @@ std::size_t prepare(endpoint_impl& ep, operation* op, const key_ptr& key, std::u
     if (!ep.begin(op, false))
         return 0;
     if (!key)
-        ep.worker()->fail(op, make_error_code(key_errc::no_key));
+        ep.worker()->complete(op, make_error_code(key_errc::no_key));
     else if (size == 0)
         ep.submitted(op, UCS_STATUS_PTR(UCS_OK));
     else if (write)
-        ep.worker()->fail(op, make_error_code(error::out_of_bounds));
+        ep.worker()->complete(op, make_error_code(error::out_of_bounds));
     else
-        ep.worker()->fail(op, boost::asio::error::eof);
+        ep.worker()->complete(op, boost::asio::error::eof);
     return 0;
 }
 
 } // namespace
 
-void ucxio_read(endpoint_impl& ep, operation* op, const key_ptr& key, std::uint64_t offset,
-                void* data, std::size_t size) noexcept {
+void ucxio_read(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint64_t offset, void* data,
+                std::size_t size) noexcept {
     if (std::size_t n = prepare(ep, op, key, offset, size, false))
         rma_get(ep, op, data, n, key->address() + offset, key);
 }
 
-void ucxio_write(endpoint_impl& ep, operation* op, const key_ptr& key, std::uint64_t offset,
+void ucxio_write(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint64_t offset,
                  const void* data, std::size_t size) noexcept {
     if (std::size_t n = prepare(ep, op, key, offset, size, true))
         rma_put(ep, op, data, n, key->address() + offset, key);

@@ -193,8 +193,10 @@ void worker_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
     request_progress();
 }
 
-void worker_impl::fail(operation* op, const error_code& ec) noexcept {
+void worker_impl::complete(operation* op, const error_code& ec) noexcept {
     op->error = ec;
+    if (!ec)
+        op->status = UCS_OK;
     if (!worker_ || stopping_) {
         unlink(op);
         op->complete(operation::delivery::post);
@@ -204,14 +206,14 @@ void worker_impl::fail(operation* op, const error_code& ec) noexcept {
     request_progress();
 }
 
-void worker_impl::tag_recv(operation* op, void* data, std::size_t size, ucp_tag_t tag,
+void worker_impl::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
                            ucp_tag_t mask) noexcept {
     start(op);
     op->cancellable = true;
     if (!is_open())
-        return fail(op, boost::asio::error::operation_aborted);
+        return complete(op, boost::asio::error::operation_aborted);
     if (op->cancel_requested)
-        return fail(op, boost::asio::error::operation_aborted);
+        return complete(op, boost::asio::error::operation_aborted);
     // UCX 1.13 does not fill recv_info when it completes a receive at once
     // from its unexpected queue (observed: length and tag read back as 0), so
     // ask for the callback in every case; it only queues the operation.
@@ -247,7 +249,7 @@ void worker_impl::send_callback(void* request, ucs_status_t status, void* user_d
 
 void worker_impl::recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                                 void* user_data) noexcept {
-    auto* op = static_cast<operation*>(user_data);
+    auto* op = static_cast<tag_recv_op*>(static_cast<operation*>(user_data));
     op->request = request;
     op->status = status;
     if (status == UCS_OK && info) {

@@ -82,10 +82,12 @@ public:
     /// Takes the answer of a ucp_*_nbx call for `op`: a request (in flight or
     /// already completed by a callback), NULL (done) or an error.
     void submitted(operation* op, ucs_status_ptr_t result) noexcept;
-    /// Completes a started `op` with `ec` without UCX (bad input, closed object).
-    void fail(operation* op, const error_code& ec) noexcept;
+    /// Completes a started `op` without UCX: with `ec`, or with success
+    /// when `ec` is empty (the library's own results, bad input, a closed
+    /// object). Delivered from a later pass, never inside the caller.
+    void complete(operation* op, const error_code& ec) noexcept;
     /// Starts a tag receive.
-    void tag_recv(operation* op, void* data, std::size_t size, ucp_tag_t tag,
+    void tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
                   ucp_tag_t mask) noexcept;
     /// A UCX callback finished `op`: queue it for delivery after progress.
     void finished(operation* op) noexcept;
@@ -154,7 +156,7 @@ public:
     /// The active-message receive side; null without the AM feature.
     am_registry* am() const noexcept { return am_.get(); }
     /// Starts a receive of one active message on `id` (from `from` only, if set).
-    void am_recv(operation* op, unsigned id, endpoint_impl* from) noexcept;
+    void am_recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept;
 
     // --- observers (owner thread only) ---
     /// `o` runs after every progress call until removed.

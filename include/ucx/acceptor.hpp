@@ -29,7 +29,7 @@ bool address_acceptor_is_open(const address_acceptor_impl& a) noexcept;
 void address_acceptor_close(address_acceptor_impl& a) noexcept;
 worker_address address_acceptor_address(const address_acceptor_impl& a);
 /// Starts an accept (on the worker's executor).
-void address_acceptor_accept(address_acceptor_impl& a, operation* op) noexcept;
+void address_acceptor_accept(address_acceptor_impl& a, endpoint_op* op) noexcept;
 } // namespace detail
 
 /// Accepts connections from `ucx::stream::async_connect`, as
@@ -191,7 +191,8 @@ private:
         // `a` is a copy: `self`, which holds the original, moves away below.
         if (a) {
             detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-                a, std::move(self), [](detail::address_acceptor_impl& impl, detail::operation* op) {
+                a, std::move(self),
+                [](detail::address_acceptor_impl& impl, detail::endpoint_op* op) {
                     detail::address_acceptor_accept(impl, op);
                 });
             return;

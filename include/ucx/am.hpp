@@ -28,18 +28,19 @@ namespace detail {
 
 /// Completion with a received message.
 struct am_recv_result {
-    static std::tuple<error_code, am_message> extract(const error_code& ec, operation& op);
+    using op_type = am_recv_op;
+    static std::tuple<error_code, am_message> extract(const error_code& ec, am_recv_op& op);
 };
 
 // Submit functions (lib/am.cpp, lib/operations.cpp).
 /// Sends one active message; `buffers` holds `count` IOV entries.
-void am_send(endpoint_impl& ep, operation* op, unsigned id, const void* header,
+void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
              std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
              unsigned flags) noexcept;
 /// Starts a receive of one active message on `id` from any endpoint of `w`.
-void am_recv(worker_impl& w, operation* op, unsigned id) noexcept;
+void am_recv(worker_impl& w, am_recv_op* op, unsigned id) noexcept;
 /// As above, from the peer of `ep` only.
-void am_recv(endpoint_impl& ep, operation* op, unsigned id) noexcept;
+void am_recv(endpoint_impl& ep, am_recv_op* op, unsigned id) noexcept;
 
 } // namespace detail
 
@@ -85,9 +86,10 @@ requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto 
     am_send_options options,
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
-    return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+    return detail::initiate<void(error_code, std::size_t),
+                            detail::bytes_result<detail::am_send_op>>(
         impl, std::forward<CompletionToken>(token),
-        [id, header, data, options](detail::endpoint_impl& ep, detail::operation* op) {
+        [id, header, data, options](detail::endpoint_impl& ep, detail::am_send_op* op) {
             unsigned flags = options.reply ? UCP_AM_SEND_FLAG_REPLY : 0;
             if (options.protocol == am_protocol::eager)
                 flags |= UCP_AM_SEND_FLAG_EAGER;
@@ -143,7 +145,7 @@ auto async_am_recv(
     const auto& impl = detail::checked(w);
     return detail::initiate<void(error_code, am_message), detail::am_recv_result>(
         impl, std::forward<CompletionToken>(token),
-        [id](detail::worker_impl& w, detail::operation* op) { detail::am_recv(w, op, id); });
+        [id](detail::worker_impl& w, detail::am_recv_op* op) { detail::am_recv(w, op, id); });
 }
 
 /// As above, for messages sent by the peer of `ep` only (the sender must
@@ -157,7 +159,7 @@ auto async_am_recv(
     const auto& impl = detail::checked(ep);
     return detail::initiate<void(error_code, am_message), detail::am_recv_result>(
         impl, std::forward<CompletionToken>(token),
-        [id](detail::endpoint_impl& ep, detail::operation* op) { detail::am_recv(ep, op, id); });
+        [id](detail::endpoint_impl& ep, detail::am_recv_op* op) { detail::am_recv(ep, op, id); });
 }
 
 /// Sets the handler called for each message on `id` that no waiting

@@ -19,16 +19,16 @@ namespace detail {
 // Submit functions (lib/connect.cpp); `op` completes with the endpoint
 // (`endpoint_result`). They run on the worker's executor.
 /// Resolves `host`:`service`, then connects to the first usable address.
-void connect_by_name(worker_impl& w, operation* op, const std::string& host,
+void connect_by_name(worker_impl& w, endpoint_op* op, const std::string& host,
                      const std::string& service);
 /// Connects to one address.
-void connect_to_endpoint(worker_impl& w, operation* op,
+void connect_to_endpoint(worker_impl& w, endpoint_op* op,
                          const boost::asio::ip::tcp::endpoint& to) noexcept;
 /// Connects to the address acceptor of the worker at `to`: the endpoint
 /// (peer error mode) and the hello/welcome handshake over it. Errors:
 /// `error::empty_address` (empty address), `connection_refused` (no address
 /// acceptor took it), the endpoint's failure (the peer's worker is gone).
-void connect_to_address(worker_impl& w, operation* op, const worker_address& to) noexcept;
+void connect_to_address(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept;
 } // namespace detail
 
 /// Connects `w` to a `ucx::listener` at `host`:`service` (a port number or
@@ -53,7 +53,7 @@ auto async_connect(
     return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
         impl, std::forward<CompletionToken>(token),
         [host = std::move(host), service = std::move(service)](detail::worker_impl& w,
-                                                               detail::operation* op) {
+                                                               detail::endpoint_op* op) {
             detail::connect_by_name(w, op, host, service);
         });
 }
@@ -67,7 +67,7 @@ auto async_connect(
     const auto& impl = detail::checked(w);
     return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
         impl, std::forward<CompletionToken>(token),
-        [to](detail::worker_impl& w, detail::operation* op) {
+        [to](detail::worker_impl& w, detail::endpoint_op* op) {
             detail::connect_to_endpoint(w, op, to);
         });
 }

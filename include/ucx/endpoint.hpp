@@ -31,12 +31,12 @@ inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep);
 
 // Submit functions of the endpoint's operations (lib/operations.cpp); they
 // run on the worker's executor.
-void endpoint_send(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                    std::uint32_t tag) noexcept;
-void endpoint_recv(endpoint_impl& ep, operation* op, void* data, std::size_t size,
+void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                    std::uint32_t tag, std::uint32_t mask) noexcept;
 void endpoint_wait_error(endpoint_impl& ep, operation* op) noexcept;
-void endpoint_close(endpoint_impl& ep, operation* op) noexcept;
+void endpoint_close(endpoint_impl& ep, endpoint_op* op) noexcept;
 /// Whether `ep` is usable (connected, not closed, not failed).
 bool endpoint_is_open(const endpoint_impl& ep) noexcept;
 /// The worker `ep` belongs to.
@@ -120,9 +120,9 @@ public:
     auto
     async_send(boost::asio::const_buffer data, std::uint32_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+        return detail::initiate<void(error_code, std::size_t), detail::bytes_result<>>(
             detail::checked(*this), std::forward<CompletionToken>(token),
-            [data, tag](detail::endpoint_impl& ep, detail::operation* op) {
+            [data, tag](detail::endpoint_impl& ep, detail::transfer_op* op) {
                 detail::endpoint_send(ep, op, data.data(), data.size(), tag);
             });
     }
@@ -151,7 +151,7 @@ public:
         return detail::initiate<void(error_code, std::size_t, std::uint32_t),
                                 detail::endpoint_recv_result>(
             detail::checked(*this), std::forward<CompletionToken>(token),
-            [data, tag, mask](detail::endpoint_impl& ep, detail::operation* op) {
+            [data, tag, mask](detail::endpoint_impl& ep, detail::tag_recv_op* op) {
                 detail::endpoint_recv(ep, op, data.data(), data.size(), tag, mask);
             });
     }
@@ -162,9 +162,10 @@ public:
     auto
     async_recv(boost::asio::mutable_buffer data,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+        return detail::initiate<void(error_code, std::size_t),
+                                detail::bytes_result<detail::tag_recv_op>>(
             detail::checked(*this), std::forward<CompletionToken>(token),
-            [data](detail::endpoint_impl& ep, detail::operation* op) {
+            [data](detail::endpoint_impl& ep, detail::tag_recv_op* op) {
                 detail::endpoint_recv(ep, op, data.data(), data.size(), 0, 0);
             });
     }
@@ -179,7 +180,7 @@ public:
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_wait_error(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code), detail::error_result>(
+        return detail::initiate<void(error_code), detail::error_result<>>(
             detail::checked(*this), std::forward<CompletionToken>(token),
             [](detail::endpoint_impl& ep, detail::operation* op) {
                 detail::endpoint_wait_error(ep, op);
@@ -199,9 +200,9 @@ public:
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_close(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code), detail::error_result>(
+        return detail::initiate<void(error_code), detail::error_result<detail::endpoint_op>>(
             detail::checked(*this), std::forward<CompletionToken>(token),
-            [](detail::endpoint_impl& ep, detail::operation* op) {
+            [](detail::endpoint_impl& ep, detail::endpoint_op* op) {
                 detail::endpoint_close(ep, op);
             });
     }
@@ -231,12 +232,12 @@ inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep) {
 
 /// Completion with a new endpoint (connect, accept).
 struct endpoint_result {
-    static auto extract(const error_code& ec, const operation& op) {
-        if (ec || !op.payload)
+    using op_type = endpoint_op;
+    static auto extract(const error_code& ec, const endpoint_op& op) {
+        if (ec || !op.subject)
             return std::tuple<error_code, endpoint>(ec ? ec : make_error_code(error::no_endpoint),
                                                     endpoint());
-        return std::tuple<error_code, endpoint>(
-            ec, access::construct<endpoint>(std::static_pointer_cast<endpoint_impl>(op.payload)));
+        return std::tuple<error_code, endpoint>(ec, access::construct<endpoint>(op.subject));
     }
 };
 

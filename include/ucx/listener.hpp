@@ -20,7 +20,7 @@ namespace ucx {
 
 namespace detail {
 /// Starts an accept (lib/operations.cpp; on the worker's executor).
-void listener_accept(listener_impl& l, operation* op) noexcept;
+void listener_accept(listener_impl& l, endpoint_op* op) noexcept;
 } // namespace detail
 
 /// Options of a listener.
@@ -90,7 +90,7 @@ public:
                                               "ucx::listener::async_accept");
         return detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
             impl_, std::forward<CompletionToken>(token),
-            [](detail::listener_impl& l, detail::operation* op) {
+            [](detail::listener_impl& l, detail::endpoint_op* op) {
                 detail::listener_accept(l, op);
             });
     }

@@ -34,15 +34,15 @@ using key_ptr = std::shared_ptr<remote_key_impl>;
 // Submit functions (lib/rma.cpp). Each begins `op` on `ep`, checks the key
 // (present, of this endpoint) and the bounds, and only then calls UCX; a
 // failed check completes `op` with the error.
-void rma_put(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+void rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept;
-void rma_get(endpoint_impl& ep, operation* op, void* data, std::size_t size,
+void rma_get(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept;
 void rma_flush(endpoint_impl& ep, operation* op) noexcept;
 void rma_flush(worker_impl& w, operation* op) noexcept;
 /// `operand` is X of UCX's table; for compare-swap `op->value` holds the new
 /// value on entry. `fetch`: report the old value (in `op->value`).
-void rma_atomic(endpoint_impl& ep, operation* op, ucp_atomic_op_t opcode, std::uint64_t operand,
+void rma_atomic(endpoint_impl& ep, atomic_op* op, ucp_atomic_op_t opcode, std::uint64_t operand,
                 std::size_t size, bool fetch, std::uint64_t remote_address,
                 const key_ptr& key) noexcept;
 
@@ -52,9 +52,9 @@ template <auto Submit, class Buffer, class CompletionToken>
 auto async_transfer(endpoint& ep, Buffer data, std::uint64_t remote_address, const remote_key& key,
                     CompletionToken&& token) {
     const auto& impl = checked(ep);
-    return initiate<void(error_code, std::size_t), bytes_result>(
+    return initiate<void(error_code, std::size_t), bytes_result<rma_op>>(
         impl, std::forward<CompletionToken>(token),
-        [data, remote_address, k = access::get_impl(key)](endpoint_impl& e, operation* op) {
+        [data, remote_address, k = access::get_impl(key)](endpoint_impl& e, rma_op* op) {
             Submit(e, op, data.data(), data.size(), remote_address, k);
         });
 }
@@ -62,7 +62,8 @@ auto async_transfer(endpoint& ep, Buffer data, std::uint64_t remote_address, con
 /// An atomic's completion: `(error_code, T old_value)`.
 template <class T>
 struct atomic_result {
-    static auto extract(const error_code& ec, const operation& op) {
+    using op_type = atomic_op;
+    static auto extract(const error_code& ec, const atomic_op& op) {
         T v{};
         if (!ec)
             std::memcpy(&v, &op.value, sizeof v);
@@ -77,7 +78,7 @@ auto atomic_fetch(endpoint& ep, ucp_atomic_op_t opcode, std::uint64_t remote_add
     return initiate<void(error_code, T), atomic_result<T>>(
         impl, std::forward<CompletionToken>(token),
         [opcode, remote_address, k = detail::access::get_impl(key), operand,
-         swap_value](endpoint_impl& e, operation* op) {
+         swap_value](endpoint_impl& e, atomic_op* op) {
             std::memcpy(&op->value, &swap_value, sizeof swap_value);
             rma_atomic(e, op, opcode, operand, sizeof(T), true, remote_address, k);
         });
@@ -128,7 +129,7 @@ auto async_flush(
     endpoint& ep,
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
-    return detail::initiate<void(error_code), detail::error_result>(
+    return detail::initiate<void(error_code), detail::error_result<>>(
         impl, std::forward<CompletionToken>(token),
         [](detail::endpoint_impl& e, detail::operation* op) { detail::rma_flush(e, op); });
 }
@@ -139,7 +140,7 @@ template <class CompletionToken = boost::asio::default_completion_token_t<worker
 auto async_flush(worker& w, CompletionToken&& token =
                                 boost::asio::default_completion_token_t<worker::executor_type>()) {
     const auto& impl = detail::checked(w);
-    return detail::initiate<void(error_code), detail::error_result>(
+    return detail::initiate<void(error_code), detail::error_result<>>(
         impl, std::forward<CompletionToken>(token),
         [](detail::worker_impl& wi, detail::operation* op) { detail::rma_flush(wi, op); });
 }
@@ -154,10 +155,10 @@ auto async_atomic_add(
     endpoint& ep, std::uint64_t remote_address, const remote_key& key, T value,
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
-    return detail::initiate<void(error_code), detail::error_result>(
+    return detail::initiate<void(error_code), detail::error_result<detail::atomic_op>>(
         impl, std::forward<CompletionToken>(token),
         [remote_address, k = detail::access::get_impl(key), value](detail::endpoint_impl& e,
-                                                                   detail::operation* op) {
+                                                                   detail::atomic_op* op) {
             detail::rma_atomic(e, op, UCP_ATOMIC_OP_ADD, value, sizeof(T), false, remote_address,
                                k);
         });
@@ -218,9 +219,9 @@ struct put_notify_op {
         switch (state) {
         case starting:
             state = putting;
-            initiate<void(error_code, std::size_t), bytes_result>(
+            initiate<void(error_code, std::size_t), bytes_result<rma_op>>(
                 ep, std::move(self),
-                [d = data, a = remote_address, k = key](endpoint_impl& e, operation* op) {
+                [d = data, a = remote_address, k = key](endpoint_impl& e, rma_op* op) {
                     rma_put(e, op, d.data(), d.size(), a, k);
                 });
             return;
@@ -229,15 +230,16 @@ struct put_notify_op {
                 return self.complete(ec, 0);
             written = n;
             state = flushing;
-            initiate<void(error_code), error_result>(
+            initiate<void(error_code), error_result<>>(
                 ep, std::move(self), [](endpoint_impl& e, operation* op) { rma_flush(e, op); });
             return;
         case flushing:
             if (ec)
                 return self.complete(ec, 0);
             state = notifying;
-            initiate<void(error_code, std::size_t), bytes_result>(
-                ep, std::move(self), [m = notification, t = tag](endpoint_impl& e, operation* op) {
+            initiate<void(error_code, std::size_t), bytes_result<>>(
+                ep, std::move(self),
+                [m = notification, t = tag](endpoint_impl& e, transfer_op* op) {
                     endpoint_send(e, op, m.data(), m.size(), t);
                 });
             return;

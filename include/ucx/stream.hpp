@@ -39,14 +39,14 @@ namespace detail {
 error_code socket_error(const error_code& ec) noexcept;
 
 /// Completion of a stream read or write: `void(error_code, std::size_t)`.
+template <class Op>
 struct stream_result {
-    static auto extract(const error_code& ec, const operation& op) {
+    using op_type = Op;
+    static auto extract(const error_code& ec, const Op& op) {
         return std::tuple<error_code, std::size_t>(socket_error(ec), ec ? 0 : op.bytes);
     }
 };
 
-/// Most buffers of a sequence one write takes (like writev).
-inline constexpr std::size_t stream_max_buffers = 64;
 /// Most buffers of a sequence one pending read keeps.
 inline constexpr std::size_t stream_max_read_buffers = 16;
 
@@ -59,7 +59,7 @@ void stream_assign(stream_impl& s, const std::shared_ptr<endpoint_impl>& ep,
                    error_code& ec) noexcept;
 bool stream_is_open(const stream_impl& s) noexcept;
 void stream_close(stream_impl& s) noexcept;
-void stream_close(stream_impl& s, operation* op) noexcept;
+void stream_close(stream_impl& s, endpoint_op* op) noexcept;
 void stream_abort(stream_impl& s) noexcept;
 void stream_cancel(stream_impl& s) noexcept;
 void stream_shutdown_send(stream_impl& s, error_code& ec) noexcept;
@@ -68,10 +68,10 @@ void stream_expires_at(stream_impl& s, std::chrono::steady_clock::time_point t);
 void stream_expires_never(stream_impl& s) noexcept;
 std::uint64_t stream_bytes_written(const stream_impl& s) noexcept;
 std::uint64_t stream_bytes_read(const stream_impl& s) noexcept;
-void stream_read(stream_impl& s, operation* op, const boost::asio::mutable_buffer* bufs,
+void stream_read(stream_impl& s, transfer_op* op, const boost::asio::mutable_buffer* bufs,
                  std::size_t n) noexcept;
-void stream_write(stream_impl& s, operation* op, const boost::asio::const_buffer* bufs,
-                  std::size_t n) noexcept;
+/// Writes the `op->count` buffers of `op->iov`.
+void stream_write(stream_impl& s, stream_write_op* op) noexcept;
 
 } // namespace detail
 
@@ -223,9 +223,9 @@ public:
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_close(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code), detail::error_result>(
+        return detail::initiate<void(error_code), detail::error_result<detail::endpoint_op>>(
             impl_ptr(), std::forward<CompletionToken>(token),
-            [](detail::stream_impl& s, detail::operation* op) { detail::stream_close(s, op); });
+            [](detail::stream_impl& s, detail::endpoint_op* op) { detail::stream_close(s, op); });
     }
     /// As above (for code written against sockets).
     void close(error_code& ec) noexcept {
@@ -371,9 +371,10 @@ public:
     auto async_read_some(
         const MutableBufferSequence& buffers,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code, std::size_t), detail::stream_result>(
+        return detail::initiate<void(error_code, std::size_t),
+                                detail::stream_result<detail::transfer_op>>(
             impl_ptr(), std::forward<CompletionToken>(token),
-            [buffers](detail::stream_impl& s, detail::operation* op) {
+            [buffers](detail::stream_impl& s, detail::transfer_op* op) {
                 std::array<boost::asio::mutable_buffer, detail::stream_max_read_buffers> b;
                 std::size_t n = 0;
                 for (auto it = boost::asio::buffer_sequence_begin(buffers),
@@ -400,19 +401,24 @@ public:
     auto async_write_some(
         const ConstBufferSequence& buffers,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code, std::size_t), detail::stream_result>(
+        return detail::initiate<void(error_code, std::size_t),
+                                detail::stream_result<detail::stream_write_op>>(
             impl_ptr(), std::forward<CompletionToken>(token),
-            [buffers](detail::stream_impl& s, detail::operation* op) {
-                std::array<boost::asio::const_buffer, detail::stream_max_buffers> b;
+            [buffers](detail::stream_impl& s, detail::stream_write_op* op) {
+                // The buffers go into the operation's own IOV array.
                 std::size_t n = 0;
                 for (auto it = boost::asio::buffer_sequence_begin(buffers),
                           end = boost::asio::buffer_sequence_end(buffers);
-                     it != end && n < b.size(); ++it) {
+                     it != end && n < detail::stream_max_buffers; ++it) {
                     boost::asio::const_buffer cb(*it);
-                    if (cb.size() > 0)
-                        b[n++] = cb;
+                    if (cb.size() > 0) {
+                        op->iov[n].buffer = const_cast<void*>(cb.data());
+                        op->iov[n].length = cb.size();
+                        ++n;
+                    }
                 }
-                detail::stream_write(s, op, b.data(), n);
+                op->count = n;
+                detail::stream_write(s, op);
             });
     }
 
@@ -460,21 +466,22 @@ private:
             if (by == connect_by::address) {
                 detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
                     w, std::move(self),
-                    [address = address](detail::worker_impl& wi, detail::operation* op) {
+                    [address = address](detail::worker_impl& wi, detail::endpoint_op* op) {
                         detail::connect_to_address(wi, op, address);
                     });
                 return;
             }
             if (by == connect_by::endpoint) {
                 detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
-                    w, std::move(self), [to = to](detail::worker_impl& wi, detail::operation* op) {
+                    w, std::move(self),
+                    [to = to](detail::worker_impl& wi, detail::endpoint_op* op) {
                         detail::connect_to_endpoint(wi, op, to);
                     });
                 return;
             }
             detail::initiate<void(error_code, endpoint), detail::endpoint_result>(
                 w, std::move(self),
-                [host = host, service = service](detail::worker_impl& wi, detail::operation* op) {
+                [host = host, service = service](detail::worker_impl& wi, detail::endpoint_op* op) {
                     detail::connect_by_name(wi, op, host, service);
                 });
         }

@@ -22,9 +22,9 @@ namespace ucx {
 
 namespace detail {
 // Submit functions (lib/operations.cpp).
-void tag_send(endpoint_impl& ep, operation* op, const void* data, std::size_t size,
+void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               tag_t tag) noexcept;
-void tag_recv(worker_impl& w, operation* op, void* data, std::size_t size, tag_t tag,
+void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
               tag_t mask) noexcept;
 } // namespace detail
 
@@ -47,9 +47,9 @@ auto async_tag_send(
     endpoint& ep, boost::asio::const_buffer data, tag_t tag,
     CompletionToken&& token = boost::asio::default_completion_token_t<endpoint::executor_type>()) {
     const auto& impl = detail::checked(ep);
-    return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+    return detail::initiate<void(error_code, std::size_t), detail::bytes_result<>>(
         impl, std::forward<CompletionToken>(token),
-        [data, tag](detail::endpoint_impl& ep, detail::operation* op) {
+        [data, tag](detail::endpoint_impl& ep, detail::transfer_op* op) {
             detail::tag_send(ep, op, data.data(), data.size(), tag);
         });
 }
@@ -76,7 +76,7 @@ auto async_tag_recv(
     const auto& impl = detail::checked(w);
     return detail::initiate<void(error_code, std::size_t, tag_t), detail::tag_recv_result>(
         impl, std::forward<CompletionToken>(token),
-        [data, tag, mask](detail::worker_impl& w, detail::operation* op) {
+        [data, tag, mask](detail::worker_impl& w, detail::tag_recv_op* op) {
             detail::tag_recv(w, op, data.data(), data.size(), tag, mask);
         });
 }

@@ -24,9 +24,9 @@ namespace detail {
 // lib/ucxio.cpp: one RMA operation at `offset` of the key's region, with the
 // device rules (short at the end; eof for reads at or past the end; for
 // writes past the end `error::out_of_bounds`; zero bytes complete with 0).
-void ucxio_read(endpoint_impl& ep, operation* op, const key_ptr& key, std::uint64_t offset,
-                void* data, std::size_t size) noexcept;
-void ucxio_write(endpoint_impl& ep, operation* op, const key_ptr& key, std::uint64_t offset,
+void ucxio_read(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint64_t offset, void* data,
+                std::size_t size) noexcept;
+void ucxio_write(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint64_t offset,
                  const void* data, std::size_t size) noexcept;
 /// The endpoint a key was unpacked on; throws `bad_descriptor` for an empty key.
 const std::shared_ptr<endpoint_impl>& checked(const remote_key& key);
@@ -105,10 +105,11 @@ public:
         std::uint64_t offset, const MutableBufferSequence& buffers,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         auto b = detail::first_buffer<boost::asio::mutable_buffer>(buffers);
-        return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+        return detail::initiate<void(error_code, std::size_t),
+                                detail::bytes_result<detail::rma_op>>(
             ep_, std::forward<CompletionToken>(token),
             [k = detail::access::get_impl(key_), offset, b](detail::endpoint_impl& e,
-                                                            detail::operation* op) {
+                                                            detail::rma_op* op) {
                 detail::ucxio_read(e, op, k, offset, b.data(), b.size());
             });
     }
@@ -123,10 +124,11 @@ public:
         std::uint64_t offset, const ConstBufferSequence& buffers,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         auto b = detail::first_buffer<boost::asio::const_buffer>(buffers);
-        return detail::initiate<void(error_code, std::size_t), detail::bytes_result>(
+        return detail::initiate<void(error_code, std::size_t),
+                                detail::bytes_result<detail::rma_op>>(
             ep_, std::forward<CompletionToken>(token),
             [k = detail::access::get_impl(key_), offset, b](detail::endpoint_impl& e,
-                                                            detail::operation* op) {
+                                                            detail::rma_op* op) {
                 detail::ucxio_write(e, op, k, offset, b.data(), b.size());
             });
     }
@@ -136,7 +138,7 @@ public:
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_flush(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code), detail::error_result>(
+        return detail::initiate<void(error_code), detail::error_result<>>(
             ep_, std::forward<CompletionToken>(token),
             [](detail::endpoint_impl& e, detail::operation* op) { detail::rma_flush(e, op); });
     }

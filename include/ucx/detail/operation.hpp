@@ -32,8 +32,13 @@ namespace ucx::detail {
 
 class worker_impl;
 class endpoint_impl;
+class remote_key_impl;
+struct am_message_state;
 
-/// The type-erased part of every operation; linked into its worker's lists.
+/// The type-erased base of every operation: its links in its worker's lists,
+/// its status, how it completes and how it is cancelled. What an operation
+/// produces lives in its kind (below), so no field changes meaning with the
+/// caller.
 class operation {
 public:
     /// How a finished operation is handed to its handler.
@@ -45,23 +50,11 @@ public:
     /// Hands the result to the handler (or just frees the state).
     void complete(delivery d) { complete_fn_(this, d); }
 
-    // Result, filled by UCX callbacks or by an immediate completion.
+    /// UCX's status, filled by a UCX callback or an immediate completion.
     ucs_status_t status = UCS_INPROGRESS;
-    std::size_t bytes = 0;
-    ucp_tag_t sender_tag = 0;
-    /// An atomic operation's reply buffer (UCX writes the old value here).
-    std::uint64_t value = 0;
     /// The UCX request while in flight (null for immediate completions).
     void* request = nullptr;
-    /// Whether ucp_request_cancel applies (tag receives).
-    bool cancellable = false;
-    /// Cancellation was requested before the request reached UCX.
-    bool cancel_requested = false;
-    /// The worker was shut down under it: report operation_aborted.
-    bool aborted = false;
-    /// Linked in its worker's in-flight list.
-    bool in_flight = false;
-    /// Set when the operation failed without reaching UCX; overrides `status`.
+    /// Set when the library completed it itself; overrides `status`.
     error_code error{};
     /// Why UCX may fail or cancel it (its endpoint failed or closed): reported
     /// instead of UCX's status if that is not success.
@@ -70,32 +63,25 @@ public:
     /// The endpoint whose failure must fail this operation (sends, per-endpoint
     /// receives, waits); null for worker-wide receives.
     endpoint_impl* endpoint = nullptr;
-    /// No UCX request behind it: the library itself completes it (accept,
-    /// connect); shutdown completes it at once.
-    bool library_owned = false;
-    /// How to cancel a library-owned operation (from a cancellation slot),
-    /// and the object that hook works on.
+    /// How to cancel a library-owned operation (from a cancellation slot), and
+    /// the object that hook works on.
     void (*cancel_hook)(operation*) = nullptr;
-    void* hook_context = nullptr;
-    /// The object an operation produces (an endpoint for accept and connect).
-    std::shared_ptr<void> payload;
+    void* cancel_context = nullptr;
+    /// Whether ucp_request_cancel applies (tag receives).
+    bool cancellable = false;
+    /// Cancellation was requested before the request reached UCX.
+    bool cancel_requested = false;
+    /// The worker was shut down under it: report operation_aborted.
+    bool aborted = false;
+    /// Linked in its worker's in-flight list.
+    bool in_flight = false;
+    /// No UCX request behind it: the library itself completes it (accept,
+    /// connect, stream reads, active-message receives); shutdown completes it.
+    bool library_owned = false;
     /// A graceful close: the peer being gone already is not an error.
     bool ignore_peer_errors = false;
     /// A send counted in its endpoint's sends in flight.
     bool counted_send = false;
-    /// Memory UCX reads until the operation completes (an AM header copy, an
-    /// IOV array): small needs fit inline, larger ones go to the heap.
-    alignas(std::max_align_t) std::byte inline_storage[64];
-    std::unique_ptr<std::byte[]> heap_storage;
-    /// Returns `n` bytes of that storage.
-    void* storage(std::size_t n) {
-        if (n <= sizeof(inline_storage))
-            return inline_storage;
-        heap_storage.reset(new std::byte[n]);
-        return heap_storage.get();
-    }
-    /// Type-erased extra state of an operation (an active message received).
-    void* message = nullptr;
 
     // Intrusive links: in-flight list, then completion queue.
     operation* next = nullptr;
@@ -124,17 +110,123 @@ private:
     complete_fn_type complete_fn_;
 };
 
+// ---- the kinds of operation: each adds what it produces or keeps ----
+
+/// Moves bytes (sends, stream reads): how many.
+class transfer_op : public operation {
+public:
+    std::size_t bytes = 0;
+
+protected:
+    using operation::operation;
+    ~transfer_op() = default;
+};
+
+/// A tag receive (worker-wide or per endpoint): the size and tag received.
+class tag_recv_op : public transfer_op {
+public:
+    ucp_tag_t sender_tag = 0;
+
+protected:
+    using transfer_op::transfer_op;
+    ~tag_recv_op() = default;
+};
+
+/// A put or a get: the remote key stays alive until UCX is done with it.
+class rma_op : public transfer_op {
+public:
+    std::shared_ptr<remote_key_impl> key;
+
+protected:
+    using transfer_op::transfer_op;
+    ~rma_op() = default;
+};
+
+/// An atomic: the remote key, and the buffer UCX writes the old value into.
+class atomic_op : public operation {
+public:
+    std::shared_ptr<remote_key_impl> key;
+    std::uint64_t value = 0;
+
+protected:
+    using operation::operation;
+    ~atomic_op() = default;
+};
+
+/// An active-message send: the IOV array and the header copy UCX reads until
+/// the send completes (small ones inline, larger ones on the heap).
+class am_send_op : public transfer_op {
+public:
+    /// Returns `n` bytes of storage, aligned for `ucp_dt_iov_t`.
+    void* storage(std::size_t n) {
+        if (n <= sizeof(inline_storage_))
+            return inline_storage_;
+        heap_storage_.reset(new std::byte[n]);
+        return heap_storage_.get();
+    }
+
+protected:
+    using transfer_op::transfer_op;
+    ~am_send_op() = default;
+
+private:
+    alignas(std::max_align_t) std::byte inline_storage_[64];
+    std::unique_ptr<std::byte[]> heap_storage_;
+};
+
+/// An active-message receive: the id, the sender it is bound to (or null),
+/// and the message handed to it.
+class am_recv_op : public operation {
+public:
+    unsigned id = 0;
+    const endpoint_impl* from = nullptr;
+    am_message_state* message = nullptr;
+
+protected:
+    using operation::operation;
+    ~am_recv_op() = default;
+};
+
+/// A connect, an accept or an endpoint close: the endpoint it produces (or
+/// closes, kept alive until the close completes).
+class endpoint_op : public operation {
+public:
+    std::shared_ptr<endpoint_impl> subject;
+
+protected:
+    using operation::operation;
+    ~endpoint_op() = default;
+};
+
+/// Most buffers of a sequence one stream write takes (like writev).
+inline constexpr std::size_t stream_max_buffers = 64;
+
+/// A stream write: its buffers as the IOV array UCX reads until the send
+/// completes, inline (no allocation for any buffer sequence).
+class stream_write_op : public transfer_op {
+public:
+    ucp_dt_iov_t iov[stream_max_buffers];
+    std::size_t count = 0;
+
+protected:
+    using transfer_op::transfer_op;
+    ~stream_write_op() = default;
+};
+
 /// The allocator an operation uses: the handler's, or Asio's recycling one.
 template <class Handler>
 auto operation_allocator(const Handler& h) {
     return boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>());
 }
 
-/// An operation bound to its handler. `Result` turns the operation's fields
-/// into the handler's arguments: `Result::extract(ec, op)` returns the tuple
-/// the handler is called with.
+/// An operation bound to its handler. `Result::op_type` is its kind, and
+/// `Result::extract(ec, op)` turns the kind's fields into the tuple the
+/// handler is called with.
 template <class Handler, class IoExecutor, class Result>
-class handler_operation final : public operation {
+class handler_operation final : public Result::op_type {
+    using base_type = typename Result::op_type;
+    using delivery = operation::delivery;
+
 public:
     using alloc_type = typename std::allocator_traits<decltype(operation_allocator(
         std::declval<Handler&>()))>::template rebind_alloc<handler_operation>;
@@ -189,7 +281,7 @@ private:
     }
 
     handler_operation(Handler&& h, const IoExecutor& io_ex)
-        : operation(&do_complete), handler_(std::move(h)), io_ex_(&io_ex),
+        : base_type(&do_complete), handler_(std::move(h)), io_ex_(&io_ex),
           handler_work_(make_work(handler_, io_ex)) {}
 
     static void do_complete(operation* base, delivery d) {
