@@ -29,8 +29,7 @@ stream_impl::stream_impl(std::shared_ptr<worker_impl> w)
 
 stream_impl::~stream_impl() {
     close();
-    if (observing_)
-        worker_->remove_observer(this);
+    worker_->forget(*this);
 }
 
 void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noexcept {
@@ -340,14 +339,6 @@ void stream_impl::read(transfer_op* op, const boost::asio::mutable_buffer* bufs,
     }
     // Data may be there already; the completion still goes through the queue.
     serve();
-    if (!reads_.empty() && !observing_) {
-        try {
-            w.add_observer(this);
-            observing_ = true;
-        } catch (...) {
-            fail_reads(make_error_code(error::allocation_failed));
-        }
-    }
     w.request_progress();
 }
 
@@ -361,10 +352,6 @@ void stream_impl::cancel_read(operation* op) noexcept {
         return;
     self->reads_.erase(it);
     self->worker_->complete(op, boost::asio::error::operation_aborted);
-    if (self->reads_.empty() && self->observing_) {
-        self->worker_->remove_observer(self);
-        self->observing_ = false;
-    }
 }
 
 void stream_impl::fail_reads(const error_code& ec) noexcept {
@@ -372,13 +359,9 @@ void stream_impl::fail_reads(const error_code& ec) noexcept {
     reads_.clear();
     for (const pending_read& r : reads)
         worker_->complete(r.op, ec);
-    if (observing_) {
-        worker_->remove_observer(this);
-        observing_ = false;
-    }
 }
 
-std::size_t stream_impl::after_progress() noexcept {
+std::size_t stream_impl::run_deferred(deferred_stage) noexcept {
     return serve();
 }
 
@@ -504,10 +487,10 @@ std::size_t stream_impl::serve() noexcept {
         reads_.clear();
     }
     maybe_ack();
-    if (reads_.empty() && observing_) {
-        w.remove_observer(this);
-        observing_ = false;
-    }
+    // UCX says nothing when stream data arrives: look again after the next
+    // progress call while reads wait.
+    if (!reads_.empty())
+        w.defer(*this, deferred_stage::stream_data);
     return done;
 }
 

@@ -4,7 +4,8 @@
 // counted by the endpoint so a graceful close waits for them. Reads are
 // library-owned operations served from UCX's received stream data
 // (`ucp_stream_recv_data_nb`, zero-copy until the copy into the reader's
-// buffers) by a progress observer while reads are pending: that makes
+// buffers) in the worker's `stream_data` stage, which the stream queues
+// itself for after every progress call while reads are pending: that makes
 // per-operation cancellation exact (UCX cannot cancel a stream receive), and a
 // read completes with whatever is available (read_some semantics).
 //
@@ -39,7 +40,7 @@ namespace ucx::detail {
 /// `asio::error::connection_reset`), so code written for TCP sockets matches it.
 error_code socket_error(const error_code& ec) noexcept;
 
-class stream_impl final : public progress_observer,
+class stream_impl final : public deferred_work,
                           public endpoint_watcher,
                           public std::enable_shared_from_this<stream_impl> {
 public:
@@ -93,7 +94,9 @@ public:
     void write(stream_write_op* op) noexcept;
     void read(transfer_op* op, const boost::asio::mutable_buffer* bufs, std::size_t n) noexcept;
 
-    std::size_t after_progress() noexcept override;
+    /// deferred_stage::stream_data: serves the pending reads, and looks
+    /// again after the next progress call while some are left.
+    std::size_t run_deferred(deferred_stage stage) noexcept override;
     void take_received(ucp_ep_h ep) noexcept override;
     void peer_stream_end(std::uint64_t total, bool goodbye) noexcept override;
     void peer_stream_acked(std::uint64_t bytes) noexcept override;
@@ -136,7 +139,6 @@ private:
     std::shared_ptr<worker_impl> worker_;
     std::shared_ptr<endpoint_impl> ep_;
     bool closed_ = false;
-    bool observing_ = false;
     // Bytes written, read and acknowledged; the peer's end of stream.
     stream_fsm fsm_;
     // Usually one read at a time: a vector keeps its capacity, so the steady

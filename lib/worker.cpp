@@ -28,7 +28,7 @@ progress_config make_progress_config(const worker_options& o) {
 } // namespace
 
 inline bool worker_impl::nothing_to_deliver() const noexcept {
-    return done_head_ == nullptr && !has_deferred_ && observers_.empty();
+    return done_head_ == nullptr && !has_deferred_;
 }
 
 inline bool worker_impl::work_pending() const noexcept {
@@ -304,46 +304,49 @@ void worker_impl::remove_component(worker_component& c) noexcept {
         c.next_ = c.prev_ = nullptr;
         c.linked_ = false;
     }
-    for (std::size_t stage = 0; c.queued_ != 0 && stage < deferred_stage_count; ++stage) {
+    forget(c);
+}
+
+void worker_impl::forget(deferred_work& d) noexcept {
+    for (std::size_t stage = 0; d.queued_ != 0 && stage < deferred_stage_count; ++stage) {
         const auto bit = static_cast<std::uint8_t>(1u << stage);
-        if (c.queued_ & bit) {
-            std::erase(deferred_[stage], &c);
-            c.queued_ &= static_cast<std::uint8_t>(~bit);
+        if (d.queued_ & bit) {
+            std::erase(deferred_[stage], &d);
+            d.queued_ &= static_cast<std::uint8_t>(~bit);
         }
     }
+    // It may be waiting in the stage that runs now (its bit already cleared).
+    std::replace(running_.begin(), running_.end(), &d, static_cast<deferred_work*>(nullptr));
 }
 
 std::size_t worker_impl::run_stage(deferred_stage stage) noexcept {
     auto& queue = deferred_[static_cast<std::size_t>(stage)];
+    if (queue.empty())
+        return 0;
     const auto bit = static_cast<std::uint8_t>(1u << static_cast<unsigned>(stage));
     std::size_t n = 0;
-    // Last queued first, as the queues always were; one a component queues
-    // while this stage runs runs in it too.
-    while (!queue.empty()) {
-        worker_component* c = queue.back();
-        queue.pop_back();
-        c->queued_ &= static_cast<std::uint8_t>(~bit);
-        n += c->run_deferred(stage);
+    // The queue as it is now runs, last queued first; what is queued for this
+    // stage meanwhile runs in the next pass (a part that queues itself again
+    // runs once per pass). Both vectors keep their capacity: no allocation.
+    running_.swap(queue);
+    while (!running_.empty()) {
+        deferred_work* d = running_.back();
+        running_.pop_back();
+        if (!d)
+            continue; // forgotten while the stage ran
+        d->queued_ &= static_cast<std::uint8_t>(~bit);
+        n += d->run_deferred(stage);
     }
     return n;
 }
 
 std::size_t worker_impl::deliver_completions(operation::delivery d) {
     std::size_t n = 0;
-    if (has_deferred_ || !observers_.empty()) {
+    if (has_deferred_) {
         has_deferred_ = false;
-        // Control messages first: see deferred_stage.
-        n += run_stage(deferred_stage::control);
-        n += run_stage(deferred_stage::close_ready);
-        n += run_stage(deferred_stage::requests);
-        n += run_stage(deferred_stage::failure);
-        // Observers may remove themselves (or others) while running: backwards,
-        // so one that removes itself does not make the next one miss this pass
-        // (a stream whose data already arrived would wait for another event).
-        for (std::size_t i = observers_.size(); i > 0; --i)
-            if (i - 1 < observers_.size())
-                n += observers_[i - 1]->after_progress();
-        n += run_stage(deferred_stage::messages);
+        // In deferred_stage's order: control messages first.
+        for (std::size_t stage = 0; stage < deferred_stage_count; ++stage)
+            n += run_stage(static_cast<deferred_stage>(stage));
     }
     // Deliver what is queued now (not what these handlers queue), one at a
     // time from the shared queue, so a handler that shuts the worker down
@@ -435,15 +438,6 @@ void worker_impl::cancel_safety_timer() noexcept {
         return;
     safety_timer_armed_ = false;
     safety_timer_.cancel();
-}
-
-void worker_impl::add_observer(progress_observer* o) {
-    if (std::find(observers_.begin(), observers_.end(), o) == observers_.end())
-        observers_.push_back(o);
-}
-
-void worker_impl::remove_observer(progress_observer* o) noexcept {
-    std::erase(observers_, o);
 }
 
 void worker_impl::add_resource(worker_resource* r) {

@@ -1,6 +1,6 @@
 // Internal: what the parts of the library that live on a worker (endpoints,
-// listeners, the control channel, the active-message registry) implement to
-// plug into its progress engine.
+// listeners, the control channel, the active-message registry, streams)
+// implement to plug into its progress engine.
 #pragma once
 
 #include <cstddef>
@@ -9,8 +9,11 @@
 namespace ucx::detail {
 
 /// The stages of the work done after every ucp_worker_progress call, outside
-/// UCX callbacks, in this order. Components queue work for a stage from their
-/// UCX callbacks with `worker_impl::defer`.
+/// UCX callbacks, in this order. Parts queue work for a stage with
+/// `worker_impl::defer` (from their UCX callbacks, or from the owner thread).
+/// Work queued for a stage while that stage runs (a part that must look
+/// again after the next progress call, such as a stream polling for data)
+/// runs in the next pass.
 enum class deferred_stage : unsigned char {
     /// Control messages first: a goodbye arrives before the disconnect that
     /// follows it, and must win over the reset UCX reports for it.
@@ -21,26 +24,46 @@ enum class deferred_stage : unsigned char {
     requests,
     /// Endpoints whose error callback fired.
     failure,
-    // (the progress observers run here)
+    /// Streams with pending reads: moving received stream data to them
+    /// (UCX has no callback for stream data; a stream queues itself again
+    /// while reads are pending).
+    stream_data,
     /// Received active messages.
     messages,
 };
-inline constexpr std::size_t deferred_stage_count = 5;
+inline constexpr std::size_t deferred_stage_count = 6;
 
 /// Which components shutdown ends first: listeners close (rejecting
 /// requests), then endpoints are force-closed, then the rest.
 enum class component_kind : unsigned char { listener, endpoint, service };
 inline constexpr std::size_t component_kind_count = 3;
 
-/// A part of the library that lives on a worker (an endpoint, a listener,
-/// the active-message registry). The worker knows none of their types: it
-/// runs their deferred work after progress and ends them at shutdown.
-class worker_component {
+/// Something that queues work for the stages after progress. The worker
+/// knows none of their types: it runs `run_deferred` for each queued stage.
+class deferred_work {
 public:
     /// Runs the work queued with `worker_impl::defer(*this, stage)`. May
-    /// queue operations with `worker_impl::finished`, never run handlers.
-    /// Returns how many events it handled.
+    /// complete operations (`worker_impl::complete`, `finished`), never run
+    /// handlers. Returns how many events it handled.
     virtual std::size_t run_deferred(deferred_stage stage) noexcept = 0;
+
+protected:
+    deferred_work() noexcept = default;
+    ~deferred_work() = default;
+    deferred_work(const deferred_work&) = delete;
+    deferred_work& operator=(const deferred_work&) = delete;
+
+private:
+    friend class worker_impl;
+    /// One bit per deferred_stage it is queued for.
+    std::uint8_t queued_ = 0;
+};
+
+/// A part of the library that lives on a worker for its whole life (an
+/// endpoint, a listener, the control channel, the active-message registry):
+/// registered with it, and ended by its shutdown.
+class worker_component : public deferred_work {
+public:
     /// The worker shuts down (its first step): end everything, and leave the
     /// worker (`remove_component`).
     virtual void shutdown() noexcept = 0;
@@ -51,8 +74,6 @@ public:
 protected:
     explicit worker_component(component_kind kind) noexcept : kind_(kind) {}
     ~worker_component() = default;
-    worker_component(const worker_component&) = delete;
-    worker_component& operator=(const worker_component&) = delete;
 
 private:
     friend class worker_impl;
@@ -60,8 +81,6 @@ private:
     worker_component* prev_ = nullptr;
     component_kind kind_;
     bool linked_ = false;
-    /// One bit per deferred_stage it is queued for.
-    std::uint8_t queued_ = 0;
 };
 
 } // namespace ucx::detail

@@ -28,18 +28,6 @@ class am_registry;
 class context_impl;
 class endpoint_impl;
 
-/// Work done after every ucp_worker_progress call while registered, outside
-/// UCX callbacks: moving received stream data to waiting reads. It may
-/// queue operations with `worker_impl::finished`, never run handlers.
-class progress_observer {
-public:
-    /// Returns how many events it handled (0 when there was nothing to do).
-    virtual std::size_t after_progress() noexcept = 0;
-
-protected:
-    ~progress_observer() = default;
-};
-
 /// A resource tied to the UCP worker (an unpacked remote key, the received
 /// active messages): released by shutdown after every request has called
 /// back, before the UCP worker is destroyed, unless it removed itself earlier.
@@ -111,6 +99,8 @@ public:
     void add_component(worker_component& c) noexcept;
     /// Takes `c` out (and out of every deferred queue). Idempotent.
     void remove_component(worker_component& c) noexcept;
+    /// Takes `d` out of every deferred queue (before it goes away). Idempotent.
+    void forget(deferred_work& d) noexcept;
     /// The first registered component of `kind` (then `next_component()`).
     worker_component* components(component_kind kind) const noexcept {
         return heads_[static_cast<std::size_t>(kind)];
@@ -118,7 +108,7 @@ public:
     /// Queues `c` for `stage` of the work after the current (or next)
     /// ucp_worker_progress call; once per stage until it runs. Callable from
     /// UCX callbacks; ignored once the worker shuts down.
-    void defer(worker_component& c, deferred_stage stage) {
+    void defer(deferred_work& c, deferred_stage stage) {
         const auto bit = static_cast<std::uint8_t>(1u << static_cast<unsigned>(stage));
         if ((c.queued_ & bit) || stopping_)
             return;
@@ -157,11 +147,6 @@ public:
     am_registry* am() const noexcept { return am_.get(); }
     /// Starts a receive of one active message on `id` (from `from` only, if set).
     void am_recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept;
-
-    // --- observers (owner thread only) ---
-    /// `o` runs after every progress call until removed.
-    void add_observer(progress_observer* o);
-    void remove_observer(progress_observer* o) noexcept;
 
     // --- resources (owner thread only) ---
     /// `r` is released at shutdown unless removed first.
@@ -215,11 +200,12 @@ private:
     std::size_t internal_requests_ = 0;
     // Deferred work: one queue per stage, and whether any has something (the
     // quiet step checks only that flag).
-    std::array<std::vector<worker_component*>, deferred_stage_count> deferred_;
+    std::array<std::vector<deferred_work*>, deferred_stage_count> deferred_;
     bool has_deferred_ = false;
+    /// The stage running now: its queue as it was when the stage started.
+    std::vector<deferred_work*> running_;
     std::array<worker_component*, component_kind_count> heads_{};
     control_channel channel_{*this};
-    std::vector<progress_observer*> observers_;
     std::shared_ptr<am_registry> am_;
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{std::random_device{}()};
