@@ -4,6 +4,7 @@
 
 #include "am_registry.hpp"
 #include "endpoint_impl.hpp"
+#include "intrusive_list.hpp"
 #include "request_param.hpp"
 #include "worker_impl.hpp"
 
@@ -24,6 +25,10 @@ namespace detail {
 namespace {
 
 constexpr std::size_t max_pooled_states = 4096;
+
+/// The registry's live messages.
+using live_list =
+    intrusive_list<am_message_state, &am_message_state::live_prev, &am_message_state::live_next>;
 
 std::size_t type_index(ucx::memory_type t) noexcept {
     return static_cast<std::size_t>(t);
@@ -116,11 +121,7 @@ am_message_state* am_registry::make_state() {
             return nullptr;
     }
     m->registry = this;
-    m->live_prev = nullptr;
-    m->live_next = live_;
-    if (live_)
-        live_->live_prev = m;
-    live_ = m;
+    live_list::push_front(live_, m);
     return m;
 }
 
@@ -526,12 +527,7 @@ void am_registry::release(am_message_state* m) noexcept {
         delete m;
         return;
     }
-    if (m->live_prev)
-        m->live_prev->live_next = m->live_next;
-    else if (live_ == m)
-        live_ = m->live_next;
-    if (m->live_next)
-        m->live_next->live_prev = m->live_prev;
+    live_list::erase(live_, m);
     m->header_heap.reset();
     m->data = nullptr;
     m->kind = am_message_state::storage::none;
@@ -548,7 +544,7 @@ void am_registry::release(am_message_state* m) noexcept {
     m->reply_ep = nullptr;
     m->error = {};
     m->counted = 0;
-    m->next = m->live_next = m->live_prev = nullptr;
+    m->next = nullptr;
     if (pool_.size() < max_pooled_states) {
         try {
             pool_.push_back(m);

@@ -4,6 +4,7 @@
 #include <ucx/log.hpp>
 
 #include "am_registry.hpp"
+#include "created.hpp"
 #include "endpoint_impl.hpp"
 #include "listener_impl.hpp"
 #include "request_param.hpp"
@@ -83,11 +84,8 @@ void endpoint_impl::create(ucp_ep_params_t& params, error_code& ec) noexcept {
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &endpoint_impl::error_callback;
     params.err_handler.arg = this;
-    if (ucs_status_t st = ucp_ep_create(worker_->native(), &params, &ep_); st != UCS_OK) {
-        ep_ = nullptr;
-        ec = make_error_code(st);
+    if (!created(ucp_ep_create(worker_->native(), &params, &ep_), ep_, ec))
         return;
-    }
     worker_->add_component(*this);
     registered_ = true;
     worker_->control().map(ep_, this);

@@ -1,5 +1,7 @@
 #include <ucx/error.hpp>
 
+#include "error_category.hpp"
+
 #include <boost/asio/error.hpp>
 
 #include <string>
@@ -7,163 +9,82 @@
 namespace ucx {
 namespace {
 
-class ucx_category final : public boost::system::error_category {
+using detail::std_errc;
+
+// The portable conditions of UCX's codes; the others map to themselves.
+constexpr detail::error_row<errc> ucx_conditions[] = {
+    {.code = errc::no_memory, .condition = std_errc::not_enough_memory},
+    {.code = errc::invalid_param, .condition = std_errc::invalid_argument},
+    {.code = errc::invalid_addr, .condition = std_errc::invalid_argument},
+    {.code = errc::io_error, .condition = std_errc::io_error},
+    {.code = errc::unreachable, .condition = std_errc::host_unreachable},
+    {.code = errc::not_implemented, .condition = std_errc::not_supported},
+    {.code = errc::unsupported, .condition = std_errc::not_supported},
+    {.code = errc::message_truncated, .condition = std_errc::message_size},
+    {.code = errc::buffer_too_small, .condition = std_errc::message_size},
+    {.code = errc::no_device, .condition = std_errc::no_such_device},
+    {.code = errc::busy, .condition = std_errc::device_or_resource_busy},
+    {.code = errc::no_resource, .condition = std_errc::resource_unavailable_try_again},
+    {.code = errc::canceled, .condition = std_errc::operation_canceled},
+    {.code = errc::already_exists, .condition = std_errc::file_exists},
+    {.code = errc::out_of_range, .condition = std_errc::result_out_of_range},
+    {.code = errc::timed_out, .condition = std_errc::timed_out},
+    {.code = errc::endpoint_timeout, .condition = std_errc::timed_out},
+    {.code = errc::rejected, .condition = std_errc::connection_refused},
+    {.code = errc::not_connected, .condition = std_errc::not_connected},
+    {.code = errc::connection_reset, .condition = std_errc::connection_reset},
+};
+
+// UCX's own text (`ucs_status_string`) is the message of every code.
+class ucx_category final : public detail::table_category<errc> {
 public:
-    const char* name() const noexcept override { return "ucx"; }
+    ucx_category() noexcept : table_category("ucx", ucx_conditions, nullptr) {}
 
     std::string message(int ev) const override {
         return ucs_status_string(static_cast<ucs_status_t>(-ev));
     }
-
-    boost::system::error_condition default_error_condition(int ev) const noexcept override {
-        using std_errc = boost::system::errc::errc_t;
-        switch (static_cast<errc>(ev)) {
-        case errc::no_memory:
-            return make_error_condition(std_errc::not_enough_memory);
-        case errc::invalid_param:
-        case errc::invalid_addr:
-            return make_error_condition(std_errc::invalid_argument);
-        case errc::io_error:
-            return make_error_condition(std_errc::io_error);
-        case errc::unreachable:
-            return make_error_condition(std_errc::host_unreachable);
-        case errc::not_implemented:
-        case errc::unsupported:
-            return make_error_condition(std_errc::not_supported);
-        case errc::message_truncated:
-        case errc::buffer_too_small:
-            return make_error_condition(std_errc::message_size);
-        case errc::no_device:
-            return make_error_condition(std_errc::no_such_device);
-        case errc::busy:
-            return make_error_condition(std_errc::device_or_resource_busy);
-        case errc::no_resource:
-            return make_error_condition(std_errc::resource_unavailable_try_again);
-        case errc::canceled:
-            return make_error_condition(std_errc::operation_canceled);
-        case errc::already_exists:
-            return make_error_condition(std_errc::file_exists);
-        case errc::out_of_range:
-            return make_error_condition(std_errc::result_out_of_range);
-        case errc::timed_out:
-        case errc::endpoint_timeout:
-            return make_error_condition(std_errc::timed_out);
-        case errc::rejected:
-            return make_error_condition(std_errc::connection_refused);
-        case errc::not_connected:
-            return make_error_condition(std_errc::not_connected);
-        case errc::connection_reset:
-            return make_error_condition(std_errc::connection_reset);
-        default:
-            return boost::system::error_condition(ev, *this);
-        }
-    }
 };
 
-class library_category_impl final : public boost::system::error_category {
-public:
-    const char* name() const noexcept override { return "ucx.library"; }
-
-    std::string message(int ev) const override {
-        switch (static_cast<error>(ev)) {
-        case error::not_connected:
-            return "endpoint is not connected (made from a worker address)";
-        case error::no_reply_endpoint:
-            return "the sender did not allow replies";
-        case error::no_socket_address:
-            return "no socket address (connected by worker address)";
-        case error::wrong_acceptor_kind:
-            return "not an operation of this kind of acceptor";
-        case error::feature_not_enabled:
-            return "feature not enabled on the context";
-        case error::wrong_worker:
-            return "object belongs to another worker";
-        case error::context_closed:
-            return "the context is not open";
-        case error::empty_address:
-            return "empty worker address";
-        case error::malformed_address:
-            return "malformed worker address";
-        case error::no_interface_address:
-            return "no IPv4 address on that interface";
-        case error::out_of_bounds:
-            return "outside the remote memory region";
-        case error::misaligned_address:
-            return "remote address not aligned to the operand size";
-        case error::invalid_am_id:
-            return "active message id above am_max_id";
-        case error::header_too_large:
-            return "active message header too large";
-        case error::no_am_allocator:
-            return "no active message allocator for the memory type";
-        case error::invalid_region:
-            return "memory region without bytes or memory";
-        case error::memory_type_not_supported:
-            return "memory type not supported by this build";
-        case error::key_too_large:
-            return "packed remote key too large";
-        case error::invalid_option:
-            return "option value out of range";
-        case error::null_allocator:
-            return "null allocator";
-        case error::allocation_failed:
-            return "memory allocation failed";
-        case error::no_endpoint:
-            return "completed without an endpoint";
-        case error::peer_unresponsive:
-            return "peer unresponsive";
-        case error::handshake_timeout:
-            return "connection handshake timed out";
-        }
-        return "unknown ucx.library error";
-    }
-
-    boost::system::error_condition default_error_condition(int ev) const noexcept override {
-        using std_errc = boost::system::errc::errc_t;
-        switch (static_cast<error>(ev)) {
-        case error::not_connected:
-        case error::no_reply_endpoint:
-            return make_error_condition(std_errc::not_connected);
-        case error::no_socket_address:
-        case error::wrong_acceptor_kind:
-        case error::feature_not_enabled:
-        case error::no_am_allocator:
-        case error::memory_type_not_supported:
-            return make_error_condition(std_errc::operation_not_supported);
-        case error::wrong_worker:
-        case error::empty_address:
-        case error::malformed_address:
-        case error::misaligned_address:
-        case error::invalid_am_id:
-        case error::invalid_region:
-        case error::invalid_option:
-        case error::null_allocator:
-            return make_error_condition(std_errc::invalid_argument);
-        case error::context_closed:
-            return make_error_condition(std_errc::bad_file_descriptor);
-        case error::no_interface_address:
-            return make_error_condition(std_errc::no_such_device);
-        case error::out_of_bounds:
-            return make_error_condition(std_errc::result_out_of_range);
-        case error::header_too_large:
-            return make_error_condition(std_errc::message_size);
-        case error::key_too_large:
-            return make_error_condition(std_errc::value_too_large);
-        case error::allocation_failed:
-            return make_error_condition(std_errc::not_enough_memory);
-        case error::peer_unresponsive:
-        case error::handshake_timeout:
-            return make_error_condition(std_errc::timed_out);
-        default:
-            return boost::system::error_condition(ev, *this);
-        }
-    }
+// Each library error's message, and its portable condition where one fits.
+constexpr detail::error_row<error> library_errors[] = {
+    {error::not_connected, "endpoint is not connected (made from a worker address)",
+     std_errc::not_connected},
+    {error::no_reply_endpoint, "the sender did not allow replies", std_errc::not_connected},
+    {error::no_socket_address, "no socket address (connected by worker address)",
+     std_errc::operation_not_supported},
+    {error::wrong_acceptor_kind, "not an operation of this kind of acceptor",
+     std_errc::operation_not_supported},
+    {error::feature_not_enabled, "feature not enabled on the context",
+     std_errc::operation_not_supported},
+    {error::wrong_worker, "object belongs to another worker", std_errc::invalid_argument},
+    {error::context_closed, "the context is not open", std_errc::bad_file_descriptor},
+    {error::empty_address, "empty worker address", std_errc::invalid_argument},
+    {error::malformed_address, "malformed worker address", std_errc::invalid_argument},
+    {error::no_interface_address, "no IPv4 address on that interface", std_errc::no_such_device},
+    {error::out_of_bounds, "outside the remote memory region", std_errc::result_out_of_range},
+    {error::misaligned_address, "remote address not aligned to the operand size",
+     std_errc::invalid_argument},
+    {error::invalid_am_id, "active message id above am_max_id", std_errc::invalid_argument},
+    {error::header_too_large, "active message header too large", std_errc::message_size},
+    {error::no_am_allocator, "no active message allocator for the memory type",
+     std_errc::operation_not_supported},
+    {error::invalid_region, "memory region without bytes or memory", std_errc::invalid_argument},
+    {error::memory_type_not_supported, "memory type not supported by this build",
+     std_errc::operation_not_supported},
+    {error::key_too_large, "packed remote key too large", std_errc::value_too_large},
+    {error::invalid_option, "option value out of range", std_errc::invalid_argument},
+    {error::null_allocator, "null allocator", std_errc::invalid_argument},
+    {error::allocation_failed, "memory allocation failed", std_errc::not_enough_memory},
+    {error::no_endpoint, "completed without an endpoint"},
+    {error::peer_unresponsive, "peer unresponsive", std_errc::timed_out},
+    {error::handshake_timeout, "connection handshake timed out", std_errc::timed_out},
 };
 
 } // namespace
 
 const boost::system::error_category& library_category() noexcept {
-    static const library_category_impl category;
+    static const detail::table_category<error> category("ucx.library", library_errors,
+                                                        "unknown ucx.library error");
     return category;
 }
 

@@ -2,6 +2,7 @@
 // UCX calls, so it is tested and fuzzed on its own.
 #include <ucx/remote_key.hpp>
 
+#include "error_category.hpp"
 #include "wire.hpp"
 
 #include <algorithm>
@@ -20,32 +21,21 @@ using detail::crc32;
 using detail::load_le;
 using detail::store_le;
 
-class key_category_impl final : public boost::system::error_category {
-public:
-    const char* name() const noexcept override { return "ucx.remote_key"; }
-    std::string message(int ev) const override {
-        switch (static_cast<key_errc>(ev)) {
-        case key_errc::truncated:
-            return "remote key blob is truncated";
-        case key_errc::not_a_key:
-            return "not a remote key blob (bad magic)";
-        case key_errc::unsupported_version:
-            return "unsupported remote key format version";
-        case key_errc::corrupt:
-            return "remote key blob is corrupt (checksum or fields)";
-        case key_errc::no_key:
-            return "no remote key";
-        case key_errc::wrong_endpoint:
-            return "remote key belongs to another endpoint";
-        }
-        return "unknown remote key error";
-    }
+constexpr detail::error_row<key_errc> key_messages[] = {
+    {key_errc::truncated, "remote key blob is truncated"},
+    {key_errc::not_a_key, "not a remote key blob (bad magic)"},
+    {key_errc::unsupported_version, "unsupported remote key format version"},
+    {key_errc::corrupt, "remote key blob is corrupt (checksum or fields)"},
+    {key_errc::no_key, "no remote key"},
+    {key_errc::wrong_endpoint, "remote key belongs to another endpoint"},
 };
 
 } // namespace
 
 const boost::system::error_category& key_category() noexcept {
-    static const key_category_impl instance;
+    // No portable conditions: every code maps to itself.
+    static const detail::table_category<key_errc> instance("ucx.remote_key", key_messages,
+                                                           "unknown remote key error");
     return instance;
 }
 

@@ -1,6 +1,7 @@
 #include <ucx/listener.hpp>
 #include <ucx/log.hpp>
 
+#include "created.hpp"
 #include "listener_impl.hpp"
 #include "worker_impl.hpp"
 
@@ -32,11 +33,8 @@ void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code&
     params.sockaddr.addrlen = static_cast<socklen_t>(bind.size());
     params.conn_handler.cb = &listener_impl::conn_callback;
     params.conn_handler.arg = this;
-    if (ucs_status_t st = ucp_listener_create(worker_->native(), &params, &handle_); st != UCS_OK) {
-        handle_ = nullptr;
-        ec = make_error_code(st);
+    if (!created(ucp_listener_create(worker_->native(), &params, &handle_), handle_, ec))
         return;
-    }
     worker_->add_component(*this);
     ec = {};
 }

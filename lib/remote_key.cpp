@@ -1,6 +1,7 @@
 #include <ucx/detail/throw_on_error.hpp>
 #include <ucx/remote_key.hpp>
 
+#include "created.hpp"
 #include "endpoint_impl.hpp"
 #include "remote_key_impl.hpp"
 #include "worker_impl.hpp"
@@ -23,12 +24,8 @@ remote_key_impl::remote_key_impl(std::shared_ptr<endpoint_impl> ep, const key_bl
         ec = ep_->error() ? ep_->error() : error_code(boost::asio::error::bad_descriptor);
         return;
     }
-    if (ucs_status_t st = ucp_ep_rkey_unpack(ep_->native(), blob.rkey.data(), &rkey_);
-        st != UCS_OK) {
-        rkey_ = nullptr;
-        ec = make_error_code(st);
+    if (!created(ucp_ep_rkey_unpack(ep_->native(), blob.rkey.data(), &rkey_), rkey_, ec))
         return;
-    }
     worker_ = ep_->worker().get();
     worker_->add_resource(this);
 }

@@ -9,30 +9,37 @@
 #include <ucp/api/ucp.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace ucx::detail {
 
-/// A request completed through a callback that gets `user_data`; the
-/// builders below name the callback.
-inline ucp_request_param_t callback_param(void* user_data) noexcept {
+/// A request completed through `cb`, which UCX runs with `user_data`: the
+/// callback's type names the member of `cb` it fills (a send-style, tag
+/// receive or active message data callback). The builders below name it.
+template <class Callback>
+inline ucp_request_param_t callback_param(Callback cb, void* user_data) noexcept {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.user_data = user_data;
+    if constexpr (std::is_same_v<Callback, ucp_send_nbx_callback_t>)
+        p.cb.send = cb;
+    else if constexpr (std::is_same_v<Callback, ucp_tag_recv_nbx_callback_t>)
+        p.cb.recv = cb;
+    else
+        p.cb.recv_am = cb;
     return p;
 }
 
 /// A send-style request (sends, RMA, flushes, endpoint close): `cb` runs with
 /// `user_data` when UCX completes it.
 inline ucp_request_param_t send_param(ucp_send_nbx_callback_t cb, void* user_data) noexcept {
-    ucp_request_param_t p = callback_param(user_data);
-    p.cb.send = cb;
-    return p;
+    return callback_param(cb, user_data);
 }
 
 /// As above, with operation flags (`UCP_AM_SEND_FLAG_*`, `UCP_EP_CLOSE_FLAG_*`).
 inline ucp_request_param_t send_param(ucp_send_nbx_callback_t cb, void* user_data,
                                       std::uint32_t flags) noexcept {
-    ucp_request_param_t p = send_param(cb, user_data);
+    ucp_request_param_t p = callback_param(cb, user_data);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = flags;
     return p;
@@ -40,17 +47,13 @@ inline ucp_request_param_t send_param(ucp_send_nbx_callback_t cb, void* user_dat
 
 /// A tag receive: `cb` runs with `user_data` and the receive information.
 inline ucp_request_param_t recv_param(ucp_tag_recv_nbx_callback_t cb, void* user_data) noexcept {
-    ucp_request_param_t p = callback_param(user_data);
-    p.cb.recv = cb;
-    return p;
+    return callback_param(cb, user_data);
 }
 
 /// The fetch of an active message's data (`ucp_am_recv_data_nbx`).
 inline ucp_request_param_t am_recv_param(ucp_am_recv_data_nbx_callback_t cb,
                                          void* user_data) noexcept {
-    ucp_request_param_t p = callback_param(user_data);
-    p.cb.recv_am = cb;
-    return p;
+    return callback_param(cb, user_data);
 }
 
 /// The buffer is described by `datatype` (an IOV list, a contiguous element).

@@ -2,6 +2,7 @@
 #include <ucx/worker.hpp>
 
 #include "context_impl.hpp"
+#include "intrusive_list.hpp"
 #include "request_param.hpp"
 #include "worker_impl.hpp"
 
@@ -25,6 +26,9 @@ progress_config make_progress_config(const worker_options& o) {
     c.spin_slice = o.spin_slice;
     return c;
 }
+
+/// The operations in flight.
+using in_flight_list = intrusive_list<operation, &operation::prev, &operation::next>;
 } // namespace
 
 inline bool worker_impl::nothing_to_deliver() const noexcept {
@@ -141,11 +145,7 @@ worker_address worker_impl::address() const {
 void worker_impl::start(operation* op) noexcept {
     op->owner = this;
     op->in_flight = true;
-    op->prev = nullptr;
-    op->next = in_flight_head_;
-    if (in_flight_head_)
-        in_flight_head_->prev = op;
-    in_flight_head_ = op;
+    in_flight_list::push_front(in_flight_head_, op);
     ++in_flight_count_;
     if (!safety_timer_armed_)
         start_safety_timer();
@@ -155,13 +155,7 @@ void worker_impl::unlink(operation* op) noexcept {
     if (!op->in_flight)
         return;
     op->in_flight = false;
-    if (op->prev)
-        op->prev->next = op->next;
-    else
-        in_flight_head_ = op->next;
-    if (op->next)
-        op->next->prev = op->prev;
-    op->next = op->prev = nullptr;
+    in_flight_list::erase(in_flight_head_, op);
     --in_flight_count_;
 }
 

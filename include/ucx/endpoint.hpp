@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ucx/detail/access.hpp>
+#include <ucx/detail/checked.hpp>
 #include <ucx/detail/initiate.hpp>
 #include <ucx/detail/results.hpp>
 #include <ucx/error.hpp>
@@ -223,11 +224,7 @@ private:
 namespace detail {
 
 inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep) {
-    const auto& impl = access::get_impl(ep);
-    if (!impl)
-        throw boost::system::system_error(boost::asio::error::bad_descriptor,
-                                          "ucx: operation on an endpoint that was never connected");
-    return impl;
+    return checked_impl(ep, "ucx: operation on an endpoint that was never connected");
 }
 
 /// Completion with a new endpoint (connect, accept).

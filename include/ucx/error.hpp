@@ -5,6 +5,7 @@
 #include <boost/system/error_code.hpp>
 #include <ucs/type/status.h>
 
+#include <concepts>
 #include <type_traits>
 
 namespace ucx {
@@ -51,11 +52,6 @@ enum class errc : int {
 /// `default_error_condition()` maps to the portable `std::errc` conditions
 /// (timed out, connection reset, not enough memory, ...) where one fits.
 const boost::system::error_category& error_category() noexcept;
-
-/// Makes an error code of the "ucx" category.
-inline error_code make_error_code(errc e) noexcept {
-    return error_code(static_cast<int>(e), error_category());
-}
 
 /// Converts a UCX status into an error code. `UCS_OK` and `UCS_INPROGRESS` give
 /// an empty code; `UCS_ERR_CANCELED` gives `asio::error::operation_aborted`,
@@ -132,16 +128,45 @@ enum class error : int {
 /// supported, invalid argument, message size, ...) where one fits.
 const boost::system::error_category& library_category() noexcept;
 
-/// Makes an error code of the "ucx.library" category.
-inline error_code make_error_code(error e) noexcept {
-    return error_code(static_cast<int>(e), library_category());
+namespace detail {
+
+/// The category of an error enum of the library, specialized next to the
+/// enum (`errc`, `error`, `key_errc`): `category()` names it.
+template <class E>
+struct error_enum {};
+
+template <>
+struct error_enum<errc> {
+    static constexpr auto category = &error_category;
+};
+
+template <>
+struct error_enum<error> {
+    static constexpr auto category = &library_category;
+};
+
+/// An error enum of the library.
+template <class E>
+concept library_error_enum = requires {
+    { error_enum<E>::category() } -> std::same_as<const boost::system::error_category&>;
+};
+
+} // namespace detail
+
+/// Makes an error code of an error enum of the library, in the enum's
+/// category: "ucx" for `errc`, "ucx.library" for `error`, "ucx.remote_key"
+/// for `key_errc`.
+template <detail::library_error_enum E>
+error_code make_error_code(E e) noexcept {
+    return error_code(static_cast<int>(e), detail::error_enum<E>::category());
 }
 
 } // namespace ucx
 
 namespace boost::system {
-template <>
-struct is_error_code_enum<ucx::errc> : std::true_type {};
-template <>
-struct is_error_code_enum<ucx::error> : std::true_type {};
+/// The error enums of the library convert to `error_code`.
+template <class E>
+requires ucx::detail::library_error_enum<E>
+struct is_error_code_enum<E> : std::true_type {
+};
 } // namespace boost::system

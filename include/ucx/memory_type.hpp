@@ -1,6 +1,8 @@
 // Where a buffer lives: host or GPU memory.
 #pragma once
 
+#include <ucx/detail/enum_names.hpp>
+
 #include <string_view>
 
 namespace ucx {
@@ -8,17 +10,13 @@ namespace ucx {
 /// The kind of memory a pointer refers to.
 enum class memory_type { host, cuda, cuda_managed };
 
+namespace detail {
+inline constexpr std::string_view memory_type_names[] = {"host", "cuda", "cuda_managed"};
+} // namespace detail
+
 /// "host", "cuda" or "cuda_managed".
 constexpr std::string_view to_string(memory_type t) noexcept {
-    switch (t) {
-    case memory_type::host:
-        return "host";
-    case memory_type::cuda:
-        return "cuda";
-    case memory_type::cuda_managed:
-        return "cuda_managed";
-    }
-    return "unknown";
+    return detail::enum_name(t, detail::memory_type_names);
 }
 
 /// Whether the library was built with CUDA support (`UCX_ASIO_WITH_CUDA`).

@@ -1,6 +1,8 @@
 // How a worker waits for UCX events.
 #pragma once
 
+#include <ucx/detail/enum_names.hpp>
+
 #include <optional>
 #include <string_view>
 
@@ -21,28 +23,18 @@ enum class progress_mode {
     hybrid,
 };
 
+namespace detail {
+inline constexpr std::string_view progress_mode_names[] = {"event", "poll", "hybrid"};
+} // namespace detail
+
 /// "event", "poll" or "hybrid".
 constexpr std::string_view to_string(progress_mode m) noexcept {
-    switch (m) {
-    case progress_mode::event:
-        return "event";
-    case progress_mode::poll:
-        return "poll";
-    case progress_mode::hybrid:
-        return "hybrid";
-    }
-    return "unknown";
+    return detail::enum_name(m, detail::progress_mode_names);
 }
 
 /// Parses "event", "poll" or "hybrid".
 constexpr std::optional<progress_mode> parse_progress_mode(std::string_view s) noexcept {
-    if (s == "event")
-        return progress_mode::event;
-    if (s == "poll")
-        return progress_mode::poll;
-    if (s == "hybrid")
-        return progress_mode::hybrid;
-    return std::nullopt;
+    return detail::enum_from_name<progress_mode>(s, detail::progress_mode_names);
 }
 
 } // namespace ucx

@@ -37,19 +37,12 @@ enum class key_errc {
 /// The error category of `key_errc` ("ucx.remote_key").
 const boost::system::error_category& key_category() noexcept;
 
-/// Makes an error code of `key_category()`.
-inline error_code make_error_code(key_errc e) noexcept {
-    return error_code(static_cast<int>(e), key_category());
-}
-
-} // namespace ucx
-
-namespace boost::system {
+/// `key_errc` is an error enum of the library: `make_error_code(key_errc)`
+/// makes error codes of `key_category()`, and it converts to `error_code`.
 template <>
-struct is_error_code_enum<ucx::key_errc> : std::true_type {};
-} // namespace boost::system
-
-namespace ucx {
+struct detail::error_enum<key_errc> {
+    static constexpr auto category = &key_category;
+};
 
 /// The content of a remote key blob, parsed but not unpacked.
 ///

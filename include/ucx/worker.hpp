@@ -3,6 +3,7 @@
 
 #include <ucx/context.hpp>
 #include <ucx/detail/access.hpp>
+#include <ucx/detail/checked.hpp>
 #include <ucx/error.hpp>
 #include <ucx/progress_mode.hpp>
 #include <ucx/worker_address.hpp>
@@ -156,11 +157,7 @@ private:
 namespace detail {
 /// The implementation of `w`; throws if `w` was moved from.
 inline const std::shared_ptr<worker_impl>& checked(const worker& w) {
-    const auto& impl = access::get_impl(w);
-    if (!impl)
-        throw boost::system::system_error(boost::asio::error::bad_descriptor,
-                                          "ucx: operation on a moved-from worker");
-    return impl;
+    return checked_impl(w, "ucx: operation on a moved-from worker");
 }
 } // namespace detail
 
