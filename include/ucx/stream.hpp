@@ -271,11 +271,7 @@ public:
     /// The peer's address and port (`ucx::error::no_socket_address` for a
     /// connection made from a worker address, which has none).
     boost::asio::ip::tcp::endpoint remote_endpoint(error_code& ec) const {
-        if (!impl_) {
-            ec = boost::asio::error::bad_descriptor;
-            return {};
-        }
-        return detail::stream_address(*impl_, true, ec);
+        return address(true, ec);
     }
     boost::asio::ip::tcp::endpoint remote_endpoint() const {
         return detail::throw_on_error("ucx::stream::remote_endpoint",
@@ -283,11 +279,7 @@ public:
     }
     /// This side's address and port (errors as `remote_endpoint`).
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const {
-        if (!impl_) {
-            ec = boost::asio::error::bad_descriptor;
-            return {};
-        }
-        return detail::stream_address(*impl_, false, ec);
+        return address(false, ec);
     }
     boost::asio::ip::tcp::endpoint local_endpoint() const {
         return detail::throw_on_error("ucx::stream::local_endpoint",
@@ -440,6 +432,14 @@ private:
     const std::shared_ptr<detail::stream_impl>& impl_ptr() const {
         checked_impl();
         return impl_;
+    }
+    /// The peer's (`remote`) or this side's socket address.
+    boost::asio::ip::tcp::endpoint address(bool remote, error_code& ec) const {
+        if (!impl_) {
+            ec = boost::asio::error::bad_descriptor;
+            return {};
+        }
+        return detail::stream_address(*impl_, remote, ec);
     }
 
     enum class connect_by { name, endpoint, address };

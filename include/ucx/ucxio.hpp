@@ -104,14 +104,9 @@ public:
     auto async_read_some_at(
         std::uint64_t offset, const MutableBufferSequence& buffers,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        auto b = detail::first_buffer<boost::asio::mutable_buffer>(buffers);
-        return detail::initiate<void(error_code, std::size_t),
-                                detail::bytes_result<detail::rma_op>>(
-            ep_, std::forward<CompletionToken>(token),
-            [k = detail::access::get_impl(key_), offset, b](detail::endpoint_impl& e,
-                                                            detail::rma_op* op) {
-                detail::ucxio_read(e, op, k, offset, b.data(), b.size());
-            });
+        return transfer_at<&detail::ucxio_read>(
+            offset, detail::first_buffer<boost::asio::mutable_buffer>(buffers),
+            std::forward<CompletionToken>(token));
     }
 
     /// Writes the first non-empty buffer of `buffers` to the region at
@@ -123,14 +118,9 @@ public:
     auto async_write_some_at(
         std::uint64_t offset, const ConstBufferSequence& buffers,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        auto b = detail::first_buffer<boost::asio::const_buffer>(buffers);
-        return detail::initiate<void(error_code, std::size_t),
-                                detail::bytes_result<detail::rma_op>>(
-            ep_, std::forward<CompletionToken>(token),
-            [k = detail::access::get_impl(key_), offset, b](detail::endpoint_impl& e,
-                                                            detail::rma_op* op) {
-                detail::ucxio_write(e, op, k, offset, b.data(), b.size());
-            });
+        return transfer_at<&detail::ucxio_write>(
+            offset, detail::first_buffer<boost::asio::const_buffer>(buffers),
+            std::forward<CompletionToken>(token));
     }
 
     /// Makes every write started before it visible at the peer
@@ -185,6 +175,19 @@ public:
     }
 
 private:
+    /// One read or write of the contiguous buffer `b` at `offset`: `Submit`
+    /// is `ucxio_read` or `ucxio_write`.
+    template <auto Submit, class Buffer, class CompletionToken>
+    auto transfer_at(std::uint64_t offset, Buffer b, CompletionToken&& token) {
+        return detail::initiate<void(error_code, std::size_t),
+                                detail::bytes_result<detail::rma_op>>(
+            ep_, std::forward<CompletionToken>(token),
+            [k = detail::access::get_impl(key_), offset, b](detail::endpoint_impl& e,
+                                                            detail::rma_op* op) {
+                Submit(e, op, k, offset, b.data(), b.size());
+            });
+    }
+
     template <class Buffer, bool Write>
     struct stream_op {
         ucxio* self_io;

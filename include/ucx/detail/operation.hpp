@@ -113,50 +113,36 @@ private:
 // ---- the kinds of operation: each adds what it produces or keeps ----
 
 /// Moves bytes (sends, stream reads): how many.
-class transfer_op : public operation {
-public:
-    std::size_t bytes = 0;
-
-protected:
+struct transfer_op : operation {
     using operation::operation;
-    ~transfer_op() = default;
+    std::size_t bytes = 0;
 };
 
 /// A tag receive (worker-wide or per endpoint): the size and tag received.
-class tag_recv_op : public transfer_op {
-public:
-    ucp_tag_t sender_tag = 0;
-
-protected:
+struct tag_recv_op : transfer_op {
     using transfer_op::transfer_op;
-    ~tag_recv_op() = default;
+    ucp_tag_t sender_tag = 0;
 };
 
 /// A put or a get: the remote key stays alive until UCX is done with it.
-class rma_op : public transfer_op {
-public:
-    std::shared_ptr<remote_key_impl> key;
-
-protected:
+struct rma_op : transfer_op {
     using transfer_op::transfer_op;
-    ~rma_op() = default;
+    std::shared_ptr<remote_key_impl> key;
 };
 
 /// An atomic: the remote key, and the buffer UCX writes the old value into.
-class atomic_op : public operation {
-public:
+struct atomic_op : operation {
+    using operation::operation;
     std::shared_ptr<remote_key_impl> key;
     std::uint64_t value = 0;
-
-protected:
-    using operation::operation;
-    ~atomic_op() = default;
 };
 
 /// An active-message send: the IOV array and the header copy UCX reads until
 /// the send completes (small ones inline, larger ones on the heap).
 class am_send_op : public transfer_op {
 public:
+    using transfer_op::transfer_op;
+
     /// Returns `n` bytes of storage, aligned for `ucp_dt_iov_t`.
     void* storage(std::size_t n) {
         if (n <= sizeof(inline_storage_))
@@ -165,10 +151,6 @@ public:
         return heap_storage_.get();
     }
 
-protected:
-    using transfer_op::transfer_op;
-    ~am_send_op() = default;
-
 private:
     alignas(std::max_align_t) std::byte inline_storage_[64];
     std::unique_ptr<std::byte[]> heap_storage_;
@@ -176,26 +158,18 @@ private:
 
 /// An active-message receive: the id, the sender it is bound to (or null),
 /// and the message handed to it.
-class am_recv_op : public operation {
-public:
+struct am_recv_op : operation {
+    using operation::operation;
     unsigned id = 0;
     const endpoint_impl* from = nullptr;
     am_message_state* message = nullptr;
-
-protected:
-    using operation::operation;
-    ~am_recv_op() = default;
 };
 
 /// A connect, an accept or an endpoint close: the endpoint it produces (or
 /// closes, kept alive until the close completes).
-class endpoint_op : public operation {
-public:
-    std::shared_ptr<endpoint_impl> subject;
-
-protected:
+struct endpoint_op : operation {
     using operation::operation;
-    ~endpoint_op() = default;
+    std::shared_ptr<endpoint_impl> subject;
 };
 
 /// Most buffers of a sequence one stream write takes (like writev).
@@ -203,14 +177,10 @@ inline constexpr std::size_t stream_max_buffers = 64;
 
 /// A stream write: its buffers as the IOV array UCX reads until the send
 /// completes, inline (no allocation for any buffer sequence).
-class stream_write_op : public transfer_op {
-public:
+struct stream_write_op : transfer_op {
+    using transfer_op::transfer_op;
     ucp_dt_iov_t iov[stream_max_buffers];
     std::size_t count = 0;
-
-protected:
-    using transfer_op::transfer_op;
-    ~stream_write_op() = default;
 };
 
 /// The allocator an operation uses: the handler's, or Asio's recycling one.
