@@ -78,6 +78,10 @@ constexpr detail::error_row<error> library_errors[] = {
     {error::no_endpoint, "completed without an endpoint"},
     {error::peer_unresponsive, "peer unresponsive", std_errc::timed_out},
     {error::handshake_timeout, "connection handshake timed out", std_errc::timed_out},
+    {error::handshake_failed, "connection handshake failed: the peer does not speak the protocol",
+     std_errc::protocol_error},
+    {error::authentication_failed, "connection handshake: authentication failed",
+     std_errc::permission_denied},
 };
 
 } // namespace

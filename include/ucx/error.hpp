@@ -121,6 +121,13 @@ enum class error : int {
     /// timeout (a connect to a peer that does not answer; on a listener, a
     /// client that never sent its hello, which is then closed unseen).
     handshake_timeout,
+    /// The other side of a connection handshake does not speak the library's
+    /// protocol (a malformed, oversized or unexpected message, another
+    /// version, or the connection closed in the middle of it).
+    handshake_failed,
+    /// The connection handshake's authentication failed: the peer does not
+    /// know the shared secret (or one side has a secret and the other none).
+    authentication_failed,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

@@ -22,6 +22,7 @@ void remote_key(input data);
 void control_message(input data);
 void connection_fsm(input data);
 void stream_fsm(input data);
+void door(input data);
 
 struct target {
     std::string_view name; ///< also the corpus directory, test/fuzz/corpus/<name>
@@ -31,7 +32,7 @@ struct target {
 inline constexpr target targets[] = {
     {"worker_address", &worker_address},   {"remote_key", &remote_key},
     {"control_message", &control_message}, {"connection_fsm", &connection_fsm},
-    {"stream_fsm", &stream_fsm},
+    {"stream_fsm", &stream_fsm},           {"door", &door},
 };
 
 /// The events of the state machine targets: one byte each (modulo `count`),

@@ -4,6 +4,7 @@
 #include "fuzz.hpp"
 
 #include "control_message.hpp"
+#include "door_protocol.hpp"
 
 #include <ucx/remote_key.hpp>
 #include <ucx/worker_address.hpp>
@@ -228,6 +229,47 @@ void stream_sequences() {
               .out);
 }
 
+// The door: a genuine peer's messages, for each side, with and without the
+// secret (the mode byte: bit 0 server, bit 1 secret, bit 2 admit).
+void door_handshakes() {
+    using namespace ucx::detail;
+    const ucx::worker_address own(std::vector<std::byte>(24, std::byte{0x5a}));
+    const ucx::worker_address other(std::vector<std::byte>(24, std::byte{0xa5}));
+    const door_nonce nonce{};
+    for (const bool with_secret : {false, true}) {
+        const std::string secret = with_secret ? "fuzz" : "";
+        const std::uint8_t secret_bit = with_secret ? 2 : 0;
+        // The server fuzzed: a client's request to the target's greeting.
+        door_server target_server(secret, own, nonce);
+        door_client peer_client(secret, other, nonce);
+        const bytes greeting = target_server.start().out;
+        peer_client.on_header(std::span(greeting).first(door_header_size));
+        const bytes request =
+            peer_client.on_body(std::span(greeting).subspan(door_header_size)).out;
+        bytes server_seed{static_cast<std::byte>(1 | secret_bit | 4)};
+        server_seed.insert(server_seed.end(), request.begin(), request.end());
+        write("door", std::string("server") + (with_secret ? "-secret" : ""), server_seed);
+        // The client fuzzed: a server's greeting and answer.
+        door_server peer_server(secret, other, nonce);
+        door_client target_client(secret, own, nonce);
+        const bytes greet = peer_server.start().out;
+        target_client.on_header(std::span(greet).first(door_header_size));
+        const bytes req = target_client.on_body(std::span(greet).subspan(door_header_size)).out;
+        peer_server.on_header(std::span(req).first(door_header_size));
+        const bytes answer =
+            peer_server.on_body(std::span(req).subspan(door_header_size), true).out;
+        bytes client_seed{static_cast<std::byte>(secret_bit)};
+        client_seed.insert(client_seed.end(), greet.begin(), greet.end());
+        client_seed.insert(client_seed.end(), answer.begin(), answer.end());
+        write("door", std::string("client") + (with_secret ? "-secret" : ""), client_seed);
+    }
+    // A refusal before the greeting.
+    const bytes refusal = door_server::refusal(door_status::refused);
+    bytes refused{std::byte{0}};
+    refused.insert(refused.end(), refusal.begin(), refusal.end());
+    write("door", "client-refused", refused);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -241,4 +283,5 @@ int main(int argc, char** argv) {
     control_messages();
     connection_sequences();
     stream_sequences();
+    door_handshakes();
 }

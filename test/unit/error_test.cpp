@@ -154,6 +154,8 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::no_endpoint,
     ucx::error::peer_unresponsive,
     ucx::error::handshake_timeout,
+    ucx::error::handshake_failed,
+    ucx::error::authentication_failed,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {
@@ -237,6 +239,8 @@ TEST(LibraryCategory, DefaultErrorConditionIsPortable) {
         {ucx::error::allocation_failed, sys_errc::not_enough_memory},
         {ucx::error::peer_unresponsive, sys_errc::timed_out},
         {ucx::error::handshake_timeout, sys_errc::timed_out},
+        {ucx::error::handshake_failed, sys_errc::protocol_error},
+        {ucx::error::authentication_failed, sys_errc::permission_denied},
     };
     for (const auto& [e, cond] : cases) {
         const ucx::error_code ec = ucx::make_error_code(e);
