@@ -47,21 +47,21 @@ void refuse(worker_impl& w, ucp_ep_h ep, bool owned) noexcept {
 
 } // namespace
 
-void address_acceptor_impl::take_hello(worker_impl& w, address_acceptor_impl* acceptor,
-                                       ucp_ep_h reply_ep, const control_message& hello,
-                                       std::span<const std::byte> address) noexcept {
+void take_hello(worker_impl& w, control_channel& channel, ucp_ep_h reply_ep,
+                const control_message& hello, std::span<const std::byte> address) noexcept {
     try {
         // The connector's address in its wire form. Checked here, before
         // UCX's address parser sees it (that one aborts the process on
         // garbage): a malformed one leaves `peer` empty and is refused.
         error_code ec;
         const worker_address peer = worker_address::deserialize(address, ec);
-        if (acceptor && acceptor->has_room() && !peer.empty()) {
+        hello_taker* acceptor = peer.empty() ? nullptr : channel.taker_for(peer);
+        if (acceptor && acceptor->has_room()) {
             try {
                 auto e = std::make_shared<endpoint_impl>(w.shared_from_this());
-                e->accept_address(reply_ep, hello, peer, ec);
+                e->accept_address(reply_ep, hello, peer, acceptor->timeouts(), ec);
                 if (!ec) {
-                    acceptor->offer(std::move(e));
+                    acceptor->offer(std::move(e), peer);
                     return;
                 }
                 log::write(log::severity::warning,
@@ -120,8 +120,14 @@ void address_acceptor_impl::channel_gone() noexcept {
     queue_.clear();
 }
 
-bool address_acceptor_impl::offer(std::shared_ptr<endpoint_impl> ep) noexcept {
+bool address_acceptor_impl::offer(std::shared_ptr<endpoint_impl> ep,
+                                  const worker_address&) noexcept {
     return has_room() && queue_.offer(std::move(ep));
+}
+
+connection_timeouts address_acceptor_impl::timeouts() const noexcept {
+    const worker_options& o = worker_->options();
+    return {o.peer_timeout, o.handshake_timeout};
 }
 
 void address_acceptor_impl::accept(endpoint_op* op) noexcept {

@@ -7,6 +7,7 @@
 #include <ucx/detail/operation.hpp>
 
 #include "accept_queue.hpp"
+#include "control_channel.hpp"
 #include "control_message.hpp"
 #include "endpoint_impl.hpp"
 
@@ -20,8 +21,16 @@ namespace ucx::detail {
 
 class worker_impl;
 
+/// A hello over `reply_ep`, a UCP endpoint the worker does not know, from
+/// the peer whose worker address (wire form) is `address`: accepted by the
+/// channel's taker for that peer when it has room, else refused (owner
+/// thread, after progress).
+void take_hello(worker_impl& w, control_channel& channel, ucp_ep_h reply_ep,
+                const control_message& hello, std::span<const std::byte> address) noexcept;
+
 /// Takes the connections from a worker address. One per worker at a time.
-class address_acceptor_impl final : public std::enable_shared_from_this<address_acceptor_impl> {
+class address_acceptor_impl final : public hello_taker,
+                                    public std::enable_shared_from_this<address_acceptor_impl> {
 public:
     address_acceptor_impl(std::shared_ptr<worker_impl> w, std::size_t backlog);
     ~address_acceptor_impl();
@@ -38,22 +47,14 @@ public:
     /// Starts an accept (owner thread); completes with an endpoint.
     void accept(endpoint_op* op) noexcept;
 
-    /// A hello over `reply_ep`, a UCP endpoint the worker does not know, from
-    /// the peer with worker address `address` (empty when it did not come):
-    /// accepted by `acceptor` when it has room, else refused (owner thread,
-    /// after progress).
-    static void take_hello(worker_impl& w, address_acceptor_impl* acceptor, ucp_ep_h reply_ep,
-                           const control_message& hello,
-                           std::span<const std::byte> address) noexcept;
-    /// The worker shuts down.
-    void channel_gone() noexcept;
+    // hello_taker: any peer.
+    bool expects(const worker_address&) const noexcept override { return true; }
+    bool has_room() const noexcept override { return queue_.ready() < backlog_; }
+    connection_timeouts timeouts() const noexcept override;
+    bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer) noexcept override;
+    void channel_gone() noexcept override;
 
 private:
-    /// A connection whose handshake is done; false when the backlog is full.
-    bool offer(std::shared_ptr<endpoint_impl> ep) noexcept;
-    /// Whether another connection fits in the backlog.
-    bool has_room() const noexcept { return queue_.ready() < backlog_; }
-
     std::shared_ptr<worker_impl> worker_;
     std::size_t backlog_;
     bool attached_ = false;

@@ -1,5 +1,6 @@
 #include <ucx/connect.hpp>
 
+#include "door.hpp"
 #include "endpoint_impl.hpp"
 #include "worker_impl.hpp"
 
@@ -36,6 +37,8 @@ std::shared_ptr<endpoint_impl> connecting_endpoint(const std::shared_ptr<worker_
 
 void connect_endpoint(const std::shared_ptr<worker_impl>& w, endpoint_op* op,
                       const boost::asio::ip::tcp::endpoint& to) noexcept {
+    if (w->options().method == connection_method::handshake)
+        return door_connect::start(w, op, to);
     if (auto ep = connecting_endpoint(w, op))
         ep->connect_to(to.data(), static_cast<socklen_t>(to.size()), op);
 }

@@ -137,7 +137,7 @@ void control_channel::unmap(ucp_ep_h ep) noexcept {
     endpoints_.erase(ep);
 }
 
-bool control_channel::attach_acceptor(address_acceptor_impl* a) noexcept {
+bool control_channel::attach_acceptor(hello_taker* a) noexcept {
     if (acceptor_ && acceptor_ != a)
         return false;
     acceptor_ = a;
@@ -145,9 +145,26 @@ bool control_channel::attach_acceptor(address_acceptor_impl* a) noexcept {
     return true;
 }
 
-void control_channel::detach_acceptor(address_acceptor_impl* a) noexcept {
+void control_channel::detach_acceptor(hello_taker* a) noexcept {
     if (acceptor_ == a)
         acceptor_ = nullptr;
+}
+
+void control_channel::attach_door(hello_taker* d) {
+    if (std::find(doors_.begin(), doors_.end(), d) == doors_.end())
+        doors_.push_back(d);
+    takes_hellos_ = true;
+}
+
+void control_channel::detach_door(hello_taker* d) noexcept {
+    std::erase(doors_, d);
+}
+
+hello_taker* control_channel::taker_for(const worker_address& peer) const noexcept {
+    for (hello_taker* d : doors_)
+        if (d->expects(peer))
+            return d;
+    return acceptor_;
 }
 
 std::size_t control_channel::run_deferred(deferred_stage stage) noexcept {
@@ -178,7 +195,7 @@ std::size_t control_channel::take_hellos() noexcept {
         if (endpoint_impl* known = find(h.reply_ep))
             known->on_control(h.hello); // a repeated hello: ignored there
         else
-            address_acceptor_impl::take_hello(worker_, acceptor_, h.reply_ep, h.hello, h.address);
+            take_hello(worker_, *this, h.reply_ep, h.hello, h.address);
     }
     const std::size_t n = hellos_spare_.size();
     hellos_spare_.clear();
@@ -191,8 +208,10 @@ void control_channel::shutdown() noexcept {
 }
 
 void control_channel::release() noexcept {
-    if (address_acceptor_impl* a = std::exchange(acceptor_, nullptr))
+    if (hello_taker* a = std::exchange(acceptor_, nullptr))
         a->channel_gone();
+    for (hello_taker* d : std::exchange(doors_, {}))
+        d->channel_gone();
     takes_hellos_ = false;
     open_ = false;
 }

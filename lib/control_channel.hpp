@@ -3,8 +3,11 @@
 // received ones inside the UCX callback, and routes them after progress to
 // the endpoint registered for their UCP endpoint or, for a hello over a UCP
 // endpoint the worker does not know (a peer that connected from a worker
-// address), to the worker's address acceptor.
+// address), to the listener that expects that peer (its handshake passed the
+// listener's door) or else to the worker's address acceptor.
 #pragma once
+
+#include <ucx/worker_address.hpp>
 
 #include "control_message.hpp"
 #include "worker_component.hpp"
@@ -12,15 +15,36 @@
 #include <ucp/api/ucp.h>
 
 #include <cstddef>
+#include <memory>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace ucx::detail {
 
-class address_acceptor_impl;
 class endpoint_impl;
 class worker_impl;
+struct connection_timeouts;
+
+/// Something that takes connections from worker addresses: the address
+/// acceptor (any peer), or a listener (the peers its door admitted).
+class hello_taker {
+public:
+    /// Whether the hello of the worker at `peer` is for it.
+    virtual bool expects(const worker_address& peer) const noexcept = 0;
+    /// Whether another connection fits in its backlog.
+    virtual bool has_room() const noexcept = 0;
+    /// The timeouts of the connections it takes.
+    virtual connection_timeouts timeouts() const noexcept = 0;
+    /// A connection from `peer` whose handshake is done; false when it
+    /// could not be queued.
+    virtual bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer) noexcept = 0;
+    /// The worker's control channel goes away (the worker shuts down).
+    virtual void channel_gone() noexcept = 0;
+
+protected:
+    ~hello_taker() = default;
+};
 
 class control_channel final : public worker_component {
 public:
@@ -61,10 +85,17 @@ public:
     std::size_t dropped() const noexcept { return dropped_; }
 
     /// Sends the hellos over unknown endpoints to `a` from now on; false when
-    /// another address acceptor has them. Once an acceptor was attached, such
-    /// hellos are refused while none is (rather than dropped).
-    bool attach_acceptor(address_acceptor_impl* a) noexcept;
-    void detach_acceptor(address_acceptor_impl* a) noexcept;
+    /// another address acceptor has them. Once a taker was attached, hellos
+    /// nobody expects are refused (rather than dropped).
+    bool attach_acceptor(hello_taker* a) noexcept;
+    void detach_acceptor(hello_taker* a) noexcept;
+    /// A listener takes the hellos of the peers it `expects` (before the
+    /// address acceptor) until detached.
+    void attach_door(hello_taker* d);
+    void detach_door(hello_taker* d) noexcept;
+    /// The taker of a hello from `peer`: a door that expects it, else the
+    /// address acceptor (null: refused).
+    hello_taker* taker_for(const worker_address& peer) const noexcept;
 
     std::size_t run_deferred(deferred_stage stage) noexcept override;
     /// Drops what is queued (the worker shuts down).
@@ -98,7 +129,8 @@ private:
     std::vector<std::pair<ucp_ep_h, control_message>> spare_;
     std::vector<pending_hello> hellos_;
     std::vector<pending_hello> hellos_spare_;
-    address_acceptor_impl* acceptor_ = nullptr;
+    hello_taker* acceptor_ = nullptr;
+    std::vector<hello_taker*> doors_;
     /// Whether hellos over unknown endpoints are taken (an acceptor was attached).
     bool takes_hellos_ = false;
     std::size_t dropped_ = 0;

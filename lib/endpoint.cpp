@@ -168,7 +168,8 @@ void endpoint_impl::connect_address(const worker_address& address, endpoint_op* 
 }
 
 void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hello,
-                                   const worker_address& peer, error_code& ec) noexcept {
+                                   const worker_address& peer, const connection_timeouts& timeouts,
+                                   error_code& ec) noexcept {
     if (!worker_->is_open() || reply_ep == nullptr || ep_ != nullptr) {
         ec = boost::asio::error::bad_descriptor;
         return;
@@ -195,7 +196,7 @@ void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hel
         return;
     }
     ec = {};
-    execute(fsm_.start(connection_params(role::server, true, false, worker_timeouts())));
+    execute(fsm_.start(connection_params(role::server, true, false, timeouts)));
     on_control(hello); // established; sends the welcome
 }
 
@@ -320,6 +321,7 @@ void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_
             break;
         case type::release:
             // UCX's own endpoint: nothing to close.
+            close_lifeline();
             unmap();
             ep_ = nullptr;
             break;
@@ -358,6 +360,7 @@ void endpoint_impl::arm_timer(std::uint64_t ms) noexcept {
 
 void endpoint_impl::close_ucp(bool flush) noexcept {
     worker_impl& w = *worker_;
+    close_lifeline();
     unmap();
     ucp_ep_h ep = std::exchange(ep_, nullptr);
     // Flush mode: the goodbye goes out first, and the close operation
@@ -369,7 +372,17 @@ void endpoint_impl::close_ucp(bool flush) noexcept {
             w.complete(op, error_code());
         return;
     }
-    ucs_status_ptr_t r = w.close_ucp_endpoint(ep, !flush, op);
+    // UCX 1.13 never releases an endpoint made from a worker address that is
+    // closed in flush mode (measured: each one keeps its transport endpoints,
+    // among them a mapping of the peer's shared-memory segment, until the
+    // worker goes). The side that closes after the peer acknowledged its
+    // goodbye (or stopped answering) has nothing left to flush: everything
+    // it sent came before the goodbye, which the peer took. So that side
+    // closes by force; the side that acknowledged a goodbye flushes, or its
+    // acknowledgement could be lost.
+    const bool force =
+        !flush || (fsm_.has_handshake() && fsm_.by_address() && !fsm_.peer_said_goodbye());
+    ucs_status_ptr_t r = w.close_ucp_endpoint(ep, force, op);
     if (!op) {
         // The sends UCX failed just now are delivered by a pass.
         w.request_progress();
@@ -411,6 +424,52 @@ void endpoint_impl::error_callback(void* arg, ucp_ep_h, ucs_status_t status) noe
     if (self->failure_status == UCS_OK)
         self->failure_status = status;
     self->worker_->defer(*self, deferred_stage::failure);
+}
+
+void endpoint_impl::adopt_lifeline(boost::asio::ip::tcp::socket socket) noexcept {
+    error_code ec1, ec2;
+    const auto local = socket.local_endpoint(ec1);
+    const auto remote = socket.remote_endpoint(ec2);
+    if (!ec1 && !ec2) {
+        std::memcpy(&door_local_, local.data(), local.size());
+        std::memcpy(&door_remote_, remote.data(), remote.size());
+        has_door_addresses_ = true;
+    }
+    try {
+        lifeline_ = std::make_unique<boost::asio::ip::tcp::socket>(std::move(socket));
+    } catch (...) {
+        return; // unwatched: the heartbeats still find a dead peer
+    }
+    watch_lifeline();
+}
+
+void endpoint_impl::watch_lifeline() noexcept {
+    if (!lifeline_ || !lifeline_->is_open())
+        return;
+    lifeline_->async_read_some(
+        boost::asio::buffer(&lifeline_byte_, 1),
+        [weak = weak_from_this()](const error_code& ec, std::size_t) {
+            auto self = weak.lock();
+            if (!self || ec == boost::asio::error::operation_aborted || !self->lifeline_)
+                return;
+            if (!ec)
+                return self->watch_lifeline(); // nothing travels on it; ignored
+            // The peer's end closed: its process ended (or it closed the
+            // connection, after its goodbye: that one was taken first).
+            self->close_lifeline();
+            if (self->ep_ && self->failure_status == UCS_OK) {
+                self->failure_status = UCS_ERR_CONNECTION_RESET;
+                self->worker_->defer(*self, deferred_stage::failure);
+                self->worker_->request_progress();
+            }
+        });
+}
+
+void endpoint_impl::close_lifeline() noexcept {
+    if (auto s = std::move(lifeline_)) {
+        error_code ignored;
+        s->close(ignored);
+    }
 }
 
 void endpoint_impl::handle_failure() noexcept {
@@ -579,6 +638,10 @@ void endpoint_impl::send_stream_end(std::uint64_t total) noexcept {
 }
 
 bool endpoint_impl::query_sockaddr(bool remote, sockaddr_storage& out) const noexcept {
+    if (ep_ && has_door_addresses_) {
+        out = remote ? door_remote_ : door_local_;
+        return true;
+    }
     if (!ep_ || !has_handshake() || fsm_.by_address())
         return false;
     ucp_ep_attr_t attr{};

@@ -10,6 +10,7 @@
 #include "guarded_timer.hpp"
 #include "worker_component.hpp"
 
+#include <boost/asio/ip/tcp.hpp>
 #include <sys/socket.h>
 
 #include <memory>
@@ -73,7 +74,15 @@ public:
     /// and closes it, with the error callback); answers the hello.
     /// `connection_refused` when UCX paired it with another endpoint.
     void accept_address(ucp_ep_h reply_ep, const control_message& hello, const worker_address& peer,
-                        error_code& ec) noexcept;
+                        const connection_timeouts& timeouts, error_code& ec) noexcept;
+    /// Keeps the TCP connection whose handshake made this connection (the
+    /// handshake method) open while the connection lives, as its lifeline:
+    /// the kernel closes it when the peer's process ends, which UCX's
+    /// shared-memory transports never notice, so a killed peer fails the
+    /// endpoint at once (as `connection_reset`). Closed with the UCP
+    /// endpoint, after the goodbye of a graceful close. Its addresses are
+    /// what `query_sockaddr` reports.
+    void adopt_lifeline(boost::asio::ip::tcp::socket socket) noexcept;
     /// Server side: accepts a connection request; the listener is told when
     /// the handshake is done.
     void accept_request(ucp_conn_request_h request, listener_impl* listener,
@@ -203,6 +212,13 @@ private:
     connection_fsm fsm_;
     bool registered_ = false;
     bool mapped_ = false;
+    void watch_lifeline() noexcept;
+    void close_lifeline() noexcept;
+    std::unique_ptr<boost::asio::ip::tcp::socket> lifeline_;
+    std::byte lifeline_byte_{};
+    sockaddr_storage door_local_{};
+    sockaddr_storage door_remote_{};
+    bool has_door_addresses_ = false;
     endpoint_op* connect_op_ = nullptr;
     listener_impl* listener_ = nullptr;
     std::vector<operation*> waiters_;

@@ -9,16 +9,17 @@
 #include <boost/system/system_error.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace ucx {
 namespace detail {
 
-listener_impl::listener_impl(std::shared_ptr<worker_impl> worker, std::size_t backlog,
-                             filter_type filter, const connection_timeouts& timeouts)
+listener_impl::listener_impl(std::shared_ptr<worker_impl> worker, settings s)
     : worker_component(component_kind::listener), worker_(std::move(worker)),
-      backlog_(std::max<std::size_t>(1, backlog)), timeouts_(timeouts), filter_(std::move(filter)) {
-}
+      backlog_(std::max<std::size_t>(1, s.backlog)), timeouts_(s.timeouts),
+      filter_(std::move(s.filter)), method_(s.method), secret_(std::move(s.secret)),
+      reuse_address_(s.reuse_address) {}
 
 listener_impl::~listener_impl() {
     close();
@@ -27,6 +28,8 @@ listener_impl::~listener_impl() {
 void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code& ec) {
     if (ec = worker_->accept_support(); ec)
         return;
+    if (method_ == connection_method::handshake)
+        return open_door(bind, ec);
     ucp_listener_params_t params{};
     params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     params.sockaddr.addr = bind.data();
@@ -40,6 +43,8 @@ void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code&
 }
 
 boost::asio::ip::tcp::endpoint listener_impl::local_endpoint(error_code& ec) const {
+    if (acceptor_ && door_attached_)
+        return acceptor_->local_endpoint(ec);
     if (!handle_) {
         ec = boost::asio::error::bad_descriptor;
         return {};
@@ -101,10 +106,26 @@ void listener_impl::on_failed(endpoint_impl* ep) noexcept {
 }
 
 void listener_impl::accept(endpoint_op* op) noexcept {
-    queue_.accept(op, handle_ != nullptr);
+    queue_.accept(op, is_open());
 }
 
 void listener_impl::close() noexcept {
+    if (door_attached_) {
+        door_attached_ = false;
+        worker_->control().detach_door(this);
+        error_code ignored;
+        acceptor_->close(ignored);
+        if (retry_timer_)
+            retry_timer_->cancel();
+        if (expiry_timer_)
+            expiry_timer_->cancel();
+        for (auto& s : std::exchange(sessions_, {}))
+            s->stop();
+        expected_.clear();
+        worker_->remove_component(*this);
+        queue_.close();
+        return;
+    }
     if (!handle_)
         return;
     for (ucp_conn_request_h request : requests_)
@@ -119,15 +140,170 @@ void listener_impl::close() noexcept {
     queue_.close();
 }
 
+// ---- the handshake method ----
+
+void listener_impl::open_door(const boost::asio::ip::tcp::endpoint& bind, error_code& ec) {
+    namespace ip = boost::asio::ip;
+    auto acceptor = std::make_unique<ip::tcp::acceptor>(worker_->get_executor());
+    if (acceptor->open(bind.protocol(), ec); ec)
+        return;
+    if (reuse_address_)
+        acceptor->set_option(ip::tcp::acceptor::reuse_address(true), ec);
+    if (!ec)
+        acceptor->bind(bind, ec);
+    if (!ec)
+        acceptor->listen(static_cast<int>(std::min<std::size_t>(backlog_, SOMAXCONN)), ec);
+    if (ec)
+        return;
+    acceptor_ = std::move(acceptor);
+    retry_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
+    expiry_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
+    worker_->control().attach_door(this);
+    door_attached_ = true;
+    worker_->add_component(*this);
+    accept_next();
+}
+
+void listener_impl::accept_next() {
+    if (!door_attached_)
+        return;
+    acceptor_->async_accept(
+        [weak = weak_from_this()](const error_code& ec, boost::asio::ip::tcp::socket socket) {
+            if (auto self = weak.lock())
+                self->on_tcp_accept(ec, std::move(socket));
+        });
+}
+
+std::size_t listener_impl::waiting() const noexcept {
+    return sessions_.size() + expected_.size() + queue_.ready();
+}
+
+void listener_impl::refuse(const char* why) noexcept {
+    ++rejected_;
+    log::write(log::severity::info, std::string("listener: connection refused: ") + why);
+}
+
+void listener_impl::on_tcp_accept(const error_code& ec, boost::asio::ip::tcp::socket socket) {
+    if (!door_attached_ || ec == boost::asio::error::operation_aborted)
+        return;
+    if (ec) {
+        // Out of descriptors (or another passing failure): the pending
+        // client stays in the kernel's queue; try again shortly rather than
+        // spin, and keep serving.
+        log::write(log::severity::warning, "listener: accepting failed: " + ec.message());
+        retry_timer_->expires_after(std::chrono::milliseconds(100));
+        retry_timer_->async_wait([weak = weak_from_this()](const error_code& e) {
+            if (auto self = weak.lock(); self && !e)
+                self->accept_next();
+        });
+        return;
+    }
+    error_code ignored;
+    const auto client = socket.remote_endpoint(ignored);
+    if (waiting() >= backlog_) {
+        refuse("backlog full");
+        refuse_door_client(std::move(socket), door_status::refused);
+    } else if (filter_ && !filter_(client)) {
+        refuse("rejected by the filter");
+        refuse_door_client(std::move(socket), door_status::refused);
+    } else {
+        try {
+            auto session = std::make_shared<door_session>(
+                std::move(socket), timeouts_.handshake_timeout, secret_, worker_->address(),
+                [weak = weak_from_this()] {
+                    auto self = weak.lock();
+                    return self && self->door_attached_ && self->has_room();
+                },
+                [weak = weak_from_this()](door_session& s, const error_code& e,
+                                          const worker_address& peer) {
+                    if (auto self = weak.lock())
+                        self->session_done(s, e, peer);
+                });
+            sessions_.push_back(session);
+            session->start();
+        } catch (const std::exception& e) {
+            log::write(log::severity::warning,
+                       std::string("listener: could not start a handshake: ") + e.what());
+        }
+    }
+    accept_next();
+}
+
+void listener_impl::session_done(door_session& s, const error_code& ec,
+                                 const worker_address& peer) {
+    std::erase_if(sessions_, [&s](const auto& p) { return p.get() == &s; });
+    if (ec) {
+        ++rejected_;
+        log::write(log::severity::info,
+                   "listener: handshake with " + s.remote().address().to_string() + ":" +
+                       std::to_string(s.remote().port()) + " failed: " + ec.message());
+        return;
+    }
+    const auto wait = timeouts_.handshake_timeout.count() > 0 ? timeouts_.handshake_timeout
+                                                              : std::chrono::milliseconds(60000);
+    expected_.push_back(
+        expected_client{peer, s.take_socket(), std::chrono::steady_clock::now() + wait});
+    // The client's UCX connection is coming: make sure the worker is
+    // progressing and armed (UCX calls made here, outside a pass, such as
+    // taking the worker's address, may leave it without a wake-up).
+    worker_->request_progress();
+    if (expected_.size() == 1) {
+        expiry_timer_->expires_at(expected_.front().deadline);
+        expiry_timer_->async_wait([weak = weak_from_this()](const error_code& e) {
+            if (auto self = weak.lock(); self && !e)
+                self->expire_clients();
+        });
+    }
+}
+
+void listener_impl::expire_clients() noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    while (!expected_.empty() && expected_.front().deadline <= now) {
+        expected_.pop_front();
+        refuse("admitted client did not connect in time");
+    }
+    if (expected_.empty() || !door_attached_)
+        return;
+    expiry_timer_->expires_at(expected_.front().deadline);
+    expiry_timer_->async_wait([weak = weak_from_this()](const error_code& e) {
+        if (auto self = weak.lock(); self && !e)
+            self->expire_clients();
+    });
+}
+
+bool listener_impl::expects(const worker_address& peer) const noexcept {
+    return door_attached_ && std::any_of(expected_.begin(), expected_.end(),
+                                         [&peer](const auto& c) { return c.peer == peer; });
+}
+
+bool listener_impl::offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer) noexcept {
+    auto it = std::find_if(expected_.begin(), expected_.end(),
+                           [&peer](const auto& c) { return c.peer == peer; });
+    if (it == expected_.end())
+        return false;
+    ep->adopt_lifeline(std::move(it->socket));
+    expected_.erase(it);
+    return queue_.offer(std::move(ep));
+}
+
+void listener_impl::channel_gone() noexcept {
+    // The worker shuts down: it ended this listener first (shutdown()).
+    door_attached_ = false;
+}
+
 namespace {
 std::shared_ptr<listener_impl> make_listener(worker& w, listener_options& options) {
     const std::shared_ptr<worker_impl>& impl = checked(w);
     const worker_options& defaults = impl->options();
-    const connection_timeouts timeouts{
-        options.peer_timeout.value_or(defaults.peer_timeout),
-        options.handshake_timeout.value_or(defaults.handshake_timeout)};
-    return std::make_shared<listener_impl>(impl, options.backlog, std::move(options.accept_filter),
-                                           timeouts);
+    listener_impl::settings s;
+    s.backlog = options.backlog;
+    s.filter = std::move(options.accept_filter);
+    s.timeouts = {options.peer_timeout.value_or(defaults.peer_timeout),
+                  options.handshake_timeout.value_or(defaults.handshake_timeout)};
+    s.method = options.method.value_or(defaults.method);
+    s.secret = options.secret.value_or(defaults.secret);
+    s.reuse_address = options.reuse_address;
+    return std::make_shared<listener_impl>(impl, std::move(s));
 }
 } // namespace
 

@@ -4,25 +4,47 @@
 #include <ucx/detail/operation.hpp>
 
 #include "accept_queue.hpp"
+#include "control_channel.hpp"
+#include "door.hpp"
 #include "endpoint_impl.hpp"
 #include "worker_component.hpp"
 
+#include <ucx/worker.hpp>
+
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <functional>
+#include <list>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace ucx::detail {
 
 class worker_impl;
 
-class listener_impl final : public worker_component {
+/// A listener. With the handshake method (the default) it is a TCP acceptor
+/// whose clients pass the door handshake (door.hpp); the UCX connection each
+/// then makes by address arrives as a hello that the control channel hands
+/// to this listener, which expects that client. With the UCX socket-address
+/// method it is a `ucp_listener`.
+class listener_impl final : public worker_component,
+                            public hello_taker,
+                            public std::enable_shared_from_this<listener_impl> {
 public:
     using filter_type = std::function<bool(const boost::asio::ip::tcp::endpoint&)>;
 
-    listener_impl(std::shared_ptr<worker_impl> worker, std::size_t backlog, filter_type filter,
-                  const connection_timeouts& timeouts);
+    struct settings {
+        std::size_t backlog = 128;
+        filter_type filter;
+        connection_timeouts timeouts;
+        connection_method method = connection_method::handshake;
+        std::string secret;
+        bool reuse_address = true;
+    };
+
+    listener_impl(std::shared_ptr<worker_impl> worker, settings s);
     ~listener_impl();
     listener_impl(const listener_impl&) = delete;
     listener_impl& operator=(const listener_impl&) = delete;
@@ -30,7 +52,7 @@ public:
     void open(const boost::asio::ip::tcp::endpoint& bind, error_code& ec);
     /// Rejects queued requests, drops unaccepted connections, aborts accepts. Idempotent.
     void close() noexcept;
-    bool is_open() const noexcept { return handle_ != nullptr; }
+    bool is_open() const noexcept { return handle_ != nullptr || door_attached_; }
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
     const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
     std::size_t rejected() const noexcept { return rejected_; }
@@ -49,14 +71,49 @@ public:
     /// An endpoint failed (or went away) before its handshake finished.
     void on_failed(endpoint_impl* ep) noexcept;
 
+    // hello_taker (handshake method): the clients the door admitted.
+    bool expects(const worker_address& peer) const noexcept override;
+    bool has_room() const noexcept override { return queue_.ready() < backlog_; }
+    connection_timeouts timeouts() const noexcept override { return timeouts_; }
+    bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer) noexcept override;
+    void channel_gone() noexcept override;
+
 private:
     static void conn_callback(ucp_conn_request_h request, void* arg) noexcept;
+    void open_door(const boost::asio::ip::tcp::endpoint& bind, error_code& ec);
+    void accept_next();
+    void on_tcp_accept(const error_code& ec, boost::asio::ip::tcp::socket socket);
+    void session_done(door_session& s, const error_code& ec, const worker_address& peer);
+    /// Connections under way (handshaking or admitted, not yet queued) and
+    /// queued: what the backlog bounds.
+    std::size_t waiting() const noexcept;
+    void refuse(const char* why) noexcept;
+
+    /// A client the door admitted, until its UCX hello comes (or its
+    /// handshake time runs out).
+    struct expected_client {
+        worker_address peer;
+        /// The handshake's TCP connection: the connection's lifeline.
+        boost::asio::ip::tcp::socket socket;
+        std::chrono::steady_clock::time_point deadline;
+    };
+    void expire_clients() noexcept;
 
     std::shared_ptr<worker_impl> worker_;
     ucp_listener_h handle_ = nullptr;
     std::size_t backlog_;
     connection_timeouts timeouts_;
     filter_type filter_;
+    connection_method method_;
+    std::string secret_;
+    bool reuse_address_;
+    // Handshake method.
+    std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+    std::unique_ptr<boost::asio::steady_timer> retry_timer_;
+    std::unique_ptr<boost::asio::steady_timer> expiry_timer_;
+    std::vector<std::shared_ptr<door_session>> sessions_;
+    std::list<expected_client> expected_;
+    bool door_attached_ = false;
     std::size_t rejected_ = 0;
     std::vector<ucp_conn_request_h> requests_;
     std::vector<std::shared_ptr<endpoint_impl>> handshaking_;

@@ -144,6 +144,8 @@ worker_address worker_impl::address() const {
 
 void worker_impl::start(operation* op) noexcept {
     op->owner = this;
+    if (op->in_flight)
+        return; // started already (a connect that moves from its handshake to UCX)
     op->in_flight = true;
     in_flight_list::push_front(in_flight_head_, op);
     ++in_flight_count_;

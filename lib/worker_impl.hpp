@@ -65,7 +65,8 @@ public:
 
     // --- operations (owner thread only) ---
 
-    /// Links an operation into the in-flight list before it is submitted.
+    /// Links an operation into the in-flight list before it is submitted
+    /// (once: starting it again does nothing).
     void start(operation* op) noexcept;
     /// Takes the answer of a ucp_*_nbx call for `op`: a request (in flight or
     /// already completed by a callback), NULL (done) or an error.

@@ -36,12 +36,21 @@ void connect_to_address(worker_impl& w, endpoint_op* op, const worker_address& t
 /// the first IPv4 result is preferred). Completes when the connection and the
 /// library's handshake are done, with an endpoint ready for every operation.
 ///
+/// With `worker_options::method` `handshake` (the default) the connection is
+/// set up through the listener's TCP front door (checked worker addresses,
+/// the shared `worker_options::secret` if any), then UCX connects by address.
+///
 /// Completion signature: `void(error_code, ucx::endpoint)`. Errors: the
-/// resolver's (`asio::error::host_not_found`, ...), UCX's when nobody
-/// listens or the listener rejects (`errc::unreachable`,
-/// `errc::connection_reset`, `errc::rejected`, ...), `operation_aborted` when
-/// cancelled through the handler's cancellation slot. Library errors:
-/// `ucx::error::handshake_timeout` when the server's welcome did not come
+/// resolver's (`asio::error::host_not_found`, ...); handshake method:
+/// `asio::error::connection_refused` (nobody listens, or the listener refused:
+/// filter, backlog), the socket's error, `ucx::error::handshake_failed` (the
+/// server does not speak the handshake), `ucx::error::authentication_failed`
+/// (the secrets differ); `ucx_sockaddr` method: UCX's when nobody listens or
+/// the listener rejects (`errc::unreachable`, `errc::connection_reset`,
+/// `errc::rejected`, ...); UCX's statuses of the connection;
+/// `operation_aborted` when cancelled through the handler's cancellation
+/// slot or when the worker closes. Library errors:
+/// `ucx::error::handshake_timeout` when the connection was not set up
 /// within `worker_options::handshake_timeout` (a stopped or cut-off server),
 /// `ucx::error::feature_not_enabled` when the context has no `feature::am`,
 /// `ucx::error::allocation_failed` when the endpoint could not be allocated.

@@ -38,12 +38,27 @@ struct listener_options {
     /// connection is closed (it never reaches `async_accept`); unset: the
     /// worker's (`worker_options::handshake_timeout`), zero: no limit.
     std::optional<std::chrono::milliseconds> handshake_timeout{};
+    /// How clients connect; unset: the worker's (`worker_options::method`).
+    std::optional<connection_method> method{};
+    /// Handshake method: the shared secret clients must know; unset: the
+    /// worker's (`worker_options::secret`), empty: none.
+    std::optional<std::string> secret{};
+    /// Handshake method: let the port be bound while an earlier socket on it
+    /// lingers in TIME_WAIT (a restarted server), as `tcp::acceptor` does.
+    bool reuse_address = true;
 };
 
 /// Listens on an address and port for clients that `ucx::async_connect`, the
 /// UCX counterpart of `asio::ip::tcp::acceptor`. Each connection completes
 /// the library's handshake before `async_accept` yields it, so the endpoint it
 /// gives is ready for per-endpoint messaging.
+///
+/// With the handshake method (the default, `worker_options::method`) the
+/// listener is a TCP socket of the library's own: clients exchange checked
+/// worker addresses with it (authenticated with a shared secret if one is
+/// set), then connect UCX by address. No byte from the network reaches UCX
+/// unchecked; garbage, silence past the handshake timeout and wrong secrets
+/// are refused, counted in `rejected()`, and the listener keeps serving.
 ///
 /// Needs a context with the tag and active-message features (the defaults).
 /// Movable, not copyable. Closing (or destroying) the listener fails pending
@@ -76,7 +91,8 @@ public:
     /// Stops listening. Idempotent.
     void close() noexcept;
 
-    /// Connection requests rejected so far (filter or backlog).
+    /// Connection requests refused so far (filter, backlog, and with the
+    /// handshake method every client whose handshake failed).
     std::size_t rejected() const noexcept;
 
     /// Accepts the next connection. Completion signature:

@@ -15,8 +15,23 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <string>
 
 namespace ucx {
+
+/// How host:port connections (`ucx::listener`, `ucx::async_connect` by name or
+/// TCP endpoint, `ucx::stream::async_connect`) are set up.
+enum class connection_method {
+    /// The library's handshake on a TCP port: the listener is a plain TCP
+    /// socket that exchanges checked worker addresses (optionally
+    /// authenticated with `worker_options::secret`), then the client connects
+    /// UCX by address. No byte a stranger sends reaches UCX. The default.
+    handshake,
+    /// UCX's socket-address connection manager (`ucp_listener_create`,
+    /// sockaddr endpoints). UCX 1.13's manager aborts the process on a few
+    /// malformed bytes on its port: only for ports no stranger can reach.
+    ucx_sockaddr,
+};
 
 /// Options of a worker.
 struct worker_options {
@@ -67,6 +82,17 @@ struct worker_options {
     /// handshake in this time, unseen by `async_accept`. Zero: no limit. A
     /// listener's `listener_options::handshake_timeout` overrides it.
     std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
+    /// How this worker's listeners and host:port connects set up connections
+    /// (both sides must use the same). A listener's
+    /// `listener_options::method` overrides it.
+    connection_method method = connection_method::handshake;
+    /// Handshake method: a secret shared by the processes allowed to connect.
+    /// Non-empty: a listener admits only clients that prove they know it, and
+    /// a connect succeeds only with a server that proves it (HMAC-SHA-256
+    /// over fresh nonces; the secret never travels). Either side without it
+    /// fails the other with `ucx::error::authentication_failed`. A listener's
+    /// `listener_options::secret` overrides it.
+    std::string secret;
 };
 
 /// Counters of a worker's progress engine (for diagnostics and tests).

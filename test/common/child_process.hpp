@@ -83,6 +83,18 @@ public:
     }
     void kill_now() { kill(pid_, SIGKILL); }
     pid_t pid() const noexcept { return pid_; }
+    /// Whether the child has ended (then `wait()` returns at once), without
+    /// blocking: for a test that must keep its own io_context running.
+    bool exited() {
+        if (pid_ <= 0)
+            return true;
+        int st = 0;
+        if (waitpid(pid_, &st, WNOHANG) != pid_)
+            return false;
+        pid_ = -1;
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return true;
+    }
     /// Waits for the child; returns its exit status (128 + signal if killed).
     int wait() {
         if (pid_ <= 0)

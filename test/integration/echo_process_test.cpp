@@ -269,6 +269,8 @@ TEST_P(peer_failure, sigkilled_clients_twenty_times) {
         if (!both_ended)
             std::printf("survivor %s\n", kill(survivor.pid(), 0) == 0 ? "still running" : "gone");
         ASSERT_TRUE(both_ended);
+        // The survivor may still be echoing: serve it until it is done.
+        EXPECT_TRUE(run_until(srv.io, [&] { return survivor.exited(); }));
         EXPECT_EQ(survivor.wait(), 0);
         int eofs = 0, failures = 0;
         for (std::size_t i = first; i < srv.records.size(); ++i) {
