@@ -239,7 +239,9 @@ TEST_P(door, a_shared_secret_admits_only_who_knows_it) {
         EXPECT_EQ(*r, ucx::error::authentication_failed) << r->message();
     }
     // The anonymous client gives up at the greeting: the listener sees it close.
-    EXPECT_TRUE(run_until(io, [&] { return l.rejected() == 2u; }, 5s)) << l.rejected();
+    EXPECT_TRUE(run_until(
+        io, [&] { return l.rejected() == 2u; }, 5s))
+        << l.rejected();
     // A client with a secret does not trust a server without one.
     ucx::listener open(anonymous, loopback());
     std::optional<ucx::error_code> r;
