@@ -63,44 +63,36 @@ void door_io::run(door_step step) {
         out_ = std::move(step.out);
         boost::asio::async_write(socket_, boost::asio::buffer(out_),
                                  [self = shared_from_this()](const error_code& ec, std::size_t) {
-                                     if (ec) {
-                                         door_step s;
-                                         s.ec = self->broken(ec);
-                                         return self->finish(std::move(s));
-                                     }
-                                     self->read_header();
+                                     if (ec)
+                                         return self->failed(ec);
+                                     self->transfer(
+                                         boost::asio::buffer(self->header_),
+                                         [](door_io& io) { return io.on_header(io.header_); });
                                  });
         return;
     case door_step::action::read_body:
-        return read_body(step.body_size);
+        body_.resize(step.body_size);
+        return transfer(boost::asio::buffer(body_),
+                        [](door_io& io) { return io.on_body(io.body_); });
     case door_step::action::finish:
         return finish(std::move(step));
     }
 }
 
-void door_io::read_header() {
-    boost::asio::async_read(socket_, boost::asio::buffer(header_),
-                            [self = shared_from_this()](const error_code& ec, std::size_t) {
-                                if (ec) {
-                                    door_step s;
-                                    s.ec = self->broken(ec);
-                                    return self->finish(std::move(s));
-                                }
-                                self->run(self->on_header(self->header_));
+template <class Next>
+void door_io::transfer(boost::asio::mutable_buffer into, Next next) {
+    boost::asio::async_read(socket_, into,
+                            [self = shared_from_this(), next](const error_code& ec, std::size_t) {
+                                if (ec)
+                                    return self->failed(ec);
+                                self->run(next(*self));
                             });
 }
 
-void door_io::read_body(std::uint32_t size) {
-    body_.resize(size);
-    boost::asio::async_read(socket_, boost::asio::buffer(body_),
-                            [self = shared_from_this()](const error_code& ec, std::size_t) {
-                                if (ec) {
-                                    door_step s;
-                                    s.ec = self->broken(ec);
-                                    return self->finish(std::move(s));
-                                }
-                                self->run(self->on_body(self->body_));
-                            });
+void door_io::failed(const error_code& ec) {
+    door_step s;
+    s.ec = broken(ec);
+    finish(std::move(s));
 }
 
 void door_io::finish(door_step step) {

@@ -52,8 +52,11 @@ protected:
 
 private:
     void run(door_step step);
-    void read_header();
-    void read_body(std::uint32_t size);
+    /// Reads `into` full, then runs the step `next(*this)` returns.
+    template <class Next>
+    void transfer(boost::asio::mutable_buffer into, Next next);
+    /// The connection broke (or timed out): the handshake is over.
+    void failed(const error_code& ec);
     void finish(door_step step);
     error_code broken(const error_code& ec) const noexcept;
 
