@@ -310,6 +310,28 @@ TEST_P(door, closing_the_worker_during_the_handshake_aborts_the_connect) {
     EXPECT_EQ(*r, asio::error::operation_aborted);
 }
 
+TEST_P(door, an_ipv6_listener_takes_clients) {
+    // The front door is a plain TCP socket, IPv6 included; UCX then connects
+    // by worker address.
+    ucx::worker server(ctx, io, door_options()), client(ctx, io, door_options());
+    ucx::error_code ec;
+    ucx::listener l(server, {ip::make_address("::1"), 0}, {}, ec);
+    if (ec)
+        GTEST_SKIP() << "no IPv6 loopback here: " << ec.message();
+    EXPECT_FALSE(connect_and_echo(client, l));
+    std::optional<std::pair<ucx::error_code, ucx::endpoint>> named;
+    ucx::async_connect(
+        client, "::1", std::to_string(l.local_endpoint().port()),
+        [&](ucx::error_code e, ucx::endpoint ep) { named.emplace(e, std::move(ep)); });
+    std::optional<std::pair<ucx::error_code, ucx::endpoint>> accepted;
+    l.async_accept(
+        [&](ucx::error_code e, ucx::endpoint ep) { accepted.emplace(e, std::move(ep)); });
+    ASSERT_TRUE(run_until(
+        io, [&] { return named && accepted; }, 20s));
+    EXPECT_FALSE(named->first) << named->first.message();
+    EXPECT_TRUE(accepted->second.remote_endpoint().address().is_v6());
+}
+
 TEST_P(door, the_socket_address_method_still_works) {
     ucx::context sockaddr_ctx(options_for(GetParam(), true));
     ucx::worker_options o = door_options();
