@@ -8,7 +8,7 @@ packages=(
   libucx-dev ucx-utils
   libboost1.81-dev libboost-log1.81-dev libboost-system1.81-dev libboost-thread1.81-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  clang-format iproute2 procps
+  clang-format iproute2 procps nftables # nftables: the fault tests' black hole
   clang libclang-rt-14-dev # tools/fuzz.sh (libFuzzer)
   libssl-dev openssl # TLS over ucx::stream (tests), ucxcat tests (SHA-256)
   gnuplot-nox valgrind # tools/bench.sh (chart), tools/callgrind.sh
