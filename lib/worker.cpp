@@ -116,6 +116,20 @@ void worker_impl::open() {
         worker_ = nullptr;
         throw boost::system::system_error(make_error_code(st), "ucp_worker_get_efd");
     }
+    // The address, once: it does not change, and every connect by host:port
+    // and every client of a listener's door sends it.
+    {
+        ucp_address_t* addr = nullptr;
+        std::size_t len = 0;
+        if (ucs_status_t st = ucp_worker_get_address(worker_, &addr, &len); st != UCS_OK) {
+            ucp_worker_destroy(worker_);
+            worker_ = nullptr;
+            throw boost::system::system_error(make_error_code(st), "ucp_worker_get_address");
+        }
+        auto* p = reinterpret_cast<const std::byte*>(addr);
+        address_ = worker_address(std::vector<std::byte>(p, p + len));
+        ucp_worker_release_address(worker_, addr);
+    }
     efd_.assign(fd);
     // Active messages carry the control channel, and the registry on top.
     if ((context_->features() & feature::am) == feature::am && channel_.open())
@@ -130,14 +144,7 @@ worker_address worker_impl::address() const {
     if (!worker_)
         throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                           "ucx::worker::address");
-    ucp_address_t* addr = nullptr;
-    std::size_t len = 0;
-    if (ucs_status_t st = ucp_worker_get_address(worker_, &addr, &len); st != UCS_OK)
-        throw boost::system::system_error(make_error_code(st), "ucp_worker_get_address");
-    auto* p = reinterpret_cast<const std::byte*>(addr);
-    worker_address out(std::vector<std::byte>(p, p + len));
-    ucp_worker_release_address(worker_, addr);
-    return out;
+    return address_;
 }
 
 // ---- operations ----

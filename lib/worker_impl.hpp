@@ -186,6 +186,8 @@ private:
     std::shared_ptr<context_impl> context_;
     worker_options options_;
     ucp_worker_h worker_ = nullptr;
+    /// The worker's address, taken once when it opened.
+    worker_address address_;
     boost::asio::posix::stream_descriptor efd_;
     guarded_timer safety_timer_;
     bool safety_timer_armed_ = false;
