@@ -12,6 +12,9 @@
 #include <cstring>
 #include <string>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 namespace ucx {
 namespace detail {
 
@@ -117,6 +120,8 @@ void listener_impl::close() noexcept {
         acceptor_->close(ignored);
         if (retry_timer_)
             retry_timer_->cancel();
+        if (spare_fd_ >= 0)
+            ::close(std::exchange(spare_fd_, -1));
         if (expiry_timer_)
             expiry_timer_->cancel();
         for (auto& s : std::exchange(sessions_, {}))
@@ -157,6 +162,7 @@ void listener_impl::open_door(const boost::asio::ip::tcp::endpoint& bind, error_
         return;
     acceptor_ = std::move(acceptor);
     retry_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     expiry_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
     worker_->control().attach_door(this);
     door_attached_ = true;
@@ -186,10 +192,14 @@ void listener_impl::refuse(const char* why) noexcept {
 void listener_impl::on_tcp_accept(const error_code& ec, boost::asio::ip::tcp::socket socket) {
     if (!door_attached_ || ec == boost::asio::error::operation_aborted)
         return;
+    if ((ec == boost::asio::error::no_descriptors || ec.value() == ENFILE) && spare_fd_ >= 0) {
+        refuse_out_of_descriptors();
+        return accept_next();
+    }
     if (ec) {
-        // Out of descriptors (or another passing failure): the pending
-        // client stays in the kernel's queue; try again shortly rather than
-        // spin, and keep serving.
+        // Out of descriptors with none in reserve (or another passing
+        // failure): the pending client stays in the kernel's queue; try
+        // again shortly rather than spin, and keep serving.
         log::write(log::severity::warning, "listener: accepting failed: " + ec.message());
         retry_timer_->expires_after(std::chrono::milliseconds(100));
         retry_timer_->async_wait([weak = weak_from_this()](const error_code& e) {
@@ -227,6 +237,20 @@ void listener_impl::on_tcp_accept(const error_code& ec, boost::asio::ip::tcp::so
         }
     }
     accept_next();
+}
+
+void listener_impl::refuse_out_of_descriptors() noexcept {
+    // Give the reserve back for the one accept, answer "refused", close.
+    ::close(std::exchange(spare_fd_, -1));
+    error_code ec;
+    acceptor_->non_blocking(true, ec);
+    boost::asio::ip::tcp::socket client(worker_->get_executor());
+    acceptor_->accept(client, ec);
+    acceptor_->non_blocking(false, ec);
+    refuse("out of descriptors");
+    if (client.is_open())
+        refuse_door_client(std::move(client), door_status::refused);
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 void listener_impl::session_done(door_session& s, const error_code& ec,

@@ -110,6 +110,11 @@ private:
     // Handshake method.
     std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
     std::unique_ptr<boost::asio::steady_timer> retry_timer_;
+    /// A descriptor kept in reserve: out of descriptors, the listener gives
+    /// it up to accept the waiting client and refuse it, so the client gets
+    /// a clear answer instead of waiting for its deadline.
+    int spare_fd_ = -1;
+    void refuse_out_of_descriptors() noexcept;
     std::unique_ptr<boost::asio::steady_timer> expiry_timer_;
     std::vector<std::shared_ptr<door_session>> sessions_;
     std::list<expected_client> expected_;

@@ -1,5 +1,5 @@
-// One side of a connection for the fault tests: a server that accepts one
-// client, or a client; they exchange a 64-byte message every 20 ms until the
+// One side of a connection for the fault tests: a server that accepts
+// clients, or a client; they exchange a 64-byte message every 20 ms until the
 // connection fails, and each prints when it learns of the failure.
 //
 //   fault_peer server --address A [--peer-timeout-ms T]
@@ -14,6 +14,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,19 +101,24 @@ int main(int argc, char** argv) {
     o.handshake_timeout = std::chrono::seconds(10);
     ucx::worker w(ctx, io, o);
     std::optional<ucx::listener> listener;
+    std::function<void()> accept;
     if (role == "server") {
         listener.emplace(w, asio::ip::tcp::endpoint(asio::ip::make_address(address), 0));
         std::printf("listening %u\n", static_cast<unsigned>(listener->local_endpoint().port()));
         std::fflush(stdout);
-        listener->async_accept([](ucx::error_code ec, ucx::endpoint ep) {
-            if (ec) {
-                std::printf("failed %s\n", ec.message().c_str());
-                std::fflush(stdout);
-                return;
-            }
-            auto s = std::make_shared<session>(std::move(ep), false);
-            s->start(s);
-        });
+        accept = [&] {
+            listener->async_accept([&](ucx::error_code ec, ucx::endpoint ep) {
+                if (ec) {
+                    std::printf("failed %s\n", ec.message().c_str());
+                    std::fflush(stdout);
+                    return;
+                }
+                auto s = std::make_shared<session>(std::move(ep), false);
+                s->start(s);
+                accept();
+            });
+        };
+        accept();
     } else if (role == "client" && !port.empty()) {
         ucx::async_connect(w, host, port, [](ucx::error_code ec, ucx::endpoint ep) {
             if (ec) {

@@ -226,6 +226,57 @@ TEST_P(fault, sigstop_of_the_client_is_seen_by_both) {
                 ms_since(t0, *server_seen), ms_since(t1, *client_seen));
 }
 
+// A server out of descriptors: a client that cannot be taken is refused at
+// once with a clear error, and the server serves again once descriptors are
+// free. The server runs with a small descriptor limit (prlimit).
+TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
+    if (sh("command -v prlimit") != 0)
+        GTEST_SKIP() << "prlimit (util-linux) is not installed";
+    std::vector<std::string> server_argv = {
+        "/usr/bin/env",       "prlimit",         "--nofile=48:48",    "env",
+        "UCX_NET_DEVICES=lo", "UCX_TLS=sm,self", UCX_ASIO_FAULT_PEER, "server",
+        "--address",          "127.0.0.1",       "--peer-timeout-ms", "5000"};
+    child_process server(server_argv);
+    const std::string line = server.read_line();
+    ASSERT_EQ(line.rfind("listening ", 0), 0u) << line;
+    const std::string port = line.substr(10);
+    auto client = [&] {
+        return std::make_unique<child_process>(std::vector<std::string>{
+            "/usr/bin/env", "UCX_NET_DEVICES=lo", "UCX_TLS=sm,self", UCX_ASIO_FAULT_PEER, "client",
+            "--host", "127.0.0.1", "--port", port, "--peer-timeout-ms", "5000"});
+    };
+    // Connect clients until one is refused (each costs the server a descriptor).
+    std::vector<std::unique_ptr<child_process>> clients;
+    bool refused = false;
+    for (int i = 0; i < 60 && !refused; ++i) {
+        clients.push_back(client());
+        const auto deadline = clock_type::now() + 10s;
+        while (clock_type::now() < deadline) {
+            if (clients.back()->output_contains("connected"))
+                break;
+            if (clients.back()->output_contains("failed")) {
+                refused = true;
+                break;
+            }
+            std::this_thread::sleep_for(2ms);
+        }
+    }
+    ASSERT_TRUE(refused) << "no client was refused with " << clients.size() << " connected";
+    EXPECT_TRUE(clients.back()->output_contains("failed Connection refused"))
+        << "the refused client was not told clearly";
+    std::printf("out of descriptors after %zu clients: refused at once\n", clients.size() - 1);
+    // Free some descriptors: the server takes the next client.
+    clients.pop_back();
+    for (int i = 0; i < 4; ++i) {
+        clients.back()->kill_now();
+        clients.pop_back();
+    }
+    std::this_thread::sleep_for(300ms);
+    auto again = client();
+    EXPECT_TRUE(pair::wait_for(*again, "connected", 10s)) << "the server did not serve again";
+    EXPECT_EQ(kill(server.pid(), 0), 0) << "the server died";
+}
+
 /// Only between namespaces: a cut the kernel does not report.
 class network_fault : public fault {};
 
