@@ -8,6 +8,7 @@
 #include "stream_pattern.hpp"
 #include "test_support.hpp"
 
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/read.hpp>
@@ -419,6 +420,70 @@ TEST_P(stream_test, operations_after_close_and_on_unconnected_streams_fail_clean
     }());
     // The background close finishes while the workers progress.
     EXPECT_TRUE(run_until(io, [&] { return client_worker.pending_operations() == 0; }));
+}
+
+/// Counts what a handler's operation allocates and frees.
+struct allocation_count {
+    int allocated = 0;
+    int freed = 0;
+};
+
+template <class T>
+struct counting_allocator {
+    using value_type = T;
+    allocation_count* count;
+    explicit counting_allocator(allocation_count* c) noexcept : count(c) {}
+    template <class U>
+    counting_allocator(const counting_allocator<U>& other) noexcept : count(other.count) {}
+    T* allocate(std::size_t n) {
+        ++count->allocated;
+        return std::allocator<T>().allocate(n);
+    }
+    void deallocate(T* p, std::size_t n) noexcept {
+        ++count->freed;
+        std::allocator<T>().deallocate(p, n);
+    }
+    template <class U>
+    bool operator==(const counting_allocator<U>& other) const noexcept {
+        return count == other.count;
+    }
+};
+
+TEST(stream_lifetime, operations_started_where_the_io_context_runs_no_more_are_freed_with_it) {
+    // Asio destroys the handlers it never ran when its io_context goes: an
+    // operation started from outside the io_context's thread, which nobody
+    // runs again, goes the same way (its handler is never called), and so
+    // does a stream's background close.
+    allocation_count count;
+    bool called = false;
+    {
+        asio::io_context io;
+        ucx::context ctx(stream_options(transport::tcp, false));
+        ucx::worker a(ctx, io), b(ctx, io);
+        ucx::acceptor acceptor(a, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+        ucx::stream client(b), server(a);
+        std::optional<ucx::error_code> accepted, connected;
+        acceptor.async_accept(server, [&](ucx::error_code ec) { accepted = ec; });
+        client.async_connect("127.0.0.1", std::to_string(acceptor.local_endpoint().port()),
+                             [&](ucx::error_code ec) { connected = ec; });
+        ASSERT_TRUE(run_until(io, [&] { return accepted && connected; }));
+        ASSERT_FALSE(*accepted);
+        ASSERT_FALSE(*connected);
+        // From here on, nothing runs `io`.
+        char buf[16];
+        client.async_read_some(
+            asio::buffer(buf),
+            asio::bind_allocator(counting_allocator<void>(&count),
+                                 [&](ucx::error_code, std::size_t) { called = true; }));
+        asio::async_write(
+            server, asio::buffer(buf),
+            asio::bind_allocator(counting_allocator<void>(&count),
+                                 [&](ucx::error_code, std::size_t) { called = true; }));
+        EXPECT_GE(count.allocated, 2);
+        EXPECT_EQ(count.freed, 0);
+    }
+    EXPECT_FALSE(called);
+    EXPECT_EQ(count.freed, count.allocated);
 }
 
 TEST_P(stream_test, acceptor_yields_new_streams) {

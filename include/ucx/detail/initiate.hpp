@@ -44,17 +44,6 @@ public:
         return native_executor_ && native_executor_->running_in_this_thread();
     }
 
-    /// Runs `fn` on the owner executor: now if already there, else dispatched.
-    template <class Fn>
-    void run_on_owner(Fn&& fn) {
-        // The common case, an operation started from a handler of the same
-        // io_context, skips the type-erased dispatch.
-        if (running_in_owner())
-            fn();
-        else
-            boost::asio::dispatch(executor_, std::forward<Fn>(fn));
-    }
-
 protected:
     explicit worker_core(const executor_type& ex)
         : executor_(ex),
@@ -96,6 +85,26 @@ private:
     operation* op_;
 };
 
+/// Owns an operation on its way to the worker's executor until its submit
+/// function takes it. A dispatched submission that never runs (its
+/// io_context stopped for good and destroyed) destroys the operation and its
+/// handler, as Asio destroys the handlers it never ran: nothing leaks.
+template <class Op>
+class submission {
+public:
+    explicit submission(Op* op) noexcept : op_(op) {}
+    submission(submission&& other) noexcept : op_(std::exchange(other.op_, nullptr)) {}
+    submission& operator=(submission&&) = delete;
+    ~submission() {
+        if (op_)
+            op_->complete(operation::delivery::destroy);
+    }
+    Op* release() noexcept { return std::exchange(op_, nullptr); }
+
+private:
+    Op* op_;
+};
+
 /// Allocates the operation for `handler`, connects its cancellation slot, and
 /// runs `submit(op)` on the worker's executor (at once when already there).
 template <class Result, class Handler, class Submit>
@@ -105,7 +114,12 @@ void start_operation(Handler&& handler, worker_core& w, Submit&& submit) {
     auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
     if (slot.is_connected())
         slot.template emplace<operation_canceller>(op);
-    w.run_on_owner([op, submit = std::forward<Submit>(submit)]() mutable { submit(op); });
+    if (w.running_in_owner())
+        return submit(op);
+    boost::asio::dispatch(w.get_executor(), [pending = submission<op_type>(op),
+                                             submit = std::forward<Submit>(submit)]() mutable {
+        submit(pending.release());
+    });
 }
 
 /// Allocates the operation for `handler`, connects its cancellation slot, and
@@ -134,7 +148,8 @@ void start_target_operation(Handler&& handler, worker_core& w,
     if (slot.is_connected())
         slot.template emplace<operation_canceller>(op);
     boost::asio::dispatch(w.get_executor(),
-                          [op, keep = std::move(keep), submit]() mutable { submit(*keep, op); });
+                          [pending = submission<op_type>(op), keep = std::move(keep),
+                           submit]() mutable { submit(*keep, pending.release()); });
 }
 
 /// async_initiate for an operation of the object `target` (an endpoint,
