@@ -11,6 +11,7 @@
 #include <boost/asio/write.hpp>
 
 #include <array>
+#include <atomic>
 #include <random>
 #include <thread>
 
@@ -91,7 +92,7 @@ protected:
         asio::write(s, asio::buffer(bytes));
         std::size_t answered = 0;
         std::array<char, 256> buf;
-        bool closed = false;
+        std::atomic<bool> closed{false};
         std::thread reader([&] {
             ucx::error_code ec;
             while (!ec)
@@ -99,10 +100,10 @@ protected:
             closed = true;
         });
         EXPECT_TRUE(run_until(
-            io, [&] { return closed; }, 20s))
+            io, [&] { return closed.load(); }, 20s))
             << "the listener kept the socket";
         if (!closed)
-            s.close();
+            s.shutdown(ip::tcp::socket::shutdown_both); // the reader ends
         reader.join();
         return answered;
     }

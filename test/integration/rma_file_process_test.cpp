@@ -20,7 +20,7 @@ namespace {
 
 // The 512 MiB transfer runs once, over shared memory; TCP moves a smaller
 // file, to keep the suite quick. Sanitizer builds move less.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr std::size_t shm_file_size = std::size_t{16} << 20;
 constexpr std::size_t tcp_file_size = std::size_t{4} << 20;
 #else
