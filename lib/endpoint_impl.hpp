@@ -40,6 +40,8 @@ public:
     virtual void peer_stream_end(std::uint64_t total, bool goodbye) noexcept = 0;
     /// The peer says it has read `bytes` stream bytes (stream_ack).
     virtual void peer_stream_acked(std::uint64_t bytes) noexcept = 0;
+    /// UCX queued stream data for this endpoint (after a progress call).
+    virtual void stream_data_ready() noexcept = 0;
 
 protected:
     ~endpoint_watcher() = default;
@@ -147,7 +149,9 @@ public:
 
     // ucx::stream.
     /// Installs (or, with null, removes) the stream told about stream events.
-    void set_watcher(endpoint_watcher* w) noexcept { watcher_ = w; }
+    void set_watcher(endpoint_watcher* w) noexcept;
+    /// The stream over this endpoint, if any.
+    endpoint_watcher* watcher() const noexcept { return watcher_; }
     /// Whether the peer's goodbye arrived.
     bool peer_said_goodbye() const noexcept { return fsm_.peer_said_goodbye(); }
     /// The stream bytes the peer said it wrote in all (stream_end or

@@ -65,15 +65,23 @@ bool stream_impl::is_open() const noexcept {
     return ep_ && !closed_;
 }
 
-void stream_impl::release_chunk() noexcept {
-    if (chunk_ && ep_ && ep_->native())
-        ucp_stream_data_release(ep_->native(), chunk_);
-    chunk_ = nullptr;
-    chunk_len_ = chunk_off_ = 0;
+void stream_impl::release_first() noexcept {
+    if (ep_ && ep_->native())
+        ucp_stream_data_release(ep_->native(), held_[held_first_].data);
+    held_off_ = 0;
+    if (++held_first_ == held_.size()) {
+        held_.clear();
+        held_first_ = 0;
+    }
+}
+
+void stream_impl::release_held() noexcept {
+    while (held_first_ < held_.size())
+        release_first();
 }
 
 void stream_impl::detach_endpoint() noexcept {
-    release_chunk();
+    release_held();
     drained_.clear();
     drained_off_ = 0;
     if (ep_)
@@ -365,18 +373,7 @@ std::size_t stream_impl::run_deferred(deferred_stage) noexcept {
     return serve();
 }
 
-bool stream_impl::has_buffered() const noexcept {
-    return (chunk_ && chunk_off_ < chunk_len_) || drained_off_ < drained_.size();
-}
-
-bool stream_impl::fetch() noexcept {
-    if (chunk_) {
-        if (chunk_off_ < chunk_len_)
-            return true;
-        release_chunk();
-    }
-    if (drained_off_ < drained_.size())
-        return true;
+bool stream_impl::pull() noexcept {
     if (!ep_ || !ep_->native() || recv_error_)
         return false;
     std::size_t len = 0;
@@ -387,14 +384,29 @@ bool stream_impl::fetch() noexcept {
     }
     if (p == nullptr)
         return false;
-    chunk_ = p;
-    chunk_len_ = len;
-    chunk_off_ = 0;
     if (len == 0) {
-        release_chunk();
+        ucp_stream_data_release(ep_->native(), p);
+        return false;
+    }
+    try {
+        held_.push_back(held_chunk{p, len});
+    } catch (...) {
+        ucp_stream_data_release(ep_->native(), p);
+        recv_error_ = make_error_code(error::allocation_failed);
         return false;
     }
     return true;
+}
+
+bool stream_impl::fetch() noexcept {
+    while (held_first_ < held_.size()) {
+        if (held_off_ < held_[held_first_].size)
+            return true;
+        release_first();
+    }
+    if (drained_off_ < drained_.size())
+        return true;
+    return pull();
 }
 
 std::size_t stream_impl::copy_out(pending_read& r) noexcept {
@@ -403,11 +415,13 @@ std::size_t stream_impl::copy_out(pending_read& r) noexcept {
         auto* dst = static_cast<std::byte*>(r.bufs[i].data());
         std::size_t room = r.bufs[i].size();
         while (room > 0 && fetch()) {
+            const bool held = held_first_ < held_.size();
             const std::byte* src;
             std::size_t avail;
-            if (chunk_) {
-                src = static_cast<const std::byte*>(chunk_) + chunk_off_;
-                avail = chunk_len_ - chunk_off_;
+            if (held) {
+                const held_chunk& c = held_[held_first_];
+                src = static_cast<const std::byte*>(c.data) + held_off_;
+                avail = c.size - held_off_;
             } else {
                 src = drained_.data() + drained_off_;
                 avail = drained_.size() - drained_off_;
@@ -417,17 +431,17 @@ std::size_t stream_impl::copy_out(pending_read& r) noexcept {
             dst += k;
             room -= k;
             copied += k;
-            if (chunk_)
-                chunk_off_ += k;
+            if (held)
+                held_off_ += k;
             else
                 drained_off_ += k;
         }
         if (room > 0)
             break;
     }
-    if (chunk_ && chunk_off_ == chunk_len_)
-        release_chunk();
-    if (!chunk_ && drained_off_ == drained_.size() && !drained_.empty()) {
+    if (held_first_ < held_.size() && held_off_ == held_[held_first_].size)
+        release_first();
+    if (held_.empty() && drained_off_ == drained_.size() && !drained_.empty()) {
         drained_.clear();
         drained_.shrink_to_fit();
         drained_off_ = 0;
@@ -487,11 +501,33 @@ std::size_t stream_impl::serve() noexcept {
         reads_.clear();
     }
     maybe_ack();
-    // UCX says nothing when stream data arrives: look again after the next
-    // progress call while reads wait.
-    if (!reads_.empty())
+    if (reads_.empty()) {
+        // Nobody reads now: take what UCX queued out of its queue (see the
+        // header), so a failure of the endpoint cannot discard it.
+        while (pull()) {
+        }
+    } else {
+        // Look again after the next progress call while reads wait.
         w.defer(*this, deferred_stage::stream_data);
+    }
     return done;
+}
+
+void stream_impl::stream_data_ready() noexcept {
+    worker_->defer(*this, deferred_stage::stream_data);
+}
+
+void take_stream_data(worker_impl& w) noexcept {
+    ucp_stream_poll_ep_t ready[16];
+    for (;;) {
+        const ssize_t n = ucp_stream_worker_poll(w.native(), ready, std::size(ready), 0);
+        for (ssize_t i = 0; i < n; ++i)
+            if (endpoint_impl* ep = w.find_endpoint(ready[i].ep))
+                if (endpoint_watcher* s = ep->watcher())
+                    s->stream_data_ready();
+        if (n < static_cast<ssize_t>(std::size(ready)))
+            return;
+    }
 }
 
 void stream_impl::take_received(ucp_ep_h ep) noexcept {
@@ -505,19 +541,20 @@ void stream_impl::take_received(ucp_ep_h ep) noexcept {
             ec = socket_error(ep_->error());
         fail_blocked(ec);
     }
-    // UCX drops received stream data with its endpoint: keep what was not read.
-    try {
-        if (chunk_) {
-            const auto* p = static_cast<const std::byte*>(chunk_);
-            drained_.insert(drained_.end(), p + chunk_off_, p + chunk_len_);
+    // UCX drops received stream data with its endpoint: keep what was not
+    // read, in order (the held chunks, then what UCX still has).
+    for (; held_first_ < held_.size(); ++held_first_, held_off_ = 0) {
+        const held_chunk& c = held_[held_first_];
+        try {
+            const auto* p = static_cast<const std::byte*>(c.data);
+            drained_.insert(drained_.end(), p + held_off_, p + c.size);
+        } catch (...) {
+            recv_error_ = make_error_code(error::allocation_failed);
         }
-    } catch (...) {
-        recv_error_ = make_error_code(error::allocation_failed);
+        ucp_stream_data_release(ep, c.data);
     }
-    if (chunk_)
-        ucp_stream_data_release(ep, chunk_);
-    chunk_ = nullptr;
-    chunk_len_ = chunk_off_ = 0;
+    held_.clear();
+    held_first_ = held_off_ = 0;
     worker_impl& w = *worker_;
     if (w.native()) {
         for (;;) {

@@ -9,6 +9,14 @@
 // per-operation cancellation exact (UCX cannot cancel a stream receive), and a
 // read completes with whatever is available (read_some semantics).
 //
+// Received data never waits in UCX's queue: UCX discards that queue when the
+// endpoint fails, before it reports the failure, so data the peer wrote just
+// before it died would be lost. After each progress call the worker tells
+// the streams UCX queued data for (`take_stream_data`), and a stream with no
+// read pending takes the data out of UCX's queue into its own, still
+// zero-copy (UCX's descriptors, released once read). The peer's flow-control
+// window bounds what is held.
+//
 // End of stream and flow control: the byte accounting and its decisions are
 // `stream_fsm`'s; the endpoint hands this stream the peer's end markers and
 // acknowledgements (endpoint_watcher).
@@ -100,6 +108,7 @@ public:
     void take_received(ucp_ep_h ep) noexcept override;
     void peer_stream_end(std::uint64_t total, bool goodbye) noexcept override;
     void peer_stream_acked(std::uint64_t bytes) noexcept override;
+    void stream_data_ready() noexcept override;
 
 private:
     /// Hands a write (`total` bytes) to UCX.
@@ -124,13 +133,17 @@ private:
     std::size_t serve() noexcept;
     /// Copies available bytes into `r`'s buffers.
     std::size_t copy_out(pending_read& r) noexcept;
-    /// Makes some received bytes available (UCX's next chunk); false if none.
+    /// Makes some received bytes available; false if none.
     bool fetch() noexcept;
-    bool has_buffered() const noexcept;
+    /// Takes UCX's next chunk of received data into `held_`; false if none.
+    bool pull() noexcept;
+    /// Gives the first held chunk back to UCX.
+    void release_first() noexcept;
     /// Whether reads must end now, and with what.
     bool end_state(error_code& ec) const noexcept;
     void fail_reads(const error_code& ec) noexcept;
-    void release_chunk() noexcept;
+    /// Gives every held chunk back to UCX.
+    void release_held() noexcept;
     void detach_endpoint() noexcept;
     /// The local side stops: reads fail, the timer stops, the endpoint is
     /// given up (returned for the caller to close).
@@ -144,10 +157,16 @@ private:
     // Usually one read at a time: a vector keeps its capacity, so the steady
     // state allocates nothing (a deque frees and reallocates its block).
     std::vector<pending_read> reads_;
-    // UCX's current chunk of received data, partly consumed.
-    void* chunk_ = nullptr;
-    std::size_t chunk_len_ = 0;
-    std::size_t chunk_off_ = 0;
+    // Chunks of received data taken from UCX, in order (UCX's descriptors,
+    // given back once read); the first is read from `held_off_` on. A vector
+    // keeps its capacity: the steady state allocates nothing.
+    struct held_chunk {
+        void* data;
+        std::size_t size;
+    };
+    std::vector<held_chunk> held_;
+    std::size_t held_first_ = 0;
+    std::size_t held_off_ = 0;
     // Data taken from UCX before the UCP endpoint closed.
     std::vector<std::byte> drained_;
     std::size_t drained_off_ = 0;

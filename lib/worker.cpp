@@ -46,6 +46,10 @@ struct engine_backend {
     std::size_t progress() {
         ++w.stats_.progress_calls;
         const unsigned events = ucp_worker_progress(w.worker_);
+        // Stream data that arrived goes to its stream at once (see
+        // take_stream_data); only workers with streams look.
+        if (events != 0 && w.streams_ != 0)
+            take_stream_data(w);
         // Most spinning steps find nothing: decide that inline.
         if (w.nothing_to_deliver())
             return events;

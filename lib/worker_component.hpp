@@ -24,9 +24,10 @@ enum class deferred_stage : unsigned char {
     requests,
     /// Endpoints whose error callback fired.
     failure,
-    /// Streams with pending reads: moving received stream data to them
-    /// (UCX has no callback for stream data; a stream queues itself again
-    /// while reads are pending).
+    /// Streams with pending reads, or stream data UCX queued: moving
+    /// received stream data to the reads, or out of UCX's queue (UCX has no
+    /// callback for stream data; a stream queues itself again while reads
+    /// are pending, and the worker queues it when UCX lists it as ready).
     stream_data,
     /// Received active messages.
     messages,

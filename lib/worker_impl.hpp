@@ -45,6 +45,12 @@ void counted_send_finished(operation* op) noexcept;
 /// Creates and opens the active-message registry of `w` (registered with
 /// it); null when it cannot be opened. Defined with the registry.
 std::shared_ptr<am_registry> make_am_registry(worker_impl& w);
+/// Hands the stream data UCX queued after a progress call to the streams it
+/// is for, which take it out of UCX's queues: UCX discards what is queued
+/// for an endpoint when the endpoint fails, before it reports the failure,
+/// and the data a peer wrote before it died must still be read. Defined
+/// with the stream.
+void take_stream_data(worker_impl& w) noexcept;
 
 class worker_impl : public worker_core, public std::enable_shared_from_this<worker_impl> {
 public:
@@ -140,6 +146,9 @@ public:
     error_code accept_support() const noexcept;
     /// A fresh random tag for per-endpoint receives.
     std::uint64_t random_tag() { return rng_(); }
+    /// A stream starts (`true`) or stops watching an endpoint: while any
+    /// does, each progress call that found events hands out stream data.
+    void watch_streams(bool on) noexcept { on ? ++streams_ : --streams_; }
     /// Control messages dropped as malformed or unroutable.
     std::size_t dropped_control_messages() const noexcept { return channel_.dropped(); }
 
@@ -195,6 +204,8 @@ private:
     worker_stats stats_{};
     unsigned wait_generation_ = 0;
     bool stopping_ = false;
+    /// Endpoints a stream watches.
+    std::size_t streams_ = 0;
 
     operation* in_flight_head_ = nullptr;
     std::size_t in_flight_count_ = 0;

@@ -626,6 +626,38 @@ TEST_P(stream_failure_test, two_processes_a_killed_peer_is_a_reset_not_eof) {
     }());
 }
 
+TEST_P(stream_failure_test, two_processes_data_that_arrived_before_a_kill_is_read_then_reset) {
+    // Nothing reads while the data arrives and while the peer dies: the
+    // bytes it wrote are still delivered, then the reset.
+    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
+                         std::to_string(acceptor.local_endpoint().port()), "hang", "100000"});
+    ucx::stream s(server_worker);
+    std::optional<ucx::error_code> a;
+    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
+    ASSERT_FALSE(*a) << a->message();
+    ASSERT_TRUE(run_until(io, [&] { return child.output_contains("WROTE"); }));
+    auto settle = [&](std::chrono::milliseconds d) {
+        asio::steady_timer t(io, d);
+        bool waited = false;
+        t.async_wait([&](ucx::error_code) { waited = true; });
+        ASSERT_TRUE(run_until(io, [&] { return waited; }));
+    };
+    settle(std::chrono::milliseconds(200));
+    child.kill_now();
+    child.wait();
+    settle(std::chrono::milliseconds(500)); // the failure is seen meanwhile
+    std::vector<char> in(100000);
+    run([&]() -> awaitable<void> {
+        co_await asio::async_read(s, asio::buffer(in), use_awaitable);
+        char c;
+        auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::connection_reset) << ec.message();
+        (void)n;
+    }());
+    EXPECT_TRUE(in == stream_pattern(100000, 1));
+}
+
 TEST_P(stream_test, flow_control_holds_a_writer_back_until_the_reader_reads) {
     auto [client, server] = connect_pair();
     constexpr std::size_t chunk = 1u << 20, count = 24;
