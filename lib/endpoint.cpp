@@ -15,9 +15,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <sys/socket.h>
 
 namespace ucx {
 namespace detail {
@@ -526,6 +529,22 @@ void endpoint_impl::unmap() noexcept {
 
 void endpoint_impl::force_close(const error_code& ec) noexcept {
     execute(fsm_.force_close(ec));
+}
+
+bool endpoint_impl::finishing() const noexcept {
+    const connection_state s = fsm_.state();
+    if (s != connection_state::closing && s != connection_state::lingering)
+        return false;
+    if (lifeline_ && lifeline_->is_open()) {
+        // Nothing runs the lifeline's read now (see worker_impl::shutdown):
+        // look at the socket itself; end of file or an error: the peer's
+        // process is gone.
+        char byte;
+        const ssize_t r = ::recv(lifeline_->native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return false;
+    }
+    return true;
 }
 
 void endpoint_impl::detach() noexcept {

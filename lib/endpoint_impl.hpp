@@ -171,6 +171,9 @@ public:
     // after progress, and detaches the endpoint at shutdown.
     std::size_t run_deferred(deferred_stage stage) noexcept override;
     void shutdown() noexcept override { detach(); }
+    /// A graceful close under way whose peer's process still lives (its
+    /// lifeline, when there is one, is still open).
+    bool finishing() const noexcept override;
 
     /// Status reported by the error callback.
     ucs_status_t failure_status = UCS_OK;

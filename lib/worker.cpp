@@ -457,9 +457,28 @@ void worker_impl::remove_resource(worker_resource* r) noexcept {
 
 // ---- shutdown ----
 
+bool worker_impl::closes_under_way() const noexcept {
+    for (worker_component* c = components(component_kind::endpoint); c; c = c->next_component())
+        if (c->finishing())
+            return true;
+    return false;
+}
+
 void worker_impl::shutdown() {
     if (!worker_ || stopping_)
         return;
+    // 0. Graceful closes under way finish first: what the application wrote
+    // before close() still reaches the peer when the program ends right
+    // after (the kernel does that for a TCP socket; here the data is still
+    // in this process). Bounded by the shutdown timeout, and only while the
+    // peers are still there; nothing but this loop runs meanwhile (handlers
+    // are posted, timers wait).
+    const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
+    while (closes_under_way() && std::chrono::steady_clock::now() < deadline) {
+        if (ucp_worker_progress(worker_) != 0 && streams_ != 0)
+            take_stream_data(*this);
+        deliver_completions(operation::delivery::post);
+    }
     stopping_ = true;
     log::write(log::severity::debug, "worker shutting down");
 
@@ -489,7 +508,6 @@ void worker_impl::shutdown() {
         finished(op);
 
     // 3. Progress until UCX has called back every request.
-    const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
     while (work_pending() && std::chrono::steady_clock::now() < deadline)
         ucp_worker_progress(worker_);
     if (in_flight_count_ > 0) {

@@ -68,6 +68,9 @@ public:
     /// The worker shuts down (its first step): end everything, and leave the
     /// worker (`remove_component`).
     virtual void shutdown() noexcept = 0;
+    /// Whether it has work under way that the worker's shutdown lets finish
+    /// first (a graceful close whose peer is still there).
+    virtual bool finishing() const noexcept { return false; }
 
     /// The next registered component of the same kind.
     worker_component* next_component() const noexcept { return next_; }

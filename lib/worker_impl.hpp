@@ -190,6 +190,8 @@ private:
     void start_safety_timer();
     void unlink(operation* op) noexcept;
     bool work_pending() const noexcept;
+    /// Whether an endpoint's graceful close is under way (shutdown's first step).
+    bool closes_under_way() const noexcept;
     void cancel_safety_timer() noexcept;
 
     std::shared_ptr<context_impl> context_;

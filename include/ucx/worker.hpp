@@ -53,7 +53,8 @@ struct worker_options {
     /// yield costs the io_context's reactor a system call, so spinning is
     /// sliced by time (checked every 64 quiet calls), not by a short count.
     std::chrono::nanoseconds spin_slice = std::chrono::microseconds(50);
-    /// Shutdown waits at most this long for UCX to call back every request.
+    /// Shutdown waits at most this long for the graceful closes under way,
+    /// then at most this long for UCX to call back every request.
     std::chrono::milliseconds shutdown_timeout = std::chrono::seconds(5);
     /// Active messages: the data bytes one id may hold in memory for messages
     /// nobody has taken yet. Past it, rendezvous data is left at the sender
@@ -124,9 +125,14 @@ class worker_impl;
 /// the worker (or stop the io_context) to end `run()`.
 ///
 /// Movable, not copyable. Destroying the worker (or calling `close()`)
-/// force-closes its endpoints, completes every pending operation with
-/// `asio::error::operation_aborted` and releases UCX resources in the order
-/// UCX requires.
+/// first lets the graceful closes under way finish (an endpoint's or a
+/// stream's `close()`/`async_close()` whose peer is still there), so data
+/// written before a close reaches the peer even when the program ends right
+/// after, as the kernel does for a TCP socket; this blocks the caller, at
+/// most for `worker_options::shutdown_timeout`, running nothing but the
+/// worker's own progress. Then it force-closes its endpoints, completes every
+/// pending operation with `asio::error::operation_aborted` and releases UCX
+/// resources in the order UCX requires.
 class worker {
 public:
     using executor_type = boost::asio::any_io_executor;

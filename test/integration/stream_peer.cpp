@@ -7,8 +7,11 @@
 //     "RESULT bad ...") and exits.
 //   hang SIZE: writes stream_pattern(SIZE, 1), prints "WROTE", and waits to
 //     be killed.
+//   close_exit SIZE: writes stream_pattern(SIZE, 1), closes the stream with
+//     close() (in the background), stops the io_context and returns from
+//     main at once: the worker's destruction must still deliver every byte.
 //
-//   stream_peer <tcp|shm> <TARGET> <exchange|hang> <size> [keepalive]
+//   stream_peer <tcp|shm> <TARGET> <exchange|hang|close_exit> <size> [keepalive]
 //
 // With "keepalive", UCX checks its peers every 500 ms (shared memory
 // notices a killed peer only that way).
@@ -53,6 +56,13 @@ int main(int argc, char** argv) {
                     asio::use_awaitable);
             else
                 co_await s.async_connect("127.0.0.1", target, asio::use_awaitable);
+            if (mode == "close_exit") {
+                co_await asio::async_write(s, asio::buffer(out), asio::use_awaitable);
+                s.close();
+                io.stop();
+                result = "ok";
+                co_return;
+            }
             if (mode == "hang") {
                 co_await asio::async_write(s, asio::buffer(out), asio::use_awaitable);
                 std::cout << "WROTE" << std::endl;
@@ -100,7 +110,8 @@ int main(int argc, char** argv) {
                     result = std::string("bad: ") + x.what();
                 }
             }
-            w.close();
+            if (mode != "close_exit")
+                w.close();
         });
     io.run();
     // UCX writes its own log lines to stdout too: mark ours.

@@ -658,6 +658,32 @@ TEST_P(stream_failure_test, two_processes_data_that_arrived_before_a_kill_is_rea
     EXPECT_TRUE(in == stream_pattern(100000, 1));
 }
 
+TEST_P(stream_test, two_processes_data_written_before_close_and_exit_is_all_delivered) {
+    // The peer writes, calls close() and returns from main at once: its
+    // worker's destruction finishes the graceful close, so every byte
+    // arrives, then eof (not a reset).
+    constexpr std::size_t size = 8u << 20;
+    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
+                         std::to_string(acceptor.local_endpoint().port()), "close_exit",
+                         std::to_string(size)});
+    ucx::stream s(server_worker);
+    std::optional<ucx::error_code> a;
+    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
+    ASSERT_FALSE(*a) << a->message();
+    std::vector<char> in(size);
+    run([&]() -> awaitable<void> {
+        co_await asio::async_read(s, asio::buffer(in), use_awaitable);
+        char c;
+        auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+        EXPECT_EQ(ec, asio::error::eof) << ec.message();
+        (void)n;
+    }());
+    EXPECT_TRUE(in == stream_pattern(size, 1));
+    EXPECT_TRUE(peer_ok(io, child));
+    EXPECT_EQ(child.wait(), 0);
+}
+
 TEST_P(stream_test, flow_control_holds_a_writer_back_until_the_reader_reads) {
     auto [client, server] = connect_pair();
     constexpr std::size_t chunk = 1u << 20, count = 24;
