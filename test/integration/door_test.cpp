@@ -333,6 +333,39 @@ TEST_P(door, an_ipv6_listener_takes_clients) {
     EXPECT_TRUE(accepted->second.remote_endpoint().address().is_v6());
 }
 
+TEST_P(door, a_restarted_server_binds_its_port_while_old_connections_linger) {
+    // A server that closed its side of a connection first leaves it in
+    // TIME_WAIT on its port: a restarted server binds the port again with
+    // reuse_address (the default), as tcp::acceptor does; without it the
+    // port is taken.
+    std::uint16_t port = 0;
+    {
+        asio::io_context raw_io;
+        // As a listener's acceptor (and Asio's by default), the old server's
+        // socket allowed address reuse: its connections inherit that.
+        ip::tcp::acceptor a(raw_io, loopback(), true);
+        port = a.local_endpoint().port();
+        ip::tcp::socket client(raw_io), server(raw_io);
+        client.connect(a.local_endpoint());
+        a.accept(server);
+        server.close(); // the server's side closes first: TIME_WAIT is on `port`
+        std::array<char, 1> c;
+        ucx::error_code ec;
+        client.read_some(asio::buffer(c), ec);
+        EXPECT_EQ(ec, asio::error::eof);
+    }
+    ucx::worker server(ctx, io, door_options()), client(ctx, io, door_options());
+    ucx::listener_options strict;
+    strict.reuse_address = false;
+    ucx::error_code ec;
+    ucx::listener taken(server, {ip::make_address("127.0.0.1"), port}, strict, ec);
+    EXPECT_EQ(ec, asio::error::address_in_use) << ec.message();
+    ucx::listener l(server, {ip::make_address("127.0.0.1"), port}, {}, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(l.local_endpoint().port(), port);
+    EXPECT_FALSE(connect_and_echo(client, l));
+}
+
 TEST_P(door, the_socket_address_method_still_works) {
     ucx::context sockaddr_ctx(options_for(GetParam(), true));
     ucx::worker_options o = door_options();
