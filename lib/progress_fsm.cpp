@@ -36,8 +36,13 @@ progress_step progress_fsm::on_wait_queued() noexcept {
 
 progress_step progress_fsm::on_armed(bool busy) noexcept {
     ++steps_;
-    if (!busy)
+    if (!busy) {
+        busy_quiet_ = 0;
         return end(progress_step::sleep);
+    }
+    // An arm follows a quiet progress call: busy with nothing to do.
+    if (config_.busy_backoff_after > 0 && ++busy_quiet_ >= config_.busy_backoff_after)
+        return end(progress_step::backoff);
     if (steps_ >= config_.max_steps_per_pass)
         return end(progress_step::yield);
     return progress_step::progress;

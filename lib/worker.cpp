@@ -81,13 +81,21 @@ struct engine_backend {
                 self->run_pass();
         });
     }
+    void post_pass_after(std::chrono::nanoseconds d) {
+        ++w.stats_.backoffs;
+        w.backoff_timer_.start_after(d, w.weak_from_this(),
+                                     [](worker_impl& self, const error_code& ec) {
+                                         if (!ec)
+                                             self.run_pass();
+                                     });
+    }
     bool stopped() const noexcept { return w.worker_ == nullptr || w.stopping_; }
 };
 
 worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
                          const worker_options& options)
     : worker_core(ex), context_(std::move(ctx)), options_(options), efd_(ex), safety_timer_(ex),
-      fsm_(make_progress_config(options)) {}
+      backoff_timer_(ex), fsm_(make_progress_config(options)) {}
 
 worker_impl::~worker_impl() {
     shutdown();
@@ -526,6 +534,7 @@ void worker_impl::shutdown() {
     // 4. Stop the engine, give the fd back to UCX (it owns and closes it), destroy.
     cancel_wait();
     cancel_safety_timer();
+    backoff_timer_.cancel();
     error_code ignored;
     if (efd_.is_open())
         efd_.release();

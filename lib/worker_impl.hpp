@@ -201,6 +201,8 @@ private:
     worker_address address_;
     boost::asio::posix::stream_descriptor efd_;
     guarded_timer safety_timer_;
+    /// Starts the next pass after a back-off (see progress_config).
+    guarded_timer backoff_timer_;
     bool safety_timer_armed_ = false;
     progress_fsm fsm_;
     worker_stats stats_{};

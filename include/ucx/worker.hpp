@@ -98,12 +98,13 @@ struct worker_options {
 
 /// Counters of a worker's progress engine (for diagnostics and tests).
 struct worker_stats {
-    std::size_t passes = 0;              ///< progress passes run
-    std::size_t progress_calls = 0;      ///< ucp_worker_progress calls
-    std::size_t arms = 0;                ///< ucp_worker_arm calls
-    std::size_t arm_busy = 0;            ///< arms that answered UCS_ERR_BUSY
-    std::size_t wakeups = 0;             ///< event fd wake-ups
-    std::size_t yields = 0;              ///< passes that yielded to other handlers
+    std::size_t passes = 0;         ///< progress passes run
+    std::size_t progress_calls = 0; ///< ucp_worker_progress calls
+    std::size_t arms = 0;           ///< ucp_worker_arm calls
+    std::size_t arm_busy = 0;       ///< arms that answered UCS_ERR_BUSY
+    std::size_t wakeups = 0;        ///< event fd wake-ups
+    std::size_t yields = 0;         ///< passes that yielded to other handlers
+    std::size_t backoffs = 0; ///< passes that ended in a short back-off (UCX busy, nothing to do)
     std::size_t safety_timer_passes = 0; ///< passes started by the safety timer
     std::size_t completions = 0;         ///< operations delivered
 };

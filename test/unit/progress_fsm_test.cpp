@@ -26,11 +26,11 @@ using ucx::detail::run_progress_pass;
 using clock_type = progress_fsm::clock;
 using namespace std::chrono_literals;
 
-enum class kind { progress, queue_wait, arm, post_pass };
+enum class kind { progress, queue_wait, arm, post_pass, backoff };
 
 struct call {
     kind k;
-    std::size_t value = 0; // progress: events returned; arm: 1 for BUSY, 0 for OK
+    std::size_t value = 0; // progress: events returned; arm: 1 for BUSY, 0 for OK; backoff: ns
     friend bool operator==(const call&, const call&) = default;
 };
 
@@ -44,6 +44,8 @@ std::ostream& operator<<(std::ostream& os, const call& c) {
         return os << (c.value ? "ARM(BUSY)" : "ARM(OK)");
     case kind::post_pass:
         return os << "POST";
+    case kind::backoff:
+        return os << "BACKOFF(" << c.value << "ns)";
     }
     return os;
 }
@@ -55,6 +57,9 @@ const call QW{kind::queue_wait, 0};
 const call ARM_OK{kind::arm, 0};
 const call ARM_BUSY{kind::arm, 1};
 const call POST{kind::post_pass, 0};
+call BACKOFF(std::chrono::nanoseconds d) {
+    return {kind::backoff, static_cast<std::size_t>(d.count())};
+}
 
 std::string str(const std::vector<call>& calls) {
     std::string s;
@@ -136,6 +141,7 @@ struct fake_backend {
         return b;
     }
     void post_pass() { calls.push_back(POST); }
+    void post_pass_after(std::chrono::nanoseconds d) { calls.push_back(BACKOFF(d)); }
     bool stopped() {
         // A pass that never ends would hang the test: fail it instead.
         if (calls.size() - pass_start > 100000) {
@@ -170,6 +176,16 @@ progress_config cfg(progress_mode mode, unsigned max_steps = 64,
     // it yields then, as with a count.
     c.spin_slice = 0ns;
     c.spin_clock_interval = max_steps;
+    // Back-off has tests of its own.
+    c.busy_backoff_after = 0;
+    return c;
+}
+
+progress_config backoff_cfg(unsigned after) {
+    progress_config c = cfg(progress_mode::event, 64);
+    c.busy_backoff_after = after;
+    c.backoff_min = 20us;
+    c.backoff_max = 100us;
     return c;
 }
 
@@ -311,6 +327,62 @@ TEST(ProgressFsm, BusyStreakLongerThanMaxStepsYields) {
     EXPECT_TRUE(fsm.armed());
     EXPECT_FALSE(fsm.pass_scheduled());
     EXPECT_FALSE(b.double_wait);
+}
+
+// ---------------------------------------------------------------- back-off
+
+TEST(ProgressFsm, BusyArmsWithNothingToDoBackOffInsteadOfYielding) {
+    // UCX says busy while a send waits for room in a peer's queue, and
+    // nothing wakes the worker when room appears: poll, but gently.
+    progress_fsm fsm(backoff_cfg(3));
+    fake_backend b{fsm};
+    b.busy_default = true;
+    const auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_BUSY, P(0), ARM_BUSY, P(0), ARM_BUSY,
+                                        BACKOFF(20us)}))
+        << str(calls);
+    EXPECT_FALSE(fsm.armed());
+    // The timed pass counts as scheduled: requests are coalesced into it.
+    EXPECT_TRUE(fsm.pass_scheduled());
+    EXPECT_FALSE(fsm.request(clock_type::now()));
+}
+
+TEST(ProgressFsm, BackOffDoublesUpToItsMaximumAndStartsOverAfterEvents) {
+    progress_fsm fsm(backoff_cfg(2));
+    fake_backend b{fsm};
+    b.busy_default = true;
+    std::vector<call> ends;
+    for (int i = 0; i < 5; ++i)
+        ends.push_back(b.pass().back());
+    EXPECT_EQ(ends, (std::vector<call>{BACKOFF(20us), BACKOFF(40us), BACKOFF(80us), BACKOFF(100us),
+                                       BACKOFF(100us)}))
+        << str(ends);
+    // Progress finds events: the next back-off starts from the minimum.
+    b.progress_script = {1};
+    const auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(1), P(0), ARM_BUSY, P(0), ARM_BUSY, BACKOFF(20us)}))
+        << str(calls);
+}
+
+TEST(ProgressFsm, BusyArmsBetweenEventsOrASuccessfulArmDoNotBackOff) {
+    progress_fsm fsm(backoff_cfg(2));
+    fake_backend b{fsm};
+    // Busy, events, busy, events...: the streak starts over each time.
+    b.progress_script = {0, 1, 0, 1, 0, 1, 0};
+    b.busy_script = {true, true, true, false};
+    const auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_BUSY, P(1), P(0), ARM_BUSY, P(1), P(0),
+                                        ARM_BUSY, P(1), P(0), ARM_OK}))
+        << str(calls);
+    EXPECT_TRUE(fsm.armed());
+    // One busy arm, then a successful one (a sleep): no streak is left.
+    b.busy_script = {true, false};
+    b.wake();
+    b.pass();
+    b.busy_script = {true, true};
+    b.wake();
+    const auto last = b.pass();
+    EXPECT_EQ(last.back(), BACKOFF(20us)) << str(last);
 }
 
 TEST(ProgressFsm, EndlessEventsYieldAfterMaxStepsProgressCalls) {
