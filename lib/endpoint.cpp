@@ -652,12 +652,6 @@ void endpoint_impl::finish_close() noexcept {
     execute(fsm_.sends_drained(worker_->is_open()));
 }
 
-void endpoint_impl::set_watcher(endpoint_watcher* w) noexcept {
-    if ((w != nullptr) != (watcher_ != nullptr))
-        worker_->watch_streams(w != nullptr);
-    watcher_ = w;
-}
-
 void endpoint_impl::send_stream_end(std::uint64_t total) noexcept {
     execute(fsm_.shutdown_stream(total));
 }

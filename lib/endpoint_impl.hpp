@@ -149,7 +149,7 @@ public:
 
     // ucx::stream.
     /// Installs (or, with null, removes) the stream told about stream events.
-    void set_watcher(endpoint_watcher* w) noexcept;
+    void set_watcher(endpoint_watcher* w) noexcept { watcher_ = w; }
     /// The stream over this endpoint, if any.
     endpoint_watcher* watcher() const noexcept { return watcher_; }
     /// Whether the peer's goodbye arrived.

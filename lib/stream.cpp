@@ -52,12 +52,17 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
     }
     ep_ = std::move(ep);
     ep_->set_watcher(this);
+    held_.reserve(16);
     closed_ = false;
     recv_error_ = {};
     fsm_.reset();
     // The peer may have ended its stream before this stream started.
     if (auto total = ep_->peer_stream_end())
         fsm_.on_peer_end(*total, ep_->peer_said_goodbye());
+    // Data may have arrived already: take it out of UCX's queue.
+    update_watch();
+    while (pull()) {
+    }
     ec = {};
 }
 
@@ -80,7 +85,19 @@ void stream_impl::release_held() noexcept {
         release_first();
 }
 
+void stream_impl::update_watch() noexcept {
+    const bool idle = ep_ && ep_->native() && reads_.empty();
+    if (idle != watched_) {
+        watched_ = idle;
+        worker_->watch_streams(idle);
+    }
+}
+
 void stream_impl::detach_endpoint() noexcept {
+    if (watched_) {
+        watched_ = false;
+        worker_->watch_streams(false);
+    }
     release_held();
     drained_.clear();
     drained_off_ = 0;
@@ -359,12 +376,14 @@ void stream_impl::cancel_read(operation* op) noexcept {
     if (it == self->reads_.end())
         return;
     self->reads_.erase(it);
+    self->update_watch();
     self->worker_->complete(op, boost::asio::error::operation_aborted);
 }
 
 void stream_impl::fail_reads(const error_code& ec) noexcept {
     auto reads = std::move(reads_);
     reads_.clear();
+    update_watch();
     for (const pending_read& r : reads)
         worker_->complete(r.op, ec);
 }
@@ -501,6 +520,7 @@ std::size_t stream_impl::serve() noexcept {
         reads_.clear();
     }
     maybe_ack();
+    update_watch();
     if (reads_.empty()) {
         // Nobody reads now: take what UCX queued out of its queue (see the
         // header), so a failure of the endpoint cannot discard it.

@@ -144,6 +144,9 @@ private:
     void fail_reads(const error_code& ec) noexcept;
     /// Gives every held chunk back to UCX.
     void release_held() noexcept;
+    /// Tells the worker whether this stream is connected with no read
+    /// pending (then the worker hands it the data UCX lists as ready).
+    void update_watch() noexcept;
     void detach_endpoint() noexcept;
     /// The local side stops: reads fail, the timer stops, the endpoint is
     /// given up (returned for the caller to close).
@@ -167,6 +170,7 @@ private:
     std::vector<held_chunk> held_;
     std::size_t held_first_ = 0;
     std::size_t held_off_ = 0;
+    bool watched_ = false;
     // Data taken from UCX before the UCP endpoint closed.
     std::vector<std::byte> drained_;
     std::size_t drained_off_ = 0;

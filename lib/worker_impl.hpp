@@ -146,8 +146,9 @@ public:
     error_code accept_support() const noexcept;
     /// A fresh random tag for per-endpoint receives.
     std::uint64_t random_tag() { return rng_(); }
-    /// A stream starts (`true`) or stops watching an endpoint: while any
-    /// does, each progress call that found events hands out stream data.
+    /// A stream starts (`true`) or stops waiting for data with no read
+    /// pending: while any does, each progress call that found events hands
+    /// out stream data (a stream with reads pending looks after each pass).
     void watch_streams(bool on) noexcept { on ? ++streams_ : --streams_; }
     /// Control messages dropped as malformed or unroutable.
     std::size_t dropped_control_messages() const noexcept { return channel_.dropped(); }
@@ -208,7 +209,7 @@ private:
     worker_stats stats_{};
     unsigned wait_generation_ = 0;
     bool stopping_ = false;
-    /// Endpoints a stream watches.
+    /// Streams connected with no read pending.
     std::size_t streams_ = 0;
 
     operation* in_flight_head_ = nullptr;
