@@ -62,6 +62,34 @@ protected:
         return {std::move(client), std::move(server)};
     }
 
+    /// Starts stream_peer (`args`: mode, size, options) against the acceptor
+    /// and accepts its stream into `s`; false if the accept failed.
+    bool accept_peer(std::unique_ptr<child_process>& child, ucx::stream& s,
+                     std::vector<std::string> args) {
+        args.insert(args.begin(), {UCX_ASIO_STREAM_PEER, to_string(GetParam()),
+                                   std::to_string(acceptor.local_endpoint().port())});
+        child = std::make_unique<child_process>(args);
+        std::optional<ucx::error_code> a;
+        acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
+        if (!run_until(io, [&] { return a.has_value(); }))
+            return false;
+        EXPECT_FALSE(*a) << a->message();
+        return !*a;
+    }
+
+    /// Reads exactly `size` bytes from `s`; the read after them must end with `end`.
+    std::vector<char> read_then_end(ucx::stream& s, std::size_t size, ucx::error_code end) {
+        std::vector<char> in(size);
+        run([&]() -> awaitable<void> {
+            co_await asio::async_read(s, asio::buffer(in), use_awaitable);
+            char c;
+            auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
+            EXPECT_EQ(ec, end) << ec.message();
+            (void)n;
+        }());
+        return in;
+    }
+
     /// Runs a coroutine to its end; rethrows its exception.
     void run(awaitable<void> body, std::chrono::seconds limit = std::chrono::seconds(60)) {
         bool done = false;
@@ -591,33 +619,23 @@ void exchange_with_peer(asio::io_context& io, ucx::stream& s, child_process& chi
 }
 
 TEST_P(stream_test, two_processes_random_chunks_both_ways_at_once) {
-    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
-                         std::to_string(acceptor.local_endpoint().port()), "exchange",
-                         std::to_string(two_process_size)});
+    std::unique_ptr<child_process> child;
     ucx::stream s(server_worker);
-    std::optional<ucx::error_code> a;
-    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
-    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
-    ASSERT_FALSE(*a) << a->message();
-    exchange_with_peer(io, s, child);
+    ASSERT_TRUE(accept_peer(child, s, {"exchange", std::to_string(two_process_size)}));
+    exchange_with_peer(io, s, *child);
 }
 
 TEST_P(stream_failure_test, two_processes_a_killed_peer_is_a_reset_not_eof) {
-    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
-                         std::to_string(acceptor.local_endpoint().port()), "hang", "100000",
-                         "keepalive"});
+    std::unique_ptr<child_process> child;
     ucx::stream s(server_worker);
-    std::optional<ucx::error_code> a;
-    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
-    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
-    ASSERT_FALSE(*a) << a->message();
+    ASSERT_TRUE(accept_peer(child, s, {"hang", "100000", "keepalive"}));
     std::vector<char> in(100000);
     run([&]() -> awaitable<void> {
         co_await asio::async_read(s, asio::buffer(in), use_awaitable);
     }());
     EXPECT_TRUE(in == stream_pattern(100000, 1));
-    child.kill_now();
-    child.wait();
+    child->kill_now();
+    child->wait();
     run([&]() -> awaitable<void> {
         char c;
         auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
@@ -629,14 +647,10 @@ TEST_P(stream_failure_test, two_processes_a_killed_peer_is_a_reset_not_eof) {
 TEST_P(stream_failure_test, two_processes_data_that_arrived_before_a_kill_is_read_then_reset) {
     // Nothing reads while the data arrives and while the peer dies: the
     // bytes it wrote are still delivered, then the reset.
-    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
-                         std::to_string(acceptor.local_endpoint().port()), "hang", "100000"});
+    std::unique_ptr<child_process> child;
     ucx::stream s(server_worker);
-    std::optional<ucx::error_code> a;
-    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
-    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
-    ASSERT_FALSE(*a) << a->message();
-    ASSERT_TRUE(run_until(io, [&] { return child.output_contains("WROTE"); }));
+    ASSERT_TRUE(accept_peer(child, s, {"hang", "100000"}));
+    ASSERT_TRUE(run_until(io, [&] { return child->output_contains("WROTE"); }));
     auto settle = [&](std::chrono::milliseconds d) {
         asio::steady_timer t(io, d);
         bool waited = false;
@@ -644,18 +658,11 @@ TEST_P(stream_failure_test, two_processes_data_that_arrived_before_a_kill_is_rea
         ASSERT_TRUE(run_until(io, [&] { return waited; }));
     };
     settle(std::chrono::milliseconds(200));
-    child.kill_now();
-    child.wait();
+    child->kill_now();
+    child->wait();
     settle(std::chrono::milliseconds(500)); // the failure is seen meanwhile
-    std::vector<char> in(100000);
-    run([&]() -> awaitable<void> {
-        co_await asio::async_read(s, asio::buffer(in), use_awaitable);
-        char c;
-        auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
-        EXPECT_EQ(ec, asio::error::connection_reset) << ec.message();
-        (void)n;
-    }());
-    EXPECT_TRUE(in == stream_pattern(100000, 1));
+    EXPECT_TRUE(read_then_end(s, 100000, asio::error::connection_reset) ==
+                stream_pattern(100000, 1));
 }
 
 TEST_P(stream_test, two_processes_data_written_before_close_and_exit_is_all_delivered) {
@@ -663,25 +670,12 @@ TEST_P(stream_test, two_processes_data_written_before_close_and_exit_is_all_deli
     // worker's destruction finishes the graceful close, so every byte
     // arrives, then eof (not a reset).
     constexpr std::size_t size = 8u << 20;
-    child_process child({UCX_ASIO_STREAM_PEER, to_string(GetParam()),
-                         std::to_string(acceptor.local_endpoint().port()), "close_exit",
-                         std::to_string(size)});
+    std::unique_ptr<child_process> child;
     ucx::stream s(server_worker);
-    std::optional<ucx::error_code> a;
-    acceptor.async_accept(s, [&](ucx::error_code ec) { a = ec; });
-    ASSERT_TRUE(run_until(io, [&] { return a.has_value(); }));
-    ASSERT_FALSE(*a) << a->message();
-    std::vector<char> in(size);
-    run([&]() -> awaitable<void> {
-        co_await asio::async_read(s, asio::buffer(in), use_awaitable);
-        char c;
-        auto [ec, n] = co_await s.async_read_some(asio::buffer(&c, 1), tuple_awaitable);
-        EXPECT_EQ(ec, asio::error::eof) << ec.message();
-        (void)n;
-    }());
-    EXPECT_TRUE(in == stream_pattern(size, 1));
-    EXPECT_TRUE(peer_ok(io, child));
-    EXPECT_EQ(child.wait(), 0);
+    ASSERT_TRUE(accept_peer(child, s, {"close_exit", std::to_string(size)}));
+    EXPECT_TRUE(read_then_end(s, size, asio::error::eof) == stream_pattern(size, 1));
+    EXPECT_TRUE(peer_ok(io, *child));
+    EXPECT_EQ(child->wait(), 0);
 }
 
 TEST_P(stream_test, flow_control_holds_a_writer_back_until_the_reader_reads) {
