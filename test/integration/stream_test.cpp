@@ -665,6 +665,37 @@ TEST_P(stream_failure_test, two_processes_data_that_arrived_before_a_kill_is_rea
                 stream_pattern(100000, 1));
 }
 
+TEST_P(stream_test, twenty_clients_killed_at_once_leave_the_server_serving) {
+    // A peer's death never takes the survivor down: 20 clients die at once;
+    // each stream reads what its client wrote, then the reset, and the
+    // server keeps serving.
+    constexpr std::size_t count = 20, size = 1000;
+    std::vector<std::unique_ptr<child_process>> children(count);
+    std::vector<std::unique_ptr<ucx::stream>> streams;
+    for (auto& child : children) {
+        streams.push_back(std::make_unique<ucx::stream>(server_worker));
+        ASSERT_TRUE(accept_peer(child, *streams.back(), {"hang", std::to_string(size)}));
+    }
+    for (auto& child : children)
+        ASSERT_TRUE(run_until(io, [&] { return child->output_contains("WROTE"); }));
+    for (auto& child : children)
+        child->kill_now();
+    for (auto& child : children)
+        child->wait();
+    for (auto& s : streams)
+        EXPECT_TRUE(read_then_end(*s, size, asio::error::connection_reset) ==
+                    stream_pattern(size, 1));
+    // The server still takes clients.
+    std::unique_ptr<child_process> next;
+    ucx::stream s(server_worker);
+    ASSERT_TRUE(accept_peer(next, s, {"hang", std::to_string(size)}));
+    std::vector<char> in(size);
+    run([&]() -> awaitable<void> {
+        co_await asio::async_read(s, asio::buffer(in), use_awaitable);
+    }());
+    EXPECT_TRUE(in == stream_pattern(size, 1));
+}
+
 TEST_P(stream_test, two_processes_data_written_before_close_and_exit_is_all_delivered) {
     // The peer writes, calls close() and returns from main at once: its
     // worker's destruction finishes the graceful close, so every byte
