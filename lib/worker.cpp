@@ -35,6 +35,15 @@ inline bool worker_impl::nothing_to_deliver() const noexcept {
     return done_head_ == nullptr && !has_deferred_;
 }
 
+inline unsigned worker_impl::progress_ucp() noexcept {
+    const unsigned events = ucp_worker_progress(worker_);
+    // Stream data that arrived goes to its stream at once (see
+    // take_stream_data); only workers with a stream waiting without a read look.
+    if (events != 0 && streams_ != 0)
+        take_stream_data(*this);
+    return events;
+}
+
 inline bool worker_impl::work_pending() const noexcept {
     return in_flight_count_ + internal_requests_ > 0;
 }
@@ -45,11 +54,7 @@ struct engine_backend {
 
     std::size_t progress() {
         ++w.stats_.progress_calls;
-        const unsigned events = ucp_worker_progress(w.worker_);
-        // Stream data that arrived goes to its stream at once (see
-        // take_stream_data); only workers with streams look.
-        if (events != 0 && w.streams_ != 0)
-            take_stream_data(w);
+        const unsigned events = w.progress_ucp();
         // Most spinning steps find nothing: decide that inline.
         if (w.nothing_to_deliver())
             return events;
@@ -483,8 +488,7 @@ void worker_impl::shutdown() {
     // are posted, timers wait).
     const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
     while (closes_under_way() && std::chrono::steady_clock::now() < deadline) {
-        if (ucp_worker_progress(worker_) != 0 && streams_ != 0)
-            take_stream_data(*this);
+        progress_ucp();
         deliver_completions(operation::delivery::post);
     }
     stopping_ = true;

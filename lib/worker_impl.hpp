@@ -191,6 +191,8 @@ private:
     void start_safety_timer();
     void unlink(operation* op) noexcept;
     bool work_pending() const noexcept;
+    /// One ucp_worker_progress call, then the stream data it brought handed out.
+    unsigned progress_ucp() noexcept;
     /// Whether an endpoint's graceful close is under way (shutdown's first step).
     bool closes_under_way() const noexcept;
     void cancel_safety_timer() noexcept;
