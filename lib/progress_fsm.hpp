@@ -26,6 +26,7 @@ enum class progress_step {
     sleep,      ///< end the pass; the queued wait wakes the engine
     yield,      ///< end the pass and post a new one (spinning, or fairness)
     backoff,    ///< end the pass; a timer starts the next one after `backoff_delay()`
+    park,       ///< end the pass; the executor's spin group continues it in its next turn
 };
 
 struct progress_config {
@@ -101,6 +102,13 @@ public:
     /// The queued wait completed (woken, or cancelled).
     void on_wait_done() noexcept { wait_queued_ = false; }
 
+    /// Whether the worker spins in its executor's spin group (other polling
+    /// workers share the executor): a quiet step that would spin parks the
+    /// pass instead, and the group's turn progresses every parked worker
+    /// once, round robin. Alone, a worker spins in its own handler.
+    void set_shared_spin(bool on) noexcept { shared_spin_ = on; }
+    bool shared_spin() const noexcept { return shared_spin_; }
+
     bool wait_queued() const noexcept { return wait_queued_; }
     bool pass_scheduled() const noexcept { return scheduled_; }
     bool in_pass() const noexcept { return in_pass_; }
@@ -130,6 +138,7 @@ private:
     bool requested_in_pass_ = false;
     bool wait_queued_ = false;
     bool armed_ = false;
+    bool shared_spin_ = false;
     /// Busy arms in a row after quiet progress calls (across passes).
     unsigned busy_quiet_ = 0;
     /// The current back-off delay (zero: none since the last events).
@@ -143,6 +152,7 @@ inline progress_step progress_fsm::end(progress_step s) noexcept {
     in_pass_ = false;
     switch (s) {
     case progress_step::yield:
+    case progress_step::park:
         scheduled_ = true;
         continuing_ = true;
         break;
@@ -163,6 +173,10 @@ inline progress_step progress_fsm::end(progress_step s) noexcept {
 }
 
 inline progress_step progress_fsm::spin(clock::time_point now) noexcept {
+    // Sharing the executor with other polling workers: one quiet step each,
+    // in turn (the spin group keeps the turns and yields to the executor).
+    if (shared_spin_)
+        return end(progress_step::park);
     // `now` is real only on the step that checks the slice (see now()).
     if (++spin_steps_ >= interval()) {
         spin_steps_ = 0;
@@ -225,6 +239,7 @@ inline progress_step progress_fsm::on_progressed(std::size_t events, bool work_p
 ///   bool arm();              // true for UCS_ERR_BUSY
 ///   void post_pass();        // post run_progress_pass again
 ///   void post_pass_after(d); // run run_progress_pass again after `d`
+///   void park();             // the spin group runs run_progress_pass in its next turn
 ///   bool stopped();          // the worker shut down during the pass
 template <class Backend>
 void run_progress_pass(progress_fsm& fsm, Backend& backend) {
@@ -253,6 +268,9 @@ void run_progress_pass(progress_fsm& fsm, Backend& backend) {
             return;
         case progress_step::backoff:
             backend.post_pass_after(fsm.backoff_delay());
+            return;
+        case progress_step::park:
+            backend.park();
             return;
         }
     }

@@ -94,6 +94,10 @@ struct engine_backend {
                                              self.run_pass();
                                      });
     }
+    void park() {
+        ++w.stats_.parks;
+        w.spin_group_->park(w);
+    }
     bool stopped() const noexcept { return w.worker_ == nullptr || w.stopping_; }
 };
 
@@ -151,6 +155,11 @@ void worker_impl::open() {
     // Active messages carry the control channel, and the registry on top.
     if ((context_->features() & feature::am) == feature::am && channel_.open())
         am_ = make_am_registry(*this);
+    // Polling workers of one io_context spin in turns (see spin_group).
+    if (options_.mode != progress_mode::event && native_executor_) {
+        spin_group_ = &spin_group::of(native_executor_->context());
+        spin_group_->join(*this);
+    }
     // Serve the peers from the start: the first pass queues the wait on the fd.
     request_progress();
     log::write(log::severity::debug,
@@ -480,6 +489,10 @@ bool worker_impl::closes_under_way() const noexcept {
 void worker_impl::shutdown() {
     if (!worker_ || stopping_)
         return;
+    if (spin_group_) {
+        spin_group_->leave(*this);
+        spin_group_ = nullptr;
+    }
     // 0. Graceful closes under way finish first: what the application wrote
     // before close() still reaches the peer when the program ends right
     // after (the kernel does that for a TCP socket; here the data is still

@@ -9,6 +9,7 @@
 #include "control_message.hpp"
 #include "guarded_timer.hpp"
 #include "progress_fsm.hpp"
+#include "spin_group.hpp"
 #include "worker_component.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
@@ -170,6 +171,12 @@ public:
     /// Shuts down (see ucx::worker). Idempotent.
     void shutdown();
 
+    // --- the spin group (owner thread only) ---
+    /// Whether quiet spinning steps park in the spin group (set by it).
+    void set_shared_spin(bool on) noexcept { fsm_.set_shared_spin(on); }
+    /// The spin group's turn: the parked pass continues.
+    void run_parked_pass() { run_pass(); }
+
     // UCX callbacks; they only record and queue.
     static void send_callback(void* request, ucs_status_t status, void* user_data) noexcept;
     static void recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
@@ -208,6 +215,9 @@ private:
     guarded_timer backoff_timer_;
     bool safety_timer_armed_ = false;
     progress_fsm fsm_;
+    /// The spin group of the io_context (poll and hybrid modes on a plain
+    /// io_context executor), or null.
+    spin_group* spin_group_ = nullptr;
     worker_stats stats_{};
     unsigned wait_generation_ = 0;
     bool stopping_ = false;

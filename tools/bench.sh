@@ -44,9 +44,10 @@ done
 
 echo "== building Release in $build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TESTS=OFF > /dev/null
-cmake --build "$build" --target ucx-asio-perf pipe_pingpong -j"$jobs" > /dev/null
+cmake --build "$build" --target ucx-asio-perf pipe_pingpong ucx-asio-demo -j"$jobs" > /dev/null
 perf="$root/$build/tools/ucx-asio-perf"
 pipe="$root/$build/tools/pipe_pingpong"
+demo="$root/$build/tools/ucx-asio-demo"
 
 out="$root/$build/bench"
 mkdir -p "$out"
@@ -129,6 +130,18 @@ pipe_floor() {
   record pipe_lat8 "$med" "$avg" - - -
 }
 
+# Two workers on one io_context (ucx-asio-demo): the round trip in each mode,
+# and how late a timer and a posted handler beside them run; `asio` is the
+# floor of the last two (a plain handler loop, no UCX).
+demo_round() {
+  local line mode med p99 mean late post
+  while IFS=, read -r mode med p99 mean late post; do
+    record "demo_${mode}_rtt" "$med" "$mean" - - -
+    record "demo_${mode}_timer" "$late" - - - -
+    record "demo_${mode}_post" "$post" - - - -
+  done < <(timeout 120 "$demo" --csv --iters "$(n 20000)" 2>/dev/null || true)
+}
+
 has_stream=0
 if "$perf" --local --test stream_lat --iters 2 --warmup 1 > /dev/null 2>&1; then has_stream=1; fi
 
@@ -190,6 +203,7 @@ one_round() {
   ap ucp_tcp_lat8_event "$tcp" --transport ucp -t tag_lat -s 8 --progress event -n "$E"
   pt pt_tcp_bw1m "$tcp" -t tag_bw -s 1048576 -n "$(n 2000)" -w "$(n 200)" -e
   ap lib_tcp_bw1m_poll "$tcp" -t tag_bw -s 1048576 --progress poll -n "$(n 2000)"
+  demo_round
 }
 
 # ---- latency and bandwidth against message size (the chart) ----
@@ -317,6 +331,14 @@ table="$out/targets.md"
   row "8 B tag latency, event: library / Asio TCP" "$(lat lib_lat8_event) / $(lat tcp_lat8_event) µs" "$r" "<" 1.0
   r=$(ratio "$(lat lib_lat8_event)" "$(lat pipe_lat8)")
   echo "| 8 B latency, event: library / pipe ping-pong (the OS wake-up floor) | $(lat lib_lat8_event) / $(lat pipe_lat8) µs | $r | (reference) | |"
+  for m in poll hybrid; do
+    r=$(ratio "$(lat demo_${m}_rtt)" "$(lat demo_event_rtt)")
+    row "two workers on one io_context, 8 B round trip, $m / event (ucx-asio-demo)" "$(lat demo_${m}_rtt) / $(lat demo_event_rtt) µs" "$r" "<=" 1
+    row "two workers on one io_context, 8 B round trip, $m (µs)" "$(lat demo_${m}_rtt) µs" "$(lat demo_${m}_rtt)" "<=" 3
+    row "handler posted from another thread while two $m workers spin: delay (µs)" "$(lat demo_${m}_post) µs (floor $(lat demo_asio_post))" "$(lat demo_${m}_post)" "<=" 5
+    r=$(ratio "$(lat demo_${m}_timer)" "$(lat demo_asio_timer)")
+    row "steady_timer lateness while two $m workers spin / beside a plain Asio handler loop" "$(lat demo_${m}_timer) / $(lat demo_asio_timer) µs" "$r" "<=" 1.2
+  done
   r=$(ratio "$(mr lib_mr8_poll)" "$(mr pt_mr8)")
   row "8 B tag message rate, window 64: library / ucx_perftest tag_bw" "$(mr lib_mr8_poll) / $(mr pt_mr8) msg/s" "$r" ">=" 0.5
   r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m)")

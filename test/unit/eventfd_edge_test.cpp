@@ -260,6 +260,11 @@ public:
         ADD_FAILURE() << "unexpected back-off";
         post_pass();
     }
+    void park() {
+        // Event mode only: nothing spins, so nothing parks.
+        ADD_FAILURE() << "unexpected park";
+        post_pass();
+    }
     bool stopped() const { return false; }
 
     // ---- driving

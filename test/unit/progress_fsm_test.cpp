@@ -26,7 +26,7 @@ using ucx::detail::run_progress_pass;
 using clock_type = progress_fsm::clock;
 using namespace std::chrono_literals;
 
-enum class kind { progress, queue_wait, arm, post_pass, backoff };
+enum class kind { progress, queue_wait, arm, post_pass, backoff, park };
 
 struct call {
     kind k;
@@ -46,6 +46,8 @@ std::ostream& operator<<(std::ostream& os, const call& c) {
         return os << "POST";
     case kind::backoff:
         return os << "BACKOFF(" << c.value << "ns)";
+    case kind::park:
+        return os << "PARK";
     }
     return os;
 }
@@ -57,6 +59,7 @@ const call QW{kind::queue_wait, 0};
 const call ARM_OK{kind::arm, 0};
 const call ARM_BUSY{kind::arm, 1};
 const call POST{kind::post_pass, 0};
+const call PARK{kind::park, 0};
 call BACKOFF(std::chrono::nanoseconds d) {
     return {kind::backoff, static_cast<std::size_t>(d.count())};
 }
@@ -142,6 +145,7 @@ struct fake_backend {
     }
     void post_pass() { calls.push_back(POST); }
     void post_pass_after(std::chrono::nanoseconds d) { calls.push_back(BACKOFF(d)); }
+    void park() { calls.push_back(PARK); }
     bool stopped() {
         // A pass that never ends would hang the test: fail it instead.
         if (calls.size() - pass_start > 100000) {
@@ -576,6 +580,64 @@ TEST(ProgressFsm, PollModeSleepsArmedWithoutWork) {
     EXPECT_TRUE(fsm.request(clock_type::now()));
     EXPECT_EQ(b.pass(), (std::vector<call>{P(0), P(0), P(0), P(0), POST}));
     EXPECT_FALSE(fsm.armed());
+}
+
+// ------------------------------------------- shared spinning (the spin group)
+
+TEST(ProgressFsm, SharedPollModeParksAfterOneQuietCallInsteadOfSpinning) {
+    // With other polling workers on its io_context, a worker gets one quiet
+    // progress call per turn of the group: its pass parks, and the group runs
+    // it again after the others had theirs.
+    progress_fsm fsm(cfg(progress_mode::poll, 4));
+    fsm.set_shared_spin(true);
+    fake_backend b{fsm};
+    for (int i = 0; i < 5; ++i) {
+        const auto calls = b.pass();
+        EXPECT_EQ(calls, (std::vector<call>{P(0), PARK})) << str(calls);
+        EXPECT_TRUE(fsm.pass_scheduled()) << "a parked pass counts as scheduled";
+        EXPECT_FALSE(fsm.request(clock_type::now())) << "a submission needs no pass of its own";
+    }
+    // Events are progressed until quiet, within the step budget, then it parks.
+    b.progress_script = {3, 1, 0};
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(3), P(1), P(0), PARK}));
+    b.progress_script = {1, 1, 1, 1};
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(1), P(1), P(1), P(1), POST}))
+        << "a steady stream of events still yields on the step budget";
+    // Nothing in flight: poll mode arms and sleeps, parked in no group.
+    b.pending_default = false;
+    const auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_OK})) << str(calls);
+    EXPECT_FALSE(fsm.pass_scheduled());
+    EXPECT_TRUE(fsm.armed());
+}
+
+TEST(ProgressFsm, SharedHybridParksWithinTheSpinWindowAndKeepsIt) {
+    progress_fsm fsm(cfg(progress_mode::hybrid, 64, 100us));
+    fsm.set_shared_spin(true);
+    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
+    EXPECT_EQ(fsm.begin(t0), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, false, t0 + 1us), progress_step::park);
+    // The group's turns continue the pass: the window runs from the last
+    // activity, not from each turn.
+    for (auto t : {20us, 50us, 99us}) {
+        EXPECT_EQ(fsm.begin(t0 + t), progress_step::progress);
+        EXPECT_EQ(fsm.on_progressed(0, false, t0 + t), progress_step::park);
+    }
+    EXPECT_EQ(fsm.begin(t0 + 100us), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, false, t0 + 100us), progress_step::queue_wait);
+    EXPECT_EQ(fsm.on_wait_queued(), progress_step::arm);
+    EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+    EXPECT_FALSE(fsm.pass_scheduled());
+}
+
+TEST(ProgressFsm, AWorkerLeftAloneSpinsInItsOwnHandlerAgain) {
+    progress_fsm fsm(cfg(progress_mode::poll, 4));
+    fake_backend b{fsm};
+    fsm.set_shared_spin(true);
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), PARK}));
+    // The other member left: the parked pass continues as a spinning one.
+    fsm.set_shared_spin(false);
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), P(0), P(0), P(0), POST}));
 }
 
 // ---------------------------------------------------------------- hybrid mode
