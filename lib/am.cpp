@@ -477,6 +477,8 @@ void am_registry::endpoint_failed(endpoint_impl* ep, const error_code&) noexcept
 
 void am_registry::set_handler(unsigned id, am_handler handler) {
     id_state& s = state_of(id);
+    if (!s.handler != !handler)
+        handler ? ++handlers_ : --handlers_;
     s.handler = handler ? std::make_shared<am_handler>(std::move(handler)) : nullptr;
     mark(s, id);
     worker_->request_progress();
@@ -560,6 +562,7 @@ void am_registry::shutdown() noexcept {
     for (auto& [id, s] : ids_) {
         s.waiting.clear();
         s.handler.reset();
+        handlers_ = 0;
         am_message_state* m = s.head;
         s.head = s.tail = nullptr;
         s.messages = 0;

@@ -96,6 +96,10 @@ public:
     /// rendezvous data not fetched is dropped, and live messages take a
     /// private copy of their data before UCX's buffers go away.
     void shutdown() noexcept override;
+    /// A push handler is a receive that never ends: it keeps the worker
+    /// running (messages may come over the peers' endpoints alone). Pending
+    /// receives are operations in flight.
+    bool keeps_worker_running() const noexcept override { return handlers_ > 0; }
     /// After UCX called back every request, before the worker is destroyed:
     /// messages the application holds copy UCX's buffers, and the registry
     /// forgets the worker.
@@ -143,6 +147,8 @@ private:
         ucx::memory_type mem = memory_type::host;
         bool dirty = false;
     };
+    /// Ids with a push handler.
+    std::size_t handlers_ = 0;
     struct slot {
         am_registry* registry;
         unsigned id;

@@ -142,12 +142,15 @@ bool control_channel::attach_acceptor(hello_taker* a) noexcept {
         return false;
     acceptor_ = a;
     takes_hellos_ = true;
+    worker_.running_needs_changed();
     return true;
 }
 
 void control_channel::detach_acceptor(hello_taker* a) noexcept {
-    if (acceptor_ == a)
+    if (acceptor_ == a) {
         acceptor_ = nullptr;
+        worker_.running_needs_changed();
+    }
 }
 
 void control_channel::attach_door(hello_taker* d) {

@@ -100,6 +100,8 @@ public:
     std::size_t run_deferred(deferred_stage stage) noexcept override;
     /// Drops what is queued (the worker shuts down).
     void shutdown() noexcept override;
+    /// An address acceptor waits for peers.
+    bool keeps_worker_running() const noexcept override { return acceptor_ != nullptr; }
     /// The UCP worker goes: the acceptor is told.
     void release() noexcept;
 

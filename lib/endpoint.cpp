@@ -327,6 +327,7 @@ void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_
             close_lifeline();
             unmap();
             ep_ = nullptr;
+            worker_->running_needs_changed();
             break;
         }
     }

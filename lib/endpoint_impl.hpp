@@ -174,6 +174,9 @@ public:
     /// A graceful close under way whose peer's process still lives (its
     /// lifeline, when there is one, is still open).
     bool finishing() const noexcept override;
+    /// While it has a UCP endpoint (connecting, open or closing); a closed
+    /// or failed endpoint needs nothing from the worker.
+    bool keeps_worker_running() const noexcept override { return ep_ != nullptr; }
 
     /// Status reported by the error callback.
     ucs_status_t failure_status = UCS_OK;

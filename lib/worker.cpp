@@ -8,6 +8,7 @@
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <algorithm>
@@ -155,6 +156,12 @@ void worker_impl::open() {
     // Active messages carry the control channel, and the registry on top.
     if ((context_->features() & feature::am) == feature::am && channel_.open())
         am_ = make_am_registry(*this);
+    // An io_context (plain or behind a strand): its work count.
+    if (native_executor_)
+        work_context_ = &native_executor_->context();
+    else if (auto* strand =
+                 executor_.target<boost::asio::strand<boost::asio::io_context::executor_type>>())
+        work_context_ = &strand->get_inner_executor().context();
     // Polling workers of one io_context spin in turns (see spin_group).
     if (options_.mode != progress_mode::event && native_executor_) {
         spin_group_ = &spin_group::of(native_executor_->context());
@@ -310,6 +317,55 @@ ucs_status_ptr_t worker_impl::close_ucp_endpoint(ucp_ep_h ep, bool force, operat
 
 // ---- components ----
 
+bool worker_impl::needed() const noexcept {
+    if (work_pending() || heads_[static_cast<std::size_t>(component_kind::listener)] ||
+        channel_.keeps_worker_running())
+        return true;
+    for (auto kind : {component_kind::endpoint, component_kind::service})
+        for (const worker_component* c = heads_[static_cast<std::size_t>(kind)]; c; c = c->next_)
+            if (c->keeps_worker_running())
+                return true;
+    return false;
+}
+
+void worker_impl::running_needs_changed() noexcept {
+    if (!worker_ || stopping_ || fsm_.in_pass())
+        return; // the pass settles it when it ends
+    if (!uncounted_) {
+        // Counted: a pass (inside a handler, where the io_context may run
+        // out of work) takes the count back if nothing needs the worker.
+        if (!fsm_.pass_scheduled() && !needed())
+            request_pass();
+        return;
+    }
+    // Needed again: counted at once, from any point (the count only grows).
+    if (needed())
+        count_as_work(true);
+}
+
+void worker_impl::count_as_work(bool on) noexcept {
+    if (!work_context_ || uncounted_ == !on)
+        return;
+    uncounted_ = !on;
+    // The queued wait on the event fd is the worker's outstanding work: it
+    // stays queued (the worker is progressed whenever the io_context runs),
+    // and only its count is taken back, as for an idle socket.
+    if (on)
+        work_context_->get_executor().on_work_started();
+    else
+        work_context_->get_executor().on_work_finished();
+}
+
+void worker_impl::settle_work_count() noexcept {
+    // Only at the end of a handler: taking the count back may end the
+    // io_context's work, which Asio then stops, as when a handler finishes
+    // the last operation.
+    const bool idle = fsm_.wait_queued() && !fsm_.pass_scheduled() && !needed();
+    if (idle)
+        cancel_safety_timer(); // nothing in flight for it to look after
+    count_as_work(!idle);
+}
+
 void worker_impl::add_component(worker_component& c) noexcept {
     if (c.linked_)
         return;
@@ -320,6 +376,7 @@ void worker_impl::add_component(worker_component& c) noexcept {
         head->prev_ = &c;
     head = &c;
     c.linked_ = true;
+    running_needs_changed();
 }
 
 void worker_impl::remove_component(worker_component& c) noexcept {
@@ -332,6 +389,7 @@ void worker_impl::remove_component(worker_component& c) noexcept {
             c.next_->prev_ = c.prev_;
         c.next_ = c.prev_ = nullptr;
         c.linked_ = false;
+        running_needs_changed();
     }
     forget(c);
 }
@@ -420,6 +478,8 @@ void worker_impl::run_pass() {
     ++stats_.passes;
     engine_backend backend{*this};
     run_progress_pass(fsm_, backend);
+    if (work_context_ && worker_ && !stopping_)
+        settle_work_count();
 }
 
 void worker_impl::queue_wait() {
@@ -429,6 +489,9 @@ void worker_impl::queue_wait() {
                         auto self = weak.lock();
                         if (!self || generation != self->wait_generation_)
                             return;
+                        // This wait was the worker's outstanding work: its
+                        // count is taken back as it completes.
+                        self->count_as_work(true);
                         self->fsm_.on_wait_done();
                         if (ec || !self->worker_ || self->stopping_)
                             return;
@@ -439,6 +502,7 @@ void worker_impl::queue_wait() {
 }
 
 void worker_impl::cancel_wait() noexcept {
+    count_as_work(true); // the cancelled wait completes as counted work
     ++wait_generation_;
     error_code ignored;
     efd_.cancel(ignored);

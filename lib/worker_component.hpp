@@ -71,6 +71,12 @@ public:
     /// Whether it has work under way that the worker's shutdown lets finish
     /// first (a graceful close whose peer is still there).
     virtual bool finishing() const noexcept { return false; }
+    /// Whether it keeps the worker counted as outstanding work of its
+    /// io_context (see worker_impl::needed): an endpoint, a listener or a
+    /// connection under way does; the library's own services (the control
+    /// channel without an address acceptor, the active-message registry) do
+    /// not.
+    virtual bool keeps_worker_running() const noexcept { return true; }
 
     /// The next registered component of the same kind.
     worker_component* next_component() const noexcept { return next_; }

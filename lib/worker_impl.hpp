@@ -92,6 +92,17 @@ public:
     void cancel(operation* op) noexcept;
     /// Head of the in-flight list (for endpoint failure fan-out).
     operation* in_flight_ops() const noexcept { return in_flight_head_; }
+    /// Whether anything needs the worker's progress: an endpoint with a UCP
+    /// endpoint, a listener, an address acceptor, an active-message push
+    /// handler, a connection under way, an operation or internal request in
+    /// flight. Without any, its queued wait on the event fd does not count
+    /// as outstanding work of the io_context (see count_as_work), so it does
+    /// not keep run() from returning, as an idle socket does not; it is still
+    /// progressed whenever the io_context runs.
+    bool needed() const noexcept;
+    /// What `needed()` depends on changed (a component came or went, an
+    /// acceptor attached or detached, a push handler was set).
+    void running_needs_changed() noexcept;
     /// Asks for a progress pass (coalesced).
     void request_progress() {
         // Inside a pass (a handler starting its next operation) this only
@@ -203,6 +214,13 @@ private:
     /// Whether an endpoint's graceful close is under way (shutdown's first step).
     bool closes_under_way() const noexcept;
     void cancel_safety_timer() noexcept;
+    /// Counts the queued wait as outstanding work of the io_context (`on`),
+    /// or takes its count back (io_context::executor_type's
+    /// on_work_started/on_work_finished). Idempotent.
+    void count_as_work(bool on) noexcept;
+    /// At the end of a pass: uncounted when the wait is queued, no pass is
+    /// scheduled and nothing needs the worker; counted otherwise.
+    void settle_work_count() noexcept;
 
     std::shared_ptr<context_impl> context_;
     worker_options options_;
@@ -218,6 +236,11 @@ private:
     /// The spin group of the io_context (poll and hybrid modes on a plain
     /// io_context executor), or null.
     spin_group* spin_group_ = nullptr;
+    /// The io_context whose outstanding work the worker's wait counts in
+    /// (null for other executors: then it always counts).
+    boost::asio::io_context* work_context_ = nullptr;
+    /// The wait's count was taken back (nothing needs the worker).
+    bool uncounted_ = false;
     worker_stats stats_{};
     unsigned wait_generation_ = 0;
     bool stopping_ = false;

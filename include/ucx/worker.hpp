@@ -133,10 +133,14 @@ class worker_impl;
 /// strand); operations started from other threads are dispatched to it. Scale
 /// out with one worker per thread.
 ///
-/// An open worker always has a wait queued on its event fd, because peers
-/// need its progress at any time (connection set-up, their sends), so it keeps
-/// its io_context's `run()` from returning, as a listening server does: close
-/// the worker (or stop the io_context) to end `run()`.
+/// A worker keeps its io_context's `run()` from returning while something
+/// needs its progress: an endpoint with a UCP endpoint (connecting, open or
+/// closing), a listener, an address acceptor, a connect under way, or an
+/// operation in flight. Peers may need it at any time then (their sends,
+/// connection set-up, heartbeats). With none of these it is not outstanding
+/// work, as an idle socket is not: `run()` returns once the io_context has
+/// nothing else to do, and the worker stays open for later use (see
+/// docs/context-and-worker.md, "When run() returns").
 ///
 /// Movable, not copyable. Destroying the worker (or calling `close()`)
 /// first lets the graceful closes under way finish (an endpoint's or a
