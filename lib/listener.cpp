@@ -22,7 +22,7 @@ listener_impl::listener_impl(std::shared_ptr<worker_impl> worker, settings s)
     : worker_component(component_kind::listener), worker_(std::move(worker)),
       backlog_(std::max<std::size_t>(1, s.backlog)), timeouts_(s.timeouts),
       filter_(std::move(s.filter)), method_(s.method), secret_(std::move(s.secret)),
-      reuse_address_(s.reuse_address) {}
+      reuse_address_(s.reuse_address), reuse_port_(s.reuse_port) {}
 
 listener_impl::~listener_impl() {
     close();
@@ -33,6 +33,11 @@ void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code&
         return;
     if (method_ == connection_method::handshake)
         return open_door(bind, ec);
+    if (reuse_port_) {
+        // UCX's connection manager opens the socket itself, without it.
+        ec = boost::asio::error::operation_not_supported;
+        return;
+    }
     ucp_listener_params_t params{};
     params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     params.sockaddr.addr = bind.data();
@@ -154,6 +159,9 @@ void listener_impl::open_door(const boost::asio::ip::tcp::endpoint& bind, error_
         return;
     if (reuse_address_)
         acceptor->set_option(ip::tcp::acceptor::reuse_address(true), ec);
+    if (reuse_port_ && !ec)
+        acceptor->set_option(
+            boost::asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true), ec);
     if (!ec)
         acceptor->bind(bind, ec);
     if (!ec)
@@ -329,6 +337,7 @@ std::shared_ptr<listener_impl> make_listener(worker& w, listener_options& option
     s.method = options.method.value_or(defaults.method);
     s.secret = options.secret.value_or(defaults.secret);
     s.reuse_address = options.reuse_address;
+    s.reuse_port = options.reuse_port;
     return std::make_shared<listener_impl>(impl, std::move(s));
 }
 } // namespace

@@ -42,6 +42,7 @@ public:
         connection_method method = connection_method::handshake;
         std::string secret;
         bool reuse_address = true;
+        bool reuse_port = false;
     };
 
     listener_impl(std::shared_ptr<worker_impl> worker, settings s);
@@ -107,6 +108,7 @@ private:
     connection_method method_;
     std::string secret_;
     bool reuse_address_;
+    bool reuse_port_;
     // Handshake method.
     std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
     std::unique_ptr<boost::asio::steady_timer> retry_timer_;

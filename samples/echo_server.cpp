@@ -2,7 +2,12 @@
 // back to its sender, with the same tag and length. Written with callbacks.
 //
 //   echo_server [--address 127.0.0.1] [--port 0] [--progress event|poll|hybrid]
-//               [--max-size BYTES] [--quiet]
+//               [--max-size BYTES] [--threads N] [--quiet]
+//
+// With --threads N, N threads each run an io_context with a worker and a
+// listener on the same port (listener_options::reuse_port): the kernel
+// spreads the clients across them, and each client is served on the thread
+// whose listener took it.
 //
 // Prints "listening on ADDRESS:PORT" once ready; SIGINT/SIGTERM stop it.
 #include "sample_args.hpp"
@@ -10,7 +15,12 @@
 #include <ucx/asio.hpp>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+
+#include <atomic>
+#include <optional>
+#include <thread>
 
 #include <cstdio>
 #include <cstdlib>
@@ -83,26 +93,36 @@ private:
 
 class server {
 public:
-    server(ucx::worker& w, const asio::ip::tcp::endpoint& bind, std::size_t max_size, bool quiet)
-        : listener_(w, bind), max_size_(max_size), quiet_(quiet) {}
+    server(ucx::worker& w, const asio::ip::tcp::endpoint& bind, ucx::listener_options options,
+           std::size_t max_size, bool quiet)
+        : listener_(w, bind, std::move(options)), max_size_(max_size), quiet_(quiet) {}
 
     void accept() {
         listener_.async_accept([this](ucx::error_code ec, ucx::endpoint ep) {
             if (ec == asio::error::operation_aborted || !listener_.is_open())
                 return;
             if (!ec)
-                std::make_shared<session>(std::move(ep), max_size_, ++clients_, quiet_)->start();
+                std::make_shared<session>(std::move(ep), max_size_, ++clients, quiet_)->start();
             accept();
         });
     }
 
     ucx::listener& listener() { return listener_; }
 
+    /// Clients accepted by every thread (numbers them).
+    static inline std::atomic<std::size_t> clients{0};
+
 private:
     ucx::listener listener_;
     std::size_t max_size_;
-    std::size_t clients_ = 0;
     bool quiet_;
+};
+
+// One serving thread: its io_context, worker and listener.
+struct shard {
+    asio::io_context io;
+    std::optional<ucx::worker> worker;
+    std::optional<server> srv;
 };
 
 } // namespace
@@ -113,6 +133,7 @@ int main(int argc, char** argv) {
     std::size_t max_size = (16u << 20) + 64;
     ucx::worker_options options;
     bool quiet = false;
+    std::size_t threads = 1;
     for (int i = 1; i < argc; i += 2) {
         const std::string arg = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
         if (arg == "--quiet") {
@@ -124,33 +145,53 @@ int main(int argc, char** argv) {
             port = static_cast<unsigned short>(sample::number(value));
         else if (arg == "--max-size")
             max_size = sample::number(value);
+        else if (arg == "--threads" && sample::number(value) >= 1)
+            threads = sample::number(value);
         else if (arg == "--progress" && ucx::parse_progress_mode(value))
             options.mode = *ucx::parse_progress_mode(value);
         else {
             std::fprintf(stderr,
                          "usage: %s [--address A] [--port P] [--progress MODE] "
-                         "[--max-size BYTES] [--quiet]\n",
+                         "[--max-size BYTES] [--threads N] [--quiet]\n",
                          argv[0]);
             return 2;
         }
     }
     try {
-        asio::io_context io;
         ucx::context ctx;
-        ucx::worker worker(ctx, io, options);
-        server s(worker, asio::ip::tcp::endpoint(asio::ip::make_address(address), port), max_size,
-                 quiet);
-        s.accept();
-        asio::signal_set signals(io, SIGINT, SIGTERM);
+        std::vector<std::unique_ptr<shard>> shards;
+        ucx::listener_options lo;
+        lo.reuse_port = threads > 1;
+        for (std::size_t i = 0; i < threads; ++i) {
+            auto& s = *shards.emplace_back(std::make_unique<shard>());
+            s.worker.emplace(ctx, s.io, options);
+            // The first listener picks the port (with --port 0), the others share it.
+            s.srv.emplace(*s.worker, asio::ip::tcp::endpoint(asio::ip::make_address(address), port),
+                          lo, max_size, quiet);
+            port = s.srv->listener().local_endpoint().port();
+            s.srv->accept();
+        }
+        asio::signal_set signals(shards[0]->io, SIGINT, SIGTERM);
         signals.async_wait([&](ucx::error_code, int) {
-            s.listener().close();
-            worker.close();
+            // Each shard closes on its own thread.
+            for (auto& s : shards)
+                asio::post(s->io, [&s = *s] {
+                    s.srv->listener().close();
+                    s.worker->close();
+                });
         });
-        const auto local = s.listener().local_endpoint();
-        std::printf("listening on %s:%u (progress %s)\n", local.address().to_string().c_str(),
-                    local.port(), std::string(ucx::to_string(options.mode)).c_str());
+        const auto local = shards[0]->srv->listener().local_endpoint();
+        std::printf("listening on %s:%u (progress %s, %zu thread%s)\n",
+                    local.address().to_string().c_str(), local.port(),
+                    std::string(ucx::to_string(options.mode)).c_str(), threads,
+                    threads == 1 ? "" : "s");
         std::fflush(stdout);
-        io.run();
+        std::vector<std::thread> pool;
+        for (std::size_t i = 1; i < threads; ++i)
+            pool.emplace_back([&s = *shards[i]] { s.io.run(); });
+        shards[0]->io.run();
+        for (auto& t : pool)
+            t.join();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "echo_server: %s\n", e.what());
         return 1;

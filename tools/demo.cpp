@@ -171,12 +171,12 @@ std::pair<double, double> run_with_probes(asio::io_context& io,
         while (!started.load())
             std::this_thread::yield();
         while (!finished()) {
-            std::this_thread::sleep_for(tick);
             const auto t = clock_type::now();
             asio::post(io, [t, &post_delay_us] {
                 post_delay_us.push_back(
                     std::chrono::duration<double, std::micro>(clock_type::now() - t).count());
             });
+            std::this_thread::sleep_for(tick);
         }
     });
     timer.start();

@@ -46,6 +46,13 @@ struct listener_options {
     /// Handshake method: let the port be bound while an earlier socket on it
     /// lingers in TIME_WAIT (a restarted server), as `tcp::acceptor` does.
     bool reuse_address = true;
+    /// Handshake method: `SO_REUSEPORT`, so that several listeners (each on
+    /// its own worker and thread, all with this set) bind the same port; the
+    /// kernel spreads the incoming connections across them, and each is
+    /// served by the worker of the listener that took it (a multi-threaded
+    /// server: docs/connections.md). With UCX's socket-address method the
+    /// listener fails with `asio::error::operation_not_supported`.
+    bool reuse_port = false;
 };
 
 /// Listens on an address and port for clients that `ucx::async_connect`, the
