@@ -13,31 +13,6 @@ namespace ucx::detail {
 
 namespace {
 
-void ignore_error(void*, ucp_ep_h, ucs_status_t) noexcept {}
-
-/// The endpoint to answer a refused connection on: an endpoint created to
-/// the connector keeps UCX's pairing of endpoints between the two workers
-/// in step, and is the reply endpoint itself; else the reply endpoint.
-ucp_ep_h paired(worker_impl& w, ucp_ep_h reply_ep, const worker_address& peer) noexcept {
-    if (peer.empty())
-        return reply_ep;
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(peer.ucx_bytes().data());
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = &ignore_error;
-    params.err_handler.arg = nullptr;
-    ucp_ep_h ep = nullptr;
-    if (ucp_ep_create(w.native(), &params, &ep) != UCS_OK)
-        return reply_ep;
-    if (ep != reply_ep) {
-        w.close_ucp_endpoint(ep, true);
-        return reply_ep;
-    }
-    return ep;
-}
-
 /// Says `refused`, then closes the endpoint (flush: the answer goes first).
 void refuse(worker_impl& w, ucp_ep_h ep, bool owned) noexcept {
     w.send_control(ep, control_message{control_type::refused, 0});
@@ -47,37 +22,65 @@ void refuse(worker_impl& w, ucp_ep_h ep, bool owned) noexcept {
 
 } // namespace
 
+std::pair<std::span<const std::byte>, std::span<const std::byte>>
+split_hello_payload(std::span<const std::byte> payload) noexcept {
+    constexpr std::size_t header = worker_address::header_size;
+    if (payload.size() < header)
+        return {payload, {}};
+    std::uint32_t length = 0;
+    for (std::size_t i = 0; i < 4; ++i) // little endian, at offset 8
+        length |= std::to_integer<std::uint32_t>(payload[8 + i]) << (8 * i);
+    if (length > payload.size() - header)
+        return {payload, {}};
+    return {payload.first(header + length), payload.subspan(header + length)};
+}
+
 void take_hello(worker_impl& w, control_channel& channel, ucp_ep_h reply_ep,
-                const control_message& hello, std::span<const std::byte> address) noexcept {
+                const control_message& hello, std::span<const std::byte> payload) noexcept {
     try {
         // The connector's address in its wire form. Checked here, before
         // UCX's address parser sees it (that one aborts the process on
         // garbage): a malformed one leaves `peer` empty and is refused.
+        const auto [address, ticket] = split_hello_payload(payload);
         error_code ec;
         const worker_address peer = worker_address::deserialize(address, ec);
-        hello_taker* acceptor = peer.empty() ? nullptr : channel.taker_for(peer);
+        hello_taker* acceptor = peer.empty() ? nullptr : channel.taker_for(peer, ticket);
         if (acceptor && acceptor->has_room()) {
-            try {
-                auto e = std::make_shared<endpoint_impl>(w.shared_from_this());
-                e->accept_address(reply_ep, hello, peer, acceptor->timeouts(), ec);
-                if (!ec) {
-                    acceptor->offer(std::move(e), peer);
-                    return;
-                }
+            ucp_ep_h own = channel.own_endpoint(reply_ep, peer);
+            if (own == nullptr) {
                 log::write(log::severity::warning,
-                           "address acceptor: accepting failed: " + ec.message());
+                           "address acceptor: no endpoint of this worker pairs with the "
+                           "connection: refused");
                 refuse(w, reply_ep, false);
                 return;
+            }
+            std::shared_ptr<endpoint_impl> e;
+            try {
+                e = std::make_shared<endpoint_impl>(w.shared_from_this());
             } catch (...) {
                 log::write(log::severity::warning, "address acceptor: out of memory");
+                refuse(w, own, true);
+                return;
             }
-        } else {
-            log::write(log::severity::info,
-                       peer.empty() ? "address acceptor: hello without a valid address, refused"
-                       : acceptor   ? "address acceptor: backlog full, connection refused"
-                                    : "no address acceptor: connection refused");
+            e->accept_address(own, hello, acceptor->timeouts(), ec);
+            if (!ec) {
+                acceptor->offer(std::move(e), peer, ticket);
+                return;
+            }
+            log::write(log::severity::warning,
+                       "address acceptor: accepting failed: " + ec.message());
+            refuse(w, reply_ep, false);
+            return;
         }
-        refuse(w, paired(w, reply_ep, peer), true);
+        log::write(log::severity::info,
+                   peer.empty() ? "address acceptor: hello without a valid address, refused"
+                   : acceptor   ? "address acceptor: backlog full, connection refused"
+                                : "no address acceptor: connection refused");
+        // Refused on this worker's own endpoint for the connection, if it can
+        // have it: that keeps UCX's pairing of endpoints between the two
+        // workers in step (see control_channel::own_endpoint).
+        ucp_ep_h own = peer.empty() ? nullptr : channel.own_endpoint(reply_ep, peer);
+        refuse(w, own ? own : reply_ep, own != nullptr);
     } catch (...) {
         // Unanswered: the connector waits for its peer's failure or a cancel.
     }
@@ -120,8 +123,8 @@ void address_acceptor_impl::channel_gone() noexcept {
     queue_.clear();
 }
 
-bool address_acceptor_impl::offer(std::shared_ptr<endpoint_impl> ep,
-                                  const worker_address&) noexcept {
+bool address_acceptor_impl::offer(std::shared_ptr<endpoint_impl> ep, const worker_address&,
+                                  std::span<const std::byte>) noexcept {
     return has_room() && queue_.offer(std::move(ep));
 }
 

@@ -16,17 +16,26 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <utility>
 
 namespace ucx::detail {
 
 class worker_impl;
 
 /// A hello over `reply_ep`, a UCP endpoint the worker does not know, from
-/// the peer whose worker address (wire form) is `address`: accepted by the
+/// the peer whose worker address (wire form, then the door ticket if the
+/// connection passed a listener's door) is `payload`: accepted by the
 /// channel's taker for that peer when it has room, else refused (owner
 /// thread, after progress).
+/// A hello's payload in its two parts: the connector's worker address (wire
+/// form: its header gives its length) and what follows (the door ticket, or
+/// nothing). A payload too short for its address is all address (and fails
+/// to parse).
+std::pair<std::span<const std::byte>, std::span<const std::byte>>
+split_hello_payload(std::span<const std::byte> payload) noexcept;
+
 void take_hello(worker_impl& w, control_channel& channel, ucp_ep_h reply_ep,
-                const control_message& hello, std::span<const std::byte> address) noexcept;
+                const control_message& hello, std::span<const std::byte> payload) noexcept;
 
 /// Takes the connections from a worker address. One per worker at a time.
 class address_acceptor_impl final : public hello_taker,
@@ -48,10 +57,13 @@ public:
     void accept(endpoint_op* op) noexcept;
 
     // hello_taker: any peer.
-    bool expects(const worker_address&) const noexcept override { return true; }
+    bool expects(const worker_address&, std::span<const std::byte>) const noexcept override {
+        return true;
+    }
     bool has_room() const noexcept override { return queue_.ready() < backlog_; }
     connection_timeouts timeouts() const noexcept override;
-    bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer) noexcept override;
+    bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer,
+               std::span<const std::byte> ticket) noexcept override;
     void channel_gone() noexcept override;
 
 private:

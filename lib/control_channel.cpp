@@ -6,6 +6,7 @@
 #include "request_param.hpp"
 #include "worker_impl.hpp"
 
+#include <algorithm>
 #include <new>
 #include <span>
 #include <string>
@@ -163,9 +164,10 @@ void control_channel::detach_door(hello_taker* d) noexcept {
     std::erase(doors_, d);
 }
 
-hello_taker* control_channel::taker_for(const worker_address& peer) const noexcept {
+hello_taker* control_channel::taker_for(const worker_address& peer,
+                                        std::span<const std::byte> ticket) const noexcept {
     for (hello_taker* d : doors_)
-        if (d->expects(peer))
+        if (d->expects(peer, ticket))
             return d;
     return acceptor_;
 }
@@ -191,6 +193,7 @@ std::size_t control_channel::route() noexcept {
 }
 
 std::size_t control_channel::take_hellos() noexcept {
+    sweep_unclaimed();
     hellos_.swap(hellos_spare_);
     for (const auto& h : hellos_spare_) {
         if (!worker_.is_open())
@@ -205,9 +208,106 @@ std::size_t control_channel::take_hellos() noexcept {
     return n;
 }
 
+ucp_ep_h control_channel::own_endpoint(ucp_ep_h reply_ep, const worker_address& peer) noexcept {
+    sweep_unclaimed();
+    for (auto it = unclaimed_.begin(); it != unclaimed_.end(); ++it) {
+        if (it->ep == reply_ep) {
+            // Created earlier for another hello; this is the one it pairs with.
+            const bool failed = it->failed;
+            unclaimed_.erase(it);
+            if (!failed)
+                return reply_ep;
+            worker_.close_ucp_endpoint(reply_ep, true);
+            return nullptr;
+        }
+    }
+    if (peer.empty() || !worker_.is_open())
+        return nullptr;
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(peer.ucx_bytes().data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &control_channel::owned_error;
+    params.err_handler.arg = this;
+    const auto& o = worker_.options();
+    const auto wait =
+        o.handshake_timeout.count() > 0 ? o.handshake_timeout : std::chrono::milliseconds(60000);
+    while (unclaimed_.size() < max_unclaimed) {
+        ucp_ep_h ep = nullptr;
+        if (ucp_ep_create(worker_.native(), &params, &ep) != UCS_OK || ep == nullptr)
+            return nullptr;
+        if (ep == reply_ep)
+            return ep;
+        if (find(ep) != nullptr)
+            return nullptr; // UCX answered with a connection already taken: never closed here
+        try {
+            unclaimed_.push_back({ep, std::chrono::steady_clock::now() + wait});
+        } catch (...) {
+            worker_.close_ucp_endpoint(ep, true);
+            return nullptr;
+        }
+        if (unclaimed_.size() == 1)
+            arm_unclaimed_timer();
+    }
+    log::write(log::severity::warning, "control channel: too many connections of one peer "
+                                       "still to say hello");
+    return nullptr;
+}
+
+void control_channel::owned_error(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept {
+    // Inside ucp_worker_progress: record only.
+    auto* self = static_cast<control_channel*>(arg);
+    if (endpoint_impl* impl = self->find(ep))
+        return endpoint_impl::error_callback(impl, ep, status);
+    for (auto& u : self->unclaimed_)
+        if (u.ep == ep)
+            u.failed = true;
+    self->worker_.defer(*self, deferred_stage::requests);
+}
+
+void control_channel::sweep_unclaimed() noexcept {
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(unclaimed_, [&](const unclaimed_endpoint& u) {
+        if (!u.failed && u.deadline > now)
+            return false;
+        if (!u.failed)
+            log::write(log::severity::info,
+                       "control channel: a peer's connection never said hello: closed");
+        worker_.close_ucp_endpoint(u.ep, true);
+        return true;
+    });
+}
+
+void control_channel::arm_unclaimed_timer() noexcept {
+    if (unclaimed_.empty())
+        return;
+    try {
+        if (!unclaimed_timer_)
+            unclaimed_timer_ = std::make_unique<guarded_timer>(worker_.get_executor());
+        auto first =
+            std::min_element(unclaimed_.begin(), unclaimed_.end(),
+                             [](const auto& a, const auto& b) { return a.deadline < b.deadline; });
+        unclaimed_timer_->start_at(first->deadline, worker_.weak_from_this(),
+                                   [](worker_impl& w, const error_code& ec) {
+                                       if (ec)
+                                           return;
+                                       control_channel& c = w.control();
+                                       c.sweep_unclaimed();
+                                       c.arm_unclaimed_timer();
+                                   });
+    } catch (...) {
+        // Swept at the next hello instead.
+    }
+}
+
 void control_channel::shutdown() noexcept {
     queue_.clear();
     hellos_.clear();
+    if (unclaimed_timer_)
+        unclaimed_timer_->cancel();
+    for (const auto& u : std::exchange(unclaimed_, {}))
+        worker_.close_ucp_endpoint(u.ep, true);
 }
 
 void control_channel::release() noexcept {

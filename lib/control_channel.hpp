@@ -10,12 +10,15 @@
 #include <ucx/worker_address.hpp>
 
 #include "control_message.hpp"
+#include "guarded_timer.hpp"
 #include "worker_component.hpp"
 
 #include <ucp/api/ucp.h>
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,15 +33,20 @@ struct connection_timeouts;
 /// acceptor (any peer), or a listener (the peers its door admitted).
 class hello_taker {
 public:
-    /// Whether the hello of the worker at `peer` is for it.
-    virtual bool expects(const worker_address& peer) const noexcept = 0;
+    /// Whether the hello of the worker at `peer` is for it. `ticket` is the
+    /// door ticket the hello carried (empty for a connection made from a
+    /// worker address alone): one worker may connect many times at once, and
+    /// the ticket says which of its door handshakes a hello follows.
+    virtual bool expects(const worker_address& peer,
+                         std::span<const std::byte> ticket) const noexcept = 0;
     /// Whether another connection fits in its backlog.
     virtual bool has_room() const noexcept = 0;
     /// The timeouts of the connections it takes.
     virtual connection_timeouts timeouts() const noexcept = 0;
-    /// A connection from `peer` whose handshake is done; false when it
-    /// could not be queued.
-    virtual bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer) noexcept = 0;
+    /// A connection from `peer` (with `ticket`, as `expects`) whose handshake
+    /// is done; false when it could not be queued.
+    virtual bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer,
+                       std::span<const std::byte> ticket) noexcept = 0;
     /// The worker's control channel goes away (the worker shuts down).
     virtual void channel_gone() noexcept = 0;
 
@@ -93,9 +101,28 @@ public:
     /// address acceptor) until detached.
     void attach_door(hello_taker* d);
     void detach_door(hello_taker* d) noexcept;
-    /// The taker of a hello from `peer`: a door that expects it, else the
-    /// address acceptor (null: refused).
-    hello_taker* taker_for(const worker_address& peer) const noexcept;
+    /// The taker of a hello from `peer` with `ticket`: a door that expects
+    /// it, else the address acceptor (null: refused).
+    hello_taker* taker_for(const worker_address& peer,
+                           std::span<const std::byte> ticket) const noexcept;
+
+    /// The UCP endpoint, created by this worker, that UCX pairs with the
+    /// peer's connection whose messages arrive over `reply_ep` (the endpoint
+    /// UCX made for it), or null when none could be had. The caller owns it.
+    /// Its errors reach the endpoint mapped to it (`map`).
+    ///
+    /// UCX pairs the n-th endpoint a worker creates to a peer worker's
+    /// address with the n-th that peer created to it, whatever order their
+    /// first messages come in. A peer making many connections at once has
+    /// their hellos arrive out of that order; so this creates endpoints until
+    /// UCX answers with `reply_ep`, and keeps the others, each paired with
+    /// one of the peer's connections whose hello is still to come, for
+    /// those hellos (at most `max_unclaimed`; unclaimed for the worker's
+    /// handshake timeout, or failed, they are closed).
+    ucp_ep_h own_endpoint(ucp_ep_h reply_ep, const worker_address& peer) noexcept;
+    /// Endpoints created for hellos still to come.
+    std::size_t unclaimed() const noexcept { return unclaimed_.size(); }
+    static constexpr std::size_t max_unclaimed = 1024;
 
     std::size_t run_deferred(deferred_stage stage) noexcept override;
     /// Drops what is queued (the worker shuts down).
@@ -115,6 +142,10 @@ private:
     send_state* take_state() noexcept;
     void recycle(send_state* s) noexcept;
     std::size_t take_hellos() noexcept;
+    static void owned_error(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
+    /// Closes the unclaimed endpoints that failed or waited too long.
+    void sweep_unclaimed() noexcept;
+    void arm_unclaimed_timer() noexcept;
 
     struct pending_hello {
         ucp_ep_h reply_ep;
@@ -138,6 +169,14 @@ private:
     std::size_t dropped_ = 0;
     /// Send buffers whose send completed, for the next control messages.
     std::vector<send_state*> free_states_;
+
+    struct unclaimed_endpoint {
+        ucp_ep_h ep;
+        std::chrono::steady_clock::time_point deadline;
+        bool failed = false;
+    };
+    std::vector<unclaimed_endpoint> unclaimed_;
+    std::unique_ptr<guarded_timer> unclaimed_timer_;
 };
 
 } // namespace ucx::detail

@@ -207,7 +207,7 @@ void door_connect::on_finish(door_step& step) {
         ep->adopt_lifeline(std::move(socket()));
         // The UCX connection to the worker the server named; its hello
         // carries this worker's address, which the server now expects.
-        ep->connect_address(step.peer, op);
+        ep->connect_address(step.peer, op, fsm_.ticket());
     } catch (...) {
         worker_->complete(op, make_error_code(error::allocation_failed));
     }

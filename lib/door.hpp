@@ -117,6 +117,8 @@ public:
     const boost::asio::ip::tcp::endpoint& remote() const noexcept { return remote_; }
     /// Takes the connection (from `done`, on success): the lifeline.
     boost::asio::ip::tcp::socket take_socket() noexcept { return std::move(socket()); }
+    /// The ticket the client's hello carries (see door_server::ticket).
+    const door_nonce& ticket() const noexcept { return fsm_.ticket(); }
 
 private:
     door_step on_header(std::span<const std::byte> header) override;

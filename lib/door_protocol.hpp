@@ -103,6 +103,9 @@ public:
     /// An answer saying `status` and nothing else (the listener refuses a
     /// client before reading its request: backlog full, filtered).
     static std::vector<std::byte> refusal(door_status status);
+    /// This handshake's nonce (the greeting's): also the ticket that the
+    /// client's hello carries, which ties that hello to this handshake.
+    const door_nonce& ticket() const noexcept { return nonce_; }
 
 private:
     door_step fail(door_status status, error_code ec);
@@ -124,6 +127,8 @@ public:
     /// Nothing to send first: read the greeting.
     door_step on_header(std::span<const std::byte> header);
     door_step on_body(std::span<const std::byte> body);
+    /// The server's nonce, once greeted: the ticket for the hello.
+    const door_nonce& ticket() const noexcept { return server_nonce_; }
 
 private:
     door_step fail(error_code ec);

@@ -149,7 +149,8 @@ void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, endpoint_op*
     create_client(params, op, false);
 }
 
-void endpoint_impl::connect_address(const worker_address& address, endpoint_op* op) noexcept {
+void endpoint_impl::connect_address(const worker_address& address, endpoint_op* op,
+                                    std::span<const std::byte> ticket) noexcept {
     if (!begin_connect(op))
         return;
     worker_impl& w = *worker_;
@@ -162,42 +163,35 @@ void endpoint_impl::connect_address(const worker_address& address, endpoint_op* 
     // UCX's endpoint for this connection its own (see accept_address). It
     // travels in its wire form (length and CRC-32) so that the acceptor can
     // reject a damaged one: UCX aborts the process on a malformed address.
+    // After a listener's door, the handshake's ticket follows it: this worker
+    // may be making other connections to the same listener at once.
     try {
+        std::vector<std::byte> payload = w.address().serialize();
+        payload.insert(payload.end(), ticket.begin(), ticket.end());
         w.control().send(ep_, control_message{control_type::hello, fsm_.local_tag()},
-                         w.address().serialize());
+                         std::move(payload));
     } catch (...) {
         force_close(make_error_code(error::allocation_failed));
     }
 }
 
-void endpoint_impl::accept_address(ucp_ep_h reply_ep, const control_message& hello,
-                                   const worker_address& peer, const connection_timeouts& timeouts,
-                                   error_code& ec) noexcept {
-    if (!worker_->is_open() || reply_ep == nullptr || ep_ != nullptr) {
+void endpoint_impl::accept_address(ucp_ep_h own, const control_message& hello,
+                                   const connection_timeouts& timeouts, error_code& ec) noexcept {
+    if (!worker_->is_open() || own == nullptr || ep_ != nullptr) {
+        if (own != nullptr && worker_->native() != nullptr)
+            worker_->close_ucp_endpoint(own, true);
         ec = boost::asio::error::bad_descriptor;
         return;
     }
-    if (peer.empty()) {
-        ec = make_error_code(error::empty_address);
-        return;
-    }
-    // UCX destroys an endpoint it made for a peer's connection when that
-    // peer fails, without a word, unless the application created it: an
-    // endpoint created here to the connector's address is paired by UCX
-    // with the one the connector's messages arrive on, and is that one.
-    ucp_ep_params_t params = address_params(peer);
-    create(params, ec);
-    if (ec)
-        return;
-    if (ep_ != reply_ep) {
-        // UCX paired it with another endpoint from the same peer worker (one
-        // made directly from an address): not this connection.
-        log::write(log::severity::warning,
-                   "address acceptor: UCX paired the endpoint with another connection");
-        force_close(boost::asio::error::operation_aborted);
-        ec = boost::asio::error::connection_refused;
-        return;
-    }
+    // Created by this worker (UCX destroys an endpoint it made for a peer,
+    // without a word, when that peer fails; one the application created
+    // stays until closed), with the control channel's error handler, which
+    // hands the errors to the endpoint mapped to it.
+    ep_ = own;
+    worker_->add_component(*this);
+    registered_ = true;
+    worker_->control().map(ep_, this);
+    mapped_ = true;
     ec = {};
     execute(fsm_.start(connection_params(role::server, true, false, timeouts)));
     on_control(hello); // established; sends the welcome

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace ucx::detail {
@@ -66,16 +67,16 @@ public:
     /// error mode) and sends the hello; `op` completes when the peer's
     /// address acceptor welcomes it (its result: this endpoint), refuses it
     /// (`connection_refused`) or the connection fails.
-    void connect_address(const worker_address& address, endpoint_op* op) noexcept;
+    void connect_address(const worker_address& address, endpoint_op* op,
+                         std::span<const std::byte> ticket = {}) noexcept;
     /// Wraps a UCP endpoint that UCX owns (the reply endpoint of an active
     /// message): usable for sends; closing it only forgets it.
     void adopt(ucp_ep_h ep) noexcept;
-    /// Server side over a worker address: takes over `reply_ep`, the endpoint
-    /// UCX made for a peer (worker address `peer`) whose `hello` arrived on
-    /// it, by creating an endpoint to `peer`, which UCX pairs with it (owns
-    /// and closes it, with the error callback); answers the hello.
-    /// `connection_refused` when UCX paired it with another endpoint.
-    void accept_address(ucp_ep_h reply_ep, const control_message& hello, const worker_address& peer,
+    /// Server side over a worker address: owns `own`, the UCP endpoint this
+    /// worker created that UCX pairs with the peer's connection whose `hello`
+    /// arrived (see control_channel::own_endpoint), and answers the hello.
+    /// Closes `own` when it fails (`bad_descriptor`: the worker is closed).
+    void accept_address(ucp_ep_h own, const control_message& hello,
                         const connection_timeouts& timeouts, error_code& ec) noexcept;
     /// Keeps the TCP connection whose handshake made this connection (the
     /// handshake method) open while the connection lives, as its lifeline:
@@ -181,8 +182,11 @@ public:
     /// Status reported by the error callback.
     ucs_status_t failure_status = UCS_OK;
 
-private:
+    /// The error handler of the endpoint's UCP endpoint (`arg` is the
+    /// endpoint): records the failure for the worker to act on.
     static void error_callback(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
+
+private:
     static void cancel_connect(operation* op) noexcept;
     /// The start shared by both connects: links `op`, checks the worker.
     /// False when `op` already failed.

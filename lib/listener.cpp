@@ -273,8 +273,8 @@ void listener_impl::session_done(door_session& s, const error_code& ec,
     }
     const auto wait = timeouts_.handshake_timeout.count() > 0 ? timeouts_.handshake_timeout
                                                               : std::chrono::milliseconds(60000);
-    expected_.push_back(
-        expected_client{peer, s.take_socket(), std::chrono::steady_clock::now() + wait});
+    expected_.push_back(expected_client{peer, s.ticket(), s.take_socket(),
+                                        std::chrono::steady_clock::now() + wait});
     // The client's UCX connection is coming. Measured with UCX 1.13: an
     // armed worker is not woken by the first packets of a connection made
     // to it from a worker address, and the connect waited for the safety
@@ -305,14 +305,24 @@ void listener_impl::expire_clients() noexcept {
     });
 }
 
-bool listener_impl::expects(const worker_address& peer) const noexcept {
-    return door_attached_ && std::any_of(expected_.begin(), expected_.end(),
-                                         [&peer](const auto& c) { return c.peer == peer; });
+namespace {
+bool same_ticket(const door_nonce& a, std::span<const std::byte> b) noexcept {
+    return b.size() == a.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+} // namespace
+
+bool listener_impl::expects(const worker_address& peer,
+                            std::span<const std::byte> ticket) const noexcept {
+    return door_attached_ && std::any_of(expected_.begin(), expected_.end(), [&](const auto& c) {
+               return same_ticket(c.ticket, ticket) && c.peer == peer;
+           });
 }
 
-bool listener_impl::offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer) noexcept {
-    auto it = std::find_if(expected_.begin(), expected_.end(),
-                           [&peer](const auto& c) { return c.peer == peer; });
+bool listener_impl::offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer,
+                          std::span<const std::byte> ticket) noexcept {
+    auto it = std::find_if(expected_.begin(), expected_.end(), [&](const auto& c) {
+        return same_ticket(c.ticket, ticket) && c.peer == peer;
+    });
     if (it == expected_.end())
         return false;
     ep->adopt_lifeline(std::move(it->socket));

@@ -73,10 +73,12 @@ public:
     void on_failed(endpoint_impl* ep) noexcept;
 
     // hello_taker (handshake method): the clients the door admitted.
-    bool expects(const worker_address& peer) const noexcept override;
+    bool expects(const worker_address& peer,
+                 std::span<const std::byte> ticket) const noexcept override;
     bool has_room() const noexcept override { return queue_.ready() < backlog_; }
     connection_timeouts timeouts() const noexcept override { return timeouts_; }
-    bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer) noexcept override;
+    bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer,
+               std::span<const std::byte> ticket) noexcept override;
     void channel_gone() noexcept override;
 
 private:
@@ -94,6 +96,8 @@ private:
     /// handshake time runs out).
     struct expected_client {
         worker_address peer;
+        /// The ticket of its door handshake, which its hello carries.
+        door_nonce ticket;
         /// The handshake's TCP connection: the connection's lifeline.
         boost::asio::ip::tcp::socket socket;
         std::chrono::steady_clock::time_point deadline;

@@ -2,7 +2,7 @@
 // back to its sender, with the same tag and length. Written with callbacks.
 //
 //   echo_server [--address 127.0.0.1] [--port 0] [--progress event|poll|hybrid]
-//               [--max-size BYTES] [--threads N] [--quiet]
+//               [--max-size BYTES] [--threads N] [--backlog N] [--quiet]
 //
 // With --threads N, N threads each run an io_context with a worker and a
 // listener on the same port (listener_options::reuse_port): the kernel
@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
     ucx::worker_options options;
     bool quiet = false;
     std::size_t threads = 1;
+    ucx::listener_options lo;
     for (int i = 1; i < argc; i += 2) {
         const std::string arg = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
         if (arg == "--quiet") {
@@ -147,12 +148,14 @@ int main(int argc, char** argv) {
             max_size = sample::number(value);
         else if (arg == "--threads" && sample::number(value) >= 1)
             threads = sample::number(value);
+        else if (arg == "--backlog" && sample::number(value) >= 1)
+            lo.backlog = sample::number(value);
         else if (arg == "--progress" && ucx::parse_progress_mode(value))
             options.mode = *ucx::parse_progress_mode(value);
         else {
             std::fprintf(stderr,
                          "usage: %s [--address A] [--port P] [--progress MODE] "
-                         "[--max-size BYTES] [--threads N] [--quiet]\n",
+                         "[--max-size BYTES] [--threads N] [--backlog N] [--quiet]\n",
                          argv[0]);
             return 2;
         }
@@ -160,7 +163,6 @@ int main(int argc, char** argv) {
     try {
         ucx::context ctx;
         std::vector<std::unique_ptr<shard>> shards;
-        ucx::listener_options lo;
         lo.reuse_port = threads > 1;
         for (std::size_t i = 0; i < threads; ++i) {
             auto& s = *shards.emplace_back(std::make_unique<shard>());

@@ -75,6 +75,8 @@ public:
             output_.append(buf, static_cast<std::size_t>(n));
         return output_.find(text) != std::string::npos;
     }
+    /// The child's output read so far by `output_contains`.
+    const std::string& output() const noexcept { return output_; }
     /// Closes the child's stdin (it reads end of input).
     void close_stdin() {
         if (to_child_)
