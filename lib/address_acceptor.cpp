@@ -22,19 +22,6 @@ void refuse(worker_impl& w, ucp_ep_h ep, bool owned) noexcept {
 
 } // namespace
 
-std::pair<std::span<const std::byte>, std::span<const std::byte>>
-split_hello_payload(std::span<const std::byte> payload) noexcept {
-    constexpr std::size_t header = worker_address::header_size;
-    if (payload.size() < header)
-        return {payload, {}};
-    std::uint32_t length = 0;
-    for (std::size_t i = 0; i < 4; ++i) // little endian, at offset 8
-        length |= std::to_integer<std::uint32_t>(payload[8 + i]) << (8 * i);
-    if (length > payload.size() - header)
-        return {payload, {}};
-    return {payload.first(header + length), payload.subspan(header + length)};
-}
-
 void take_hello(worker_impl& w, control_channel& channel, ucp_ep_h reply_ep,
                 const control_message& hello, std::span<const std::byte> payload) noexcept {
     try {

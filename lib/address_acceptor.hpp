@@ -16,7 +16,6 @@
 #include <cstddef>
 #include <memory>
 #include <span>
-#include <utility>
 
 namespace ucx::detail {
 
@@ -27,13 +26,6 @@ class worker_impl;
 /// connection passed a listener's door) is `payload`: accepted by the
 /// channel's taker for that peer when it has room, else refused (owner
 /// thread, after progress).
-/// A hello's payload in its two parts: the connector's worker address (wire
-/// form: its header gives its length) and what follows (the door ticket, or
-/// nothing). A payload too short for its address is all address (and fails
-/// to parse).
-std::pair<std::span<const std::byte>, std::span<const std::byte>>
-split_hello_payload(std::span<const std::byte> payload) noexcept;
-
 void take_hello(worker_impl& w, control_channel& channel, ucp_ep_h reply_ep,
                 const control_message& hello, std::span<const std::byte> payload) noexcept;
 

@@ -1,6 +1,8 @@
 #include "control_message.hpp"
 #include "wire.hpp"
 
+#include <ucx/worker_address.hpp>
+
 #include <cstring>
 
 namespace ucx::detail {
@@ -31,6 +33,17 @@ std::optional<control_message> control_message::decode(std::span<const std::byte
     m.type = static_cast<control_type>(t);
     m.recv_tag = load_le<std::uint64_t>(b, 8);
     return m;
+}
+
+std::pair<std::span<const std::byte>, std::span<const std::byte>>
+split_hello_payload(std::span<const std::byte> payload) noexcept {
+    constexpr std::size_t header = worker_address::header_size;
+    if (payload.size() < header)
+        return {payload, {}};
+    const auto length = load_le<std::uint32_t>(payload, 8); // the address's own length
+    if (length > payload.size() - header)
+        return {payload, {}};
+    return {payload.first(header + length), payload.subspan(header + length)};
 }
 
 } // namespace ucx::detail

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 
 namespace ucx::detail {
 
@@ -60,5 +61,12 @@ struct control_message {
     /// Validates and decodes; std::nullopt for anything malformed.
     static std::optional<control_message> decode(std::span<const std::byte> bytes) noexcept;
 };
+
+/// A hello's payload in its two parts: the connector's worker address (wire
+/// form: its header gives its length) and what follows (the door ticket, or
+/// nothing). A payload too short for its address is all address (and fails
+/// to parse).
+std::pair<std::span<const std::byte>, std::span<const std::byte>>
+split_hello_payload(std::span<const std::byte> payload) noexcept;
 
 } // namespace ucx::detail

@@ -1,6 +1,7 @@
 // Unit tests of the connection handshake (the door): SHA-256 and HMAC
 // against published vectors, then both machines step by step, with every
 // way a message can be wrong (no sockets, no UCX).
+#include "control_message.hpp"
 #include "door_protocol.hpp"
 #include "sha256.hpp"
 #include "wire.hpp"
@@ -8,6 +9,7 @@
 #include <boost/asio/error.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -291,3 +293,58 @@ TEST(Door, MessagesOutOfOrderFail) {
 }
 
 } // namespace
+
+// ---- the ticket: which door handshake a hello follows ----
+
+TEST(DoorTicket, BothSidesHoldTheGreetingsNonce) {
+    door_server server("", address_of('S'), nonce_of(7));
+    door_client client("", address_of('C'), nonce_of(8));
+    const door_step greet = server.start();
+    ASSERT_EQ(client.on_header(header_of(greet.out)).what, action::read_body);
+    ASSERT_EQ(client.on_body(body_of(greet.out)).what, action::write_then_read);
+    EXPECT_EQ(server.ticket(), nonce_of(7));
+    EXPECT_EQ(client.ticket(), server.ticket());
+}
+
+TEST(DoorTicket, AHelloPayloadSplitsIntoAddressAndTicket) {
+    const auto wire = address_of('C').serialize();
+    const door_nonce ticket = nonce_of(9);
+    std::vector<std::byte> payload = wire;
+    payload.insert(payload.end(), ticket.begin(), ticket.end());
+    auto [address, rest] = ucx::detail::split_hello_payload(payload);
+    EXPECT_TRUE(std::ranges::equal(address, wire));
+    EXPECT_TRUE(std::ranges::equal(rest, ticket));
+    ucx::error_code ec;
+    EXPECT_EQ(ucx::worker_address::deserialize(address, ec), address_of('C'));
+    EXPECT_FALSE(ec);
+}
+
+TEST(DoorTicket, AHelloWithoutTicketIsAllAddress) {
+    const auto wire = address_of('C').serialize();
+    auto [address, rest] = ucx::detail::split_hello_payload(wire);
+    EXPECT_EQ(address.size(), wire.size());
+    EXPECT_TRUE(rest.empty());
+}
+
+TEST(DoorTicket, AShortOrLyingPayloadIsAllAddressAndFailsToParse) {
+    auto wire = address_of('C').serialize();
+    // Cut short: the header announces more than there is.
+    const std::vector<std::byte> cut(wire.begin(), wire.end() - 1);
+    auto [a1, r1] = ucx::detail::split_hello_payload(cut);
+    EXPECT_EQ(a1.size(), cut.size());
+    EXPECT_TRUE(r1.empty());
+    ucx::error_code ec;
+    EXPECT_TRUE(ucx::worker_address::deserialize(a1, ec).empty());
+    EXPECT_EQ(ec, ucx::error::malformed_address);
+    // Shorter than a header.
+    const std::vector<std::byte> tiny(wire.begin(), wire.begin() + 5);
+    auto [a2, r2] = ucx::detail::split_hello_payload(tiny);
+    EXPECT_EQ(a2.size(), tiny.size());
+    EXPECT_TRUE(r2.empty());
+    // A length field of 4 GiB.
+    for (std::size_t i = 8; i < 12; ++i)
+        wire[i] = std::byte{0xff};
+    auto [a3, r3] = ucx::detail::split_hello_payload(wire);
+    EXPECT_EQ(a3.size(), wire.size());
+    EXPECT_TRUE(r3.empty());
+}
