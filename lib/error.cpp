@@ -82,6 +82,7 @@ constexpr detail::error_row<error> library_errors[] = {
      std_errc::protocol_error},
     {error::authentication_failed, "connection handshake: authentication failed",
      std_errc::permission_denied},
+    {error::unknown_option, "no such option", std_errc::invalid_argument},
 };
 
 } // namespace

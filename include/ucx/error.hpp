@@ -128,6 +128,9 @@ enum class error : int {
     /// The connection handshake's authentication failed: the peer does not
     /// know the shared secret (or one side has a secret and the other none).
     authentication_failed,
+    /// A configuration setting names no option (`set_context_option`, the
+    /// environment with the library's prefix, a configuration file).
+    unknown_option,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

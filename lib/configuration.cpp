@@ -1,0 +1,197 @@
+#include <ucx/configuration.hpp>
+
+#include <boost/system/system_error.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <fstream>
+#include <optional>
+
+extern char** environ;
+
+namespace ucx {
+
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string out(s);
+    std::transform(out.begin(), out.end(), out.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return out;
+}
+
+std::string_view trim(std::string_view s) noexcept {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
+        s.remove_prefix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+        s.remove_suffix(1);
+    return s;
+}
+
+std::optional<bool> parse_bool(std::string_view value) {
+    const std::string v = lower(trim(value));
+    if (v == "true" || v == "yes" || v == "on" || v == "1")
+        return true;
+    if (v == "false" || v == "no" || v == "off" || v == "0")
+        return false;
+    return std::nullopt;
+}
+
+std::optional<std::size_t> parse_size(std::string_view value) {
+    value = trim(value);
+    std::size_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || value.empty())
+        return std::nullopt;
+    return n;
+}
+
+constexpr std::string_view environment_prefix = "environment__";
+
+} // namespace
+
+error_code set_context_option(context_options& options, std::string_view name,
+                              std::string_view value) {
+    const std::string key = lower(trim(name));
+    if (key.rfind(environment_prefix, 0) == 0) {
+        // The UCX setting keeps its own spelling (UCX's names are upper case).
+        std::string setting(trim(name).substr(environment_prefix.size()));
+        if (setting.empty())
+            return error::unknown_option;
+        std::transform(setting.begin(), setting.end(), setting.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+        options.config[setting] = std::string(trim(value));
+        return {};
+    }
+    bool* flag = nullptr;
+    if (key == "tcp")
+        flag = &options.transports.tcp;
+    else if (key == "shared_memory")
+        flag = &options.transports.shared_memory;
+    else if (key == "cma")
+        flag = &options.transports.cma;
+    else if (key == "infiniband")
+        flag = &options.transports.rdma;
+    else if (key == "cuda_copy")
+        flag = &options.transports.cuda_copy;
+    else if (key == "nvlink")
+        flag = &options.transports.nvlink;
+    else if (key == "shared_memory_error_handling")
+        flag = &options.shared_memory_error_handling;
+    else if (key == "ucx_keepalive")
+        flag = &options.ucx_keepalive;
+    else if (key == "multi_threaded")
+        flag = &options.multi_threaded;
+    if (flag) {
+        const auto b = parse_bool(value);
+        if (!b)
+            return error::invalid_option;
+        *flag = *b;
+        return {};
+    }
+    if (key == "net_devices") {
+        std::vector<std::string> devices;
+        std::string_view rest = trim(value);
+        while (!rest.empty()) {
+            const auto comma = rest.find(',');
+            const std::string_view d = trim(rest.substr(0, comma));
+            if (d.empty())
+                return error::invalid_option;
+            devices.emplace_back(d);
+            rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+            if (comma != std::string_view::npos && trim(rest).empty())
+                return error::invalid_option; // a trailing comma
+        }
+        options.net_devices = std::move(devices);
+        return {};
+    }
+    if (key == "shared_memory_segment_size") {
+        const auto n = parse_size(value);
+        if (!n || *n < min_shared_memory_segment_size || *n > max_shared_memory_segment_size)
+            return error::invalid_option;
+        options.shared_memory_segment_size = *n;
+        return {};
+    }
+    if (key == "estimated_endpoints") {
+        const auto n = parse_size(value);
+        if (!n)
+            return error::invalid_option;
+        options.estimated_endpoints = *n;
+        return {};
+    }
+    return error::unknown_option;
+}
+
+void apply_environment(context_options& options, error_code& ec, std::string_view prefix,
+                       std::string* failed) {
+    ec = {};
+    if (prefix.empty()) {
+        ec = error::invalid_option; // every variable would be an option
+        return;
+    }
+    // Applied to a copy: on failure `options` is left as it was.
+    context_options out = options;
+    for (char** e = environ; e && *e; ++e) {
+        const std::string_view var(*e);
+        const auto eq = var.find('=');
+        if (eq == std::string_view::npos || var.substr(0, eq).rfind(prefix, 0) != 0)
+            continue;
+        const std::string_view name = var.substr(prefix.size(), eq - prefix.size());
+        if (lower(name) == "log")
+            continue; // UCXASIO_LOG: the log level (log.hpp), not a context option
+        if (ec = set_context_option(out, name, var.substr(eq + 1)); ec) {
+            if (failed)
+                *failed = std::string(var);
+            return;
+        }
+    }
+    options = std::move(out);
+}
+
+void apply_configuration_file(context_options& options, const std::string& path, error_code& ec,
+                              std::string* failed) {
+    ec = {};
+    std::ifstream in(path);
+    if (!in) {
+        ec = error_code(errno != 0 ? errno : ENOENT, boost::system::system_category());
+        if (failed)
+            *failed = path;
+        return;
+    }
+    context_options out = options;
+    std::string line;
+    for (std::size_t number = 1; std::getline(in, line); ++number) {
+        const std::string_view l = trim(line);
+        if (l.empty() || l.front() == '#')
+            continue;
+        const auto eq = l.find('=');
+        ec = eq == std::string_view::npos
+                 ? error_code(error::invalid_option)
+                 : set_context_option(out, l.substr(0, eq), l.substr(eq + 1));
+        if (ec) {
+            if (failed)
+                *failed = path + ":" + std::to_string(number) + ": " + std::string(l);
+            return;
+        }
+    }
+    options = std::move(out);
+}
+
+context_options configured_context_options(const std::string& path, std::string_view prefix) {
+    context_options options;
+    error_code ec;
+    std::string failed;
+    if (!path.empty()) {
+        apply_configuration_file(options, path, ec, &failed);
+        if (ec)
+            throw boost::system::system_error(ec, "ucx configuration file " + failed);
+    }
+    apply_environment(options, ec, prefix, &failed);
+    if (ec)
+        throw boost::system::system_error(ec, "ucx configuration from the environment " + failed);
+    return options;
+}
+
+} // namespace ucx
