@@ -156,6 +156,7 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::handshake_timeout,
     ucx::error::handshake_failed,
     ucx::error::authentication_failed,
+    ucx::error::unknown_option,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {
