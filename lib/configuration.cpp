@@ -8,6 +8,7 @@
 #include <charconv>
 #include <fstream>
 #include <optional>
+#include <utility>
 
 extern char** environ;
 
@@ -65,25 +66,24 @@ error_code set_context_option(context_options& options, std::string_view name,
         options.config[setting] = std::string(trim(value));
         return {};
     }
+    // The boolean options, by name.
+    using flag_of = bool& (*)(context_options&);
+    static constexpr std::pair<std::string_view, flag_of> flags[] = {
+        {"tcp", [](context_options& o) -> bool& { return o.transports.tcp; }},
+        {"shared_memory", [](context_options& o) -> bool& { return o.transports.shared_memory; }},
+        {"cma", [](context_options& o) -> bool& { return o.transports.cma; }},
+        {"infiniband", [](context_options& o) -> bool& { return o.transports.rdma; }},
+        {"cuda_copy", [](context_options& o) -> bool& { return o.transports.cuda_copy; }},
+        {"nvlink", [](context_options& o) -> bool& { return o.transports.nvlink; }},
+        {"shared_memory_error_handling",
+         [](context_options& o) -> bool& { return o.shared_memory_error_handling; }},
+        {"ucx_keepalive", [](context_options& o) -> bool& { return o.ucx_keepalive; }},
+        {"multi_threaded", [](context_options& o) -> bool& { return o.multi_threaded; }},
+    };
     bool* flag = nullptr;
-    if (key == "tcp")
-        flag = &options.transports.tcp;
-    else if (key == "shared_memory")
-        flag = &options.transports.shared_memory;
-    else if (key == "cma")
-        flag = &options.transports.cma;
-    else if (key == "infiniband")
-        flag = &options.transports.rdma;
-    else if (key == "cuda_copy")
-        flag = &options.transports.cuda_copy;
-    else if (key == "nvlink")
-        flag = &options.transports.nvlink;
-    else if (key == "shared_memory_error_handling")
-        flag = &options.shared_memory_error_handling;
-    else if (key == "ucx_keepalive")
-        flag = &options.ucx_keepalive;
-    else if (key == "multi_threaded")
-        flag = &options.multi_threaded;
+    for (const auto& [n, of] : flags)
+        if (key == n)
+            flag = &of(options);
     if (flag) {
         const auto b = parse_bool(value);
         if (!b)
