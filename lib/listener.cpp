@@ -197,28 +197,103 @@ void listener_impl::refuse(const char* why) noexcept {
     log::write(log::severity::info, std::string("listener: connection refused: ") + why);
 }
 
+namespace {
+
+bool out_of_descriptors(const error_code& ec) noexcept {
+    return ec == boost::asio::error::no_descriptors || ec.value() == ENFILE;
+}
+
+/// Whether `n` more descriptors can be opened now (the probes are closed
+/// again at once).
+bool descriptors_free(int n) noexcept {
+    int probes[4] = {-1, -1, -1, -1};
+    bool ok = true;
+    for (int i = 0; i < n && i < 4 && ok; ++i)
+        ok = (probes[i] = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;
+    for (int fd : probes)
+        if (fd >= 0)
+            ::close(fd);
+    return ok;
+}
+
+} // namespace
+
 void listener_impl::on_tcp_accept(const error_code& ec, boost::asio::ip::tcp::socket socket) {
     if (!door_attached_ || ec == boost::asio::error::operation_aborted)
         return;
-    if ((ec == boost::asio::error::no_descriptors || ec.value() == ENFILE) && spare_fd_ >= 0) {
-        refuse_out_of_descriptors();
-        return accept_next();
+    if (out_of_descriptors(ec)) {
+        // Linux fails accept() with EMFILE before it looks for a waiting
+        // client, so this says nothing about one: wait until a client is
+        // waiting, then take it or refuse it (no spinning at the limit).
+        return await_client_out_of_descriptors();
     }
     if (ec) {
-        // Out of descriptors with none in reserve (or another passing
-        // failure): the pending client stays in the kernel's queue; try
-        // again shortly rather than spin, and keep serving.
+        // Another passing failure: try again shortly rather than spin.
         log::write(log::severity::warning, "listener: accepting failed: " + ec.message());
-        retry_timer_->expires_after(std::chrono::milliseconds(100));
-        retry_timer_->async_wait([weak = weak_from_this()](const error_code& e) {
-            if (auto self = weak.lock(); self && !e)
-                self->accept_next();
-        });
-        return;
+        return retry_accept_later();
+    }
+    take_door_client(std::move(socket));
+    accept_next();
+}
+
+void listener_impl::retry_accept_later() {
+    retry_timer_->expires_after(std::chrono::milliseconds(100));
+    retry_timer_->async_wait([weak = weak_from_this()](const error_code& e) {
+        if (auto self = weak.lock(); self && !e && self->door_attached_)
+            self->accept_next();
+    });
+}
+
+void listener_impl::await_client_out_of_descriptors() {
+    acceptor_->async_wait(boost::asio::ip::tcp::acceptor::wait_read,
+                          [weak = weak_from_this()](const error_code& e) {
+                              auto self = weak.lock();
+                              if (self && !e && self->door_attached_)
+                                  self->take_client_out_of_descriptors();
+                          });
+}
+
+void listener_impl::take_client_out_of_descriptors() {
+    // A client is waiting. Descriptors may have been freed meanwhile: take it
+    // as usual; if not, give up the reserve for the one accept and refuse it
+    // at once with a clear answer instead of leaving it to its deadline.
+    error_code ec;
+    acceptor_->non_blocking(true, ec);
+    boost::asio::ip::tcp::socket client(worker_->get_executor());
+    acceptor_->accept(client, ec);
+    if (out_of_descriptors(ec) && spare_fd_ >= 0) {
+        ::close(std::exchange(spare_fd_, -1));
+        acceptor_->accept(client, ec);
+        if (!ec) {
+            refuse("out of descriptors");
+            refuse_door_client(std::move(client), door_status::refused);
+        }
+        spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
     error_code ignored;
+    acceptor_->non_blocking(false, ignored);
+    if (!ec && client.is_open()) {
+        take_door_client(std::move(client));
+        return accept_next();
+    }
+    if (!ec || ec == boost::asio::error::would_block || ec == boost::asio::error::try_again)
+        return accept_next(); // refused, or the client gave up meanwhile
+    if (out_of_descriptors(ec))
+        return retry_accept_later(); // and no reserve (it could not be reopened)
+    log::write(log::severity::warning, "listener: accepting failed: " + ec.message());
+    retry_accept_later();
+}
+
+void listener_impl::take_door_client(boost::asio::ip::tcp::socket socket) {
+    error_code ignored;
     const auto client = socket.remote_endpoint(ignored);
-    if (waiting() >= backlog_) {
+    if (!descriptors_free(connection_descriptors)) {
+        // The lifeline is open but the connection would fail for want of
+        // descriptors (UCX opens some to connect: a TCP socket, the peer's
+        // shared memory): refuse now rather than let the client wait.
+        refuse("out of descriptors");
+        refuse_door_client(std::move(socket), door_status::refused);
+    } else if (waiting() >= backlog_) {
         refuse("backlog full");
         refuse_door_client(std::move(socket), door_status::refused);
     } else if (filter_ && !filter_(client)) {
@@ -244,21 +319,6 @@ void listener_impl::on_tcp_accept(const error_code& ec, boost::asio::ip::tcp::so
                        std::string("listener: could not start a handshake: ") + e.what());
         }
     }
-    accept_next();
-}
-
-void listener_impl::refuse_out_of_descriptors() noexcept {
-    // Give the reserve back for the one accept, answer "refused", close.
-    ::close(std::exchange(spare_fd_, -1));
-    error_code ec;
-    acceptor_->non_blocking(true, ec);
-    boost::asio::ip::tcp::socket client(worker_->get_executor());
-    acceptor_->accept(client, ec);
-    acceptor_->non_blocking(false, ec);
-    refuse("out of descriptors");
-    if (client.is_open())
-        refuse_door_client(std::move(client), door_status::refused);
-    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 void listener_impl::session_done(door_session& s, const error_code& ec,

@@ -120,7 +120,14 @@ private:
     /// it up to accept the waiting client and refuse it, so the client gets
     /// a clear answer instead of waiting for its deadline.
     int spare_fd_ = -1;
-    void refuse_out_of_descriptors() noexcept;
+    /// Descriptors that must be free, besides the lifeline, to admit a
+    /// client: UCX's own for the connection (a TCP socket; one held for a
+    /// moment to map a shared-memory peer).
+    static constexpr int connection_descriptors = 2;
+    void await_client_out_of_descriptors();
+    void take_client_out_of_descriptors();
+    void take_door_client(boost::asio::ip::tcp::socket socket);
+    void retry_accept_later();
     std::unique_ptr<boost::asio::steady_timer> expiry_timer_;
     std::vector<std::shared_ptr<door_session>> sessions_;
     std::list<expected_client> expected_;

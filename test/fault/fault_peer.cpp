@@ -2,13 +2,18 @@
 // clients, or a client; they exchange a 64-byte message every 20 ms until the
 // connection fails, and each prints when it learns of the failure.
 //
-//   fault_peer server --address A [--peer-timeout-ms T]
+//   fault_peer server --address A [--peer-timeout-ms T] [--hold-descriptors K]
 //   fault_peer client --host H --port P [--peer-timeout-ms T]
 //
 // Output lines: "listening <port>", "connected", "failed <message>".
+//
+// With --hold-descriptors K the server, once listening, opens descriptors
+// until it has none left, closes K of them again, and prints "holding <n>";
+// on SIGUSR1 it closes the rest and prints "released".
 #include <ucx/asio.hpp>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <array>
@@ -18,6 +23,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace asio = boost::asio;
 
@@ -69,7 +78,7 @@ struct session {
 
 int usage() {
     std::fprintf(stderr, "usage: fault_peer server --address A | client --host H --port P "
-                         "[--peer-timeout-ms T]\n");
+                         "[--peer-timeout-ms T] [--hold-descriptors K]\n");
     return 2;
 }
 
@@ -81,6 +90,7 @@ int main(int argc, char** argv) {
     const std::string role = argv[1];
     std::string address = "127.0.0.1", host = "127.0.0.1", port;
     long peer_timeout_ms = 1000;
+    int hold_descriptors = -1; // none held
     for (int i = 2; i + 1 < argc; i += 2) {
         const std::string arg = argv[i], value = argv[i + 1];
         if (arg == "--address")
@@ -89,6 +99,8 @@ int main(int argc, char** argv) {
             host = value;
         else if (arg == "--port")
             port = value;
+        else if (arg == "--hold-descriptors")
+            hold_descriptors = std::stoi(value);
         else if (arg == "--peer-timeout-ms")
             peer_timeout_ms = std::stol(value);
         else
@@ -131,6 +143,27 @@ int main(int argc, char** argv) {
         });
     } else {
         return usage();
+    }
+    std::vector<int> held;
+    asio::signal_set release(io, SIGUSR1);
+    if (hold_descriptors >= 0) {
+        for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
+            held.push_back(fd);
+        for (int i = 0; i < hold_descriptors && !held.empty(); ++i) {
+            ::close(held.back());
+            held.pop_back();
+        }
+        std::printf("holding %zu\n", held.size());
+        std::fflush(stdout);
+        release.async_wait([&](ucx::error_code ec, int) {
+            if (ec)
+                return;
+            for (int fd : held)
+                ::close(fd);
+            held.clear();
+            std::printf("released\n");
+            std::fflush(stdout);
+        });
     }
     io.run();
 }
