@@ -54,9 +54,10 @@ void take_hello(worker_impl& w, control_channel& channel, ucp_ep_h reply_ep,
                 acceptor->offer(std::move(e), peer, ticket);
                 return;
             }
+            // accept_address closed `own` (the endpoint the hello came on):
+            // nothing is left to answer on, and the connector sees the close.
             log::write(log::severity::warning,
                        "address acceptor: accepting failed: " + ec.message());
-            refuse(w, reply_ep, false);
             return;
         }
         log::write(log::severity::info,
