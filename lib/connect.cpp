@@ -39,8 +39,12 @@ void connect_endpoint(const std::shared_ptr<worker_impl>& w, endpoint_op* op,
                       const boost::asio::ip::tcp::endpoint& to) noexcept {
     if (w->options().method == connection_method::handshake)
         return door_connect::start(w, op, to);
-    if (auto ep = connecting_endpoint(w, op))
-        ep->connect_to(to.data(), static_cast<socklen_t>(to.size()), op);
+    if (auto ep = connecting_endpoint(w, op)) {
+        if (w->options().method == connection_method::plain)
+            ep->connect_plain(to.data(), static_cast<socklen_t>(to.size()), op);
+        else
+            ep->connect_to(to.data(), static_cast<socklen_t>(to.size()), op);
+    }
 }
 
 /// Starts the connection once the name is resolved (owner thread).

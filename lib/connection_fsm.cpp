@@ -50,12 +50,20 @@ connection_actions connection_fsm::start(const start_params& p) noexcept {
     if (has_handshake()) {
         handshake_timeout_ms_ = p.handshake_timeout_ms;
         heartbeat_interval_ms_ = p.heartbeat_interval_ms;
+    } else if (p.role == connection_role::plain_client) {
+        handshake_timeout_ms_ = p.handshake_timeout_ms;
     }
     switch (p.role) {
     case connection_role::address:
     case connection_role::borrowed:
+    case connection_role::plain_server:
         established_ = true;
         state_ = connection_state::open;
+        break;
+    case connection_role::plain_client:
+        connect_pending_ = true;
+        state_ = connection_state::connecting;
+        out.push(act(type::flush_endpoint));
         break;
     case connection_role::client:
         connect_pending_ = true;
@@ -139,10 +147,25 @@ void connection_fsm::fail(connection_actions& out, const error_code& ec) noexcep
     out.push(act(type::fail_operations, ec));
 }
 
+connection_actions connection_fsm::reached() noexcept {
+    connection_actions out;
+    if (role_ != connection_role::plain_client || state_ != connection_state::connecting || error_)
+        return out;
+    established_ = true;
+    state_ = connection_state::open;
+    opened(out); // no heartbeats: stops the connection timer
+    if (connect_pending_) {
+        connect_pending_ = false;
+        out.push(act(type::complete_connect));
+    }
+    return out;
+}
+
 connection_actions connection_fsm::on_control(const control_message& m) noexcept {
     connection_actions out;
-    // Nothing reaches an endpoint without its UCP endpoint.
-    if (!has_endpoint())
+    // Nothing reaches an endpoint without its UCP endpoint; a plain
+    // connection has no control protocol.
+    if (!has_endpoint() || is_plain())
         return out;
     // Any word from the peer shows it is alive.
     heard_ = true;
@@ -312,6 +335,16 @@ connection_actions connection_fsm::sends_drained(bool can_linger) noexcept {
 }
 
 void connection_fsm::drain(connection_actions& out, bool can_linger) noexcept {
+    if (role_ == connection_role::plain_client && !established_) {
+        // Closed before UCX made the connection: nothing to flush.
+        stop_timer(out);
+        close_pending_ = false;
+        state_ = connection_state::closed;
+        out.push(act(type::complete_close));
+        out.push(act(type::take_received));
+        out.push(act(type::close_force));
+        return;
+    }
     if (role_ == connection_role::borrowed) {
         // UCX's own endpoint: nothing to close.
         close_pending_ = false;

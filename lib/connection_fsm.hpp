@@ -40,13 +40,24 @@
 namespace ucx::detail {
 
 /// How an endpoint came to be: from a worker address, as one side of a
-/// client/server connection (which has the control protocol), or wrapping a
-/// UCP endpoint UCX owns (the reply endpoint of an active message).
-enum class connection_role : std::uint8_t { address, client, server, borrowed };
+/// client/server connection (which has the control protocol), wrapping a
+/// UCP endpoint UCX owns (the reply endpoint of an active message), or as one
+/// side of a plain UCP connection by socket address (no control protocol: the
+/// peer may be any UCX program). A plain client is connected once UCX has
+/// made the connection (a flush of the endpoint completed); a plain server is
+/// open at once.
+enum class connection_role : std::uint8_t {
+    address,
+    client,
+    server,
+    borrowed,
+    plain_client,
+    plain_server
+};
 
 enum class connection_state : std::uint8_t {
     idle,       ///< no UCP endpoint yet
-    connecting, ///< client: hello sent, waiting for the welcome
+    connecting, ///< client: hello sent, waiting for the welcome (plain: the flush)
     accepting,  ///< server: waiting for the hello
     open,       ///< usable (unless the peer said goodbye: error() is eof)
     closing,    ///< graceful close: waiting for the sends in flight
@@ -75,6 +86,7 @@ enum class connection_action_type : std::uint8_t {
                           ///< completes when UCX is done
     close_force,          ///< force-close the UCP endpoint
     release,              ///< forget the UCP endpoint without closing it (UCX's own)
+    flush_endpoint,       ///< plain client: flush the UCP endpoint (then reached, or a failure)
 };
 
 struct connection_action {
@@ -121,7 +133,8 @@ public:
         bool listener = false;
         /// Client/server: the tag on which this side receives per-endpoint messages.
         std::uint64_t local_tag = 0;
-        /// Client/server: how long the handshake may take, in ms (0: no limit).
+        /// Client/server (and plain client): how long the handshake (the
+        /// connection) may take, in ms (0: no limit).
         std::uint64_t handshake_timeout_ms = 0;
         /// Client/server: how often an open connection checks that the peer
         /// spoke, in ms (0: the peer is not watched).
@@ -133,9 +146,14 @@ public:
     /// intervals.
     static constexpr unsigned silent_ticks_limit = 4;
 
-    /// The UCP endpoint exists: address and borrowed endpoints are open at
-    /// once; a client sends its hello; a server waits for the peer's.
+    /// The UCP endpoint exists: address, borrowed and plain server endpoints
+    /// are open at once; a client sends its hello; a server waits for the
+    /// peer's; a plain client flushes its endpoint.
     connection_actions start(const start_params& p) noexcept;
+    /// Plain client: the flush of the new UCP endpoint completed, so UCX
+    /// made the connection. (A connection UCX cannot make fails the endpoint:
+    /// on_failure.)
+    connection_actions reached() noexcept;
     /// A control message from the peer.
     connection_actions on_control(const control_message& m) noexcept;
     /// UCX reported the UCP endpoint failed (the peer crashed, or went away
@@ -169,6 +187,10 @@ public:
     /// A client/server endpoint (with the hello/welcome handshake).
     bool has_handshake() const noexcept {
         return role_ == connection_role::client || role_ == connection_role::server;
+    }
+    /// A plain UCP connection (no control protocol).
+    bool is_plain() const noexcept {
+        return role_ == connection_role::plain_client || role_ == connection_role::plain_server;
     }
     bool established() const noexcept { return established_; }
     /// Whether the UCP endpoint exists (started and not closed).

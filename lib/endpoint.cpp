@@ -59,8 +59,12 @@ void counted_send_finished(operation* op) noexcept {
 std::size_t endpoint_impl::run_deferred(deferred_stage stage) noexcept {
     if (stage == deferred_stage::close_ready)
         finish_close();
-    else if (stage == deferred_stage::failure)
-        handle_failure();
+    else if (stage == deferred_stage::failure) {
+        if (std::exchange(reached, false))
+            execute(fsm_.reached());
+        if (failure_status != UCS_OK)
+            handle_failure();
+    }
     return 1;
 }
 
@@ -124,8 +128,8 @@ bool endpoint_impl::begin_connect(endpoint_op* op) noexcept {
     return true;
 }
 
-bool endpoint_impl::create_client(ucp_ep_params_t& params, endpoint_op* op,
-                                  bool by_address) noexcept {
+bool endpoint_impl::create_client(ucp_ep_params_t& params, endpoint_op* op, bool by_address,
+                                  role r) noexcept {
     error_code ec;
     create(params, ec);
     if (ec) {
@@ -133,9 +137,73 @@ bool endpoint_impl::create_client(ucp_ep_params_t& params, endpoint_op* op,
         return false;
     }
     connect_op_ = op;
-    // Sends the hello (connect_to), or leaves it to connect_address.
-    execute(fsm_.start(connection_params(role::client, by_address, false, worker_timeouts())));
+    // Sends the hello (connect_to), leaves it to connect_address, or
+    // flushes (connect_plain).
+    execute(fsm_.start(connection_params(r, by_address, false, worker_timeouts())));
     return true;
+}
+
+void endpoint_impl::connect_plain(const sockaddr* addr, socklen_t len, endpoint_op* op) noexcept {
+    if (!begin_connect(op))
+        return;
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = addr;
+    params.sockaddr.addrlen = len;
+    create_client(params, op, false, role::plain_client);
+}
+
+namespace {
+/// A plain client's flush: tells the endpoint, if it still exists.
+struct connect_flush {
+    std::weak_ptr<endpoint_impl> endpoint;
+    worker_impl* worker; // its shutdown waits for (or cancels) the flush
+
+    static void done(void* request, ucs_status_t status, void* user_data) noexcept {
+        // Inside ucp_worker_progress: record only; the worker acts once UCX returns.
+        std::unique_ptr<connect_flush> self(static_cast<connect_flush*>(user_data));
+        ucp_request_free(request);
+        self->worker->internal_request_done();
+        if (auto ep = self->endpoint.lock())
+            ep->flushed(status);
+    }
+};
+} // namespace
+
+void endpoint_impl::flushed(ucs_status_t status) noexcept {
+    // A connection UCX could not make also fails the endpoint (the error
+    // callback), with the same status; a flush cancelled by a close is not news.
+    if (status == UCS_OK)
+        reached = true;
+    else if (status != UCS_ERR_CANCELED && failure_status == UCS_OK)
+        failure_status = status;
+    else
+        return;
+    worker_->defer(*this, deferred_stage::failure);
+}
+
+void endpoint_impl::flush_to_connect() noexcept {
+    if (!ep_)
+        return;
+    std::unique_ptr<connect_flush> state;
+    try {
+        state = std::make_unique<connect_flush>(connect_flush{weak_from_this(), worker_.get()});
+    } catch (...) {
+        return execute(fsm_.force_close(make_error_code(error::allocation_failed)));
+    }
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &connect_flush::done;
+    param.user_data = state.get();
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(ep_, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+        state.release(); // the callback owns it
+        worker_->internal_request_started();
+        worker_->request_progress();
+        return;
+    }
+    flushed(UCS_PTR_STATUS(r)); // done at once (UCS_OK), or failed
 }
 
 void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, endpoint_op* op) noexcept {
@@ -146,7 +214,7 @@ void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, endpoint_op*
     params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     params.sockaddr.addr = addr;
     params.sockaddr.addrlen = len;
-    create_client(params, op, false);
+    create_client(params, op, false, role::client);
 }
 
 void endpoint_impl::connect_address(const worker_address& address, endpoint_op* op,
@@ -157,7 +225,7 @@ void endpoint_impl::connect_address(const worker_address& address, endpoint_op* 
     if (address.empty())
         return w.complete(op, make_error_code(error::empty_address));
     ucp_ep_params_t params = address_params(address);
-    if (!create_client(params, op, true))
+    if (!create_client(params, op, true, role::client))
         return;
     // The hello carries this worker's address: the acceptor needs it to make
     // UCX's endpoint for this connection its own (see accept_address). It
@@ -204,7 +272,7 @@ void endpoint_impl::adopt(ucp_ep_h ep) noexcept {
     execute(fsm_.start({role::borrowed}));
 }
 
-void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* listener,
+void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* listener, bool plain,
                                    const connection_timeouts& timeouts, error_code& ec) {
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
@@ -212,6 +280,8 @@ void endpoint_impl::accept_request(ucp_conn_request_h request, listener_impl* li
     create(params, ec);
     if (ec)
         return;
+    if (plain)
+        return execute(fsm_.start({role::plain_server}));
     listener_ = listener;
     execute(fsm_.start(connection_params(role::server, false, true, timeouts)));
 }
@@ -315,6 +385,9 @@ void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_
             break;
         case type::close_force:
             close_ucp(false);
+            break;
+        case type::flush_endpoint:
+            flush_to_connect();
             break;
         case type::release:
             // UCX's own endpoint: nothing to close.
@@ -656,7 +729,9 @@ bool endpoint_impl::query_sockaddr(bool remote, sockaddr_storage& out) const noe
         out = remote ? door_remote_ : door_local_;
         return true;
     }
-    if (!ep_ || !has_handshake() || fsm_.by_address())
+    // Endpoints made by socket address: client/server connections of the
+    // socket-address method, and plain ones.
+    if (!ep_ || !(has_handshake() || fsm_.is_plain()) || fsm_.by_address())
         return false;
     ucp_ep_attr_t attr{};
     attr.field_mask = remote ? UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR : UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;

@@ -63,6 +63,10 @@ public:
     /// Client side: connects to a listener; `op` completes when the
     /// handshake is done (its result: this endpoint) or the connection fails.
     void connect_to(const sockaddr* addr, socklen_t len, endpoint_op* op) noexcept;
+    /// Client side of a plain UCP connection (no library protocol): `op`
+    /// completes when UCX has made the connection (a flush of the new
+    /// endpoint completed) or it fails.
+    void connect_plain(const sockaddr* addr, socklen_t len, endpoint_op* op) noexcept;
     /// Client side over a worker address: creates the UCP endpoint (peer
     /// error mode) and sends the hello; `op` completes when the peer's
     /// address acceptor welcomes it (its result: this endpoint), refuses it
@@ -87,8 +91,9 @@ public:
     /// what `query_sockaddr` reports.
     void adopt_lifeline(boost::asio::ip::tcp::socket socket) noexcept;
     /// Server side: accepts a connection request; the listener is told when
-    /// the handshake is done.
-    void accept_request(ucp_conn_request_h request, listener_impl* listener,
+    /// the handshake is done (`plain`: the endpoint is open at once, and the
+    /// listener is not told).
+    void accept_request(ucp_conn_request_h request, listener_impl* listener, bool plain,
                         const connection_timeouts& timeouts, error_code& ec);
 
     ucp_ep_h native() const noexcept { return ep_; }
@@ -181,6 +186,11 @@ public:
 
     /// Status reported by the error callback.
     ucs_status_t failure_status = UCS_OK;
+    /// Plain client: the flush of the new UCP endpoint completed.
+    bool reached = false;
+    /// Plain client: the flush of the new UCP endpoint completed with
+    /// `status` (called inside ucp_worker_progress: records only).
+    void flushed(ucs_status_t status) noexcept;
 
     /// The error handler of the endpoint's UCP endpoint (`arg` is the
     /// endpoint): records the failure for the worker to act on.
@@ -193,7 +203,7 @@ private:
     bool begin_connect(endpoint_op* op) noexcept;
     /// Creates the UCP endpoint of a client connection, which `op` completes.
     /// False when `op` already failed.
-    bool create_client(ucp_ep_params_t& params, endpoint_op* op, bool by_address) noexcept;
+    bool create_client(ucp_ep_params_t& params, endpoint_op* op, bool by_address, role r) noexcept;
     static void cancel_wait(operation* op) noexcept;
     void create(ucp_ep_params_t& params, error_code& ec) noexcept;
     /// Executes what the connection protocol decided, in order.
@@ -210,6 +220,9 @@ private:
     /// The worker's defaults.
     connection_timeouts worker_timeouts() const noexcept;
     void arm_timer(std::uint64_t ms) noexcept;
+    /// Plain client: flushes the new UCP endpoint; its completion shows UCX
+    /// made the connection.
+    void flush_to_connect() noexcept;
     /// Closes the UCP endpoint (flush mode: the kept close operation
     /// completes with it; else force).
     void close_ucp(bool flush) noexcept;

@@ -47,7 +47,8 @@ public:
 
 // Each library error's message, and its portable condition where one fits.
 constexpr detail::error_row<error> library_errors[] = {
-    {error::not_connected, "endpoint is not connected (made from a worker address)",
+    {error::not_connected,
+     "endpoint has no library connection (made from a worker address, or plain)",
      std_errc::not_connected},
     {error::no_reply_endpoint, "the sender did not allow replies", std_errc::not_connected},
     {error::no_socket_address, "no socket address (connected by worker address)",

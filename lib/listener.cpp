@@ -95,12 +95,16 @@ void listener_impl::process_requests() noexcept {
         }
         auto ep = std::make_shared<endpoint_impl>(worker_);
         error_code ec;
-        ep->accept_request(request, this, timeouts_, ec);
+        const bool plain = method_ == connection_method::plain;
+        ep->accept_request(request, this, plain, timeouts_, ec);
         if (ec) {
             log::write(log::severity::warning, "listener: accepting failed: " + ec.message());
             continue;
         }
-        handshaking_.push_back(std::move(ep));
+        if (plain)
+            queue_.offer(std::move(ep)); // no handshake: connected now
+        else
+            handshaking_.push_back(std::move(ep));
     }
 }
 

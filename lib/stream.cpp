@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -41,7 +42,10 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
         ec = boost::asio::error::already_open;
         return;
     }
-    if (ep->kind() != endpoint_impl::role::client && ep->kind() != endpoint_impl::role::server) {
+    const bool plain = ep->kind() == endpoint_impl::role::plain_client ||
+                       ep->kind() == endpoint_impl::role::plain_server;
+    if (ep->kind() != endpoint_impl::role::client && ep->kind() != endpoint_impl::role::server &&
+        !plain) {
         // No goodbye on such endpoints, so no honest end of stream.
         ec = make_error_code(error::not_connected);
         return;
@@ -55,7 +59,10 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
     held_.reserve(16);
     closed_ = false;
     recv_error_ = {};
-    fsm_.reset();
+    // A plain peer (any UCX program) sends no acknowledgements: no flow
+    // control, as with UCX's stream API itself.
+    constexpr auto unlimited = std::numeric_limits<std::uint64_t>::max();
+    fsm_ = stream_fsm(plain ? stream_config{unlimited, unlimited} : stream_config{});
     // The peer may have ended its stream before this stream started.
     if (auto total = ep_->peer_stream_end())
         fsm_.on_peer_end(*total, ep_->peer_said_goodbye());

@@ -31,6 +31,22 @@ enum class connection_method {
     /// sockaddr endpoints). UCX 1.13's manager aborts the process on a few
     /// malformed bytes on its port: only for ports no stranger can reach.
     ucx_sockaddr,
+    /// A plain UCP connection by socket address, with no library protocol
+    /// over it: UCX's socket-address connection manager, as a C program
+    /// using `ucp_listener_create` and `UCP_EP_PARAMS_FLAGS_CLIENT_SERVER`
+    /// endpoints makes it, so the peer may be any UCX program (UCX's
+    /// examples, UCXX, UCX-Py). The endpoint is in peer error mode; tag,
+    /// active-message, RMA and `ucx::stream` operations work on it. What the
+    /// library protocol gives is missing: per-endpoint messaging
+    /// (`ucx::error::not_connected`), an end of stream distinct from a reset
+    /// (a peer's close is `connection_reset`), heartbeats (a stopped peer is
+    /// noticed only by UCX's own keepalive), a goodbye on close, and the
+    /// shared secret. A client is connected once UCX made the connection (a
+    /// flush of the endpoint completed); a server's endpoint is accepted at
+    /// once. As with `ucx_sockaddr`, UCX 1.13's manager aborts the process on
+    /// a few malformed bytes on its port: only for ports no stranger can
+    /// reach. docs/interop.md.
+    plain,
 };
 
 /// Options of a worker.

@@ -12,7 +12,9 @@
 // - the UCP endpoint is closed (or released) exactly once, when the state
 //   becomes closed; the linger timer runs exactly while lingering;
 // - hello, welcome and goodbye go out at most once; the peer's goodbye
-//   reaches the stream at most once.
+//   reaches the stream at most once;
+// - a plain connection sends no control message, and only a plain client
+//   flushes its endpoint, once.
 #include "fuzz.hpp"
 
 #include "connection_fsm.hpp"
@@ -62,6 +64,7 @@ struct model {
     int welcomes = 0;
     int goodbyes = 0;
     int peer_goodbyes = 0;
+    int flushes = 0;
 };
 
 void check(connection_fsm& fsm, model& m, connection_event event, connection_state before,
@@ -83,7 +86,11 @@ void check(connection_fsm& fsm, model& m, connection_event event, connection_sta
     const bool peer_goodbye_before = m.peer_goodbyes > 0;
     for (const auto& a : actions) {
         switch (a.type) {
+        case type::flush_endpoint:
+            UCX_ASIO_FUZZ_CHECK(++m.flushes == 1 && fsm.role() == connection_role::plain_client);
+            break;
         case type::send_control:
+            UCX_ASIO_FUZZ_CHECK(!fsm.is_plain());
             if (a.message == control_type::hello)
                 UCX_ASIO_FUZZ_CHECK(++m.hellos == 1 && fsm.role() == connection_role::client);
             if (a.message == control_type::welcome)
@@ -199,7 +206,7 @@ void connection_fsm(input data) {
         switch (event) {
         case connection_event::start: {
             detail::connection_fsm::start_params p;
-            p.role = static_cast<connection_role>(r.byte() % 4);
+            p.role = static_cast<connection_role>(r.byte() % 6);
             p.by_address = r.flag();
             p.listener = r.flag();
             p.local_tag = r.uint(8);
@@ -207,7 +214,8 @@ void connection_fsm(input data) {
             p.heartbeat_interval_ms = r.flag() ? 25 : 0;
             if (before == connection_state::idle) {
                 m.started = true;
-                m.connect_pending = p.role == connection_role::client;
+                m.connect_pending =
+                    p.role == connection_role::client || p.role == connection_role::plain_client;
                 m.listener_pending = p.role == connection_role::server && p.listener;
             }
             actions = fsm.start(p);
@@ -250,6 +258,9 @@ void connection_fsm(input data) {
             // An expiry consumes the arming; a stale one must change nothing.
             m.timer_running = false;
             actions = fsm.timer_expired();
+            break;
+        case connection_event::reached:
+            actions = fsm.reached();
             break;
         case connection_event::count:
             break;

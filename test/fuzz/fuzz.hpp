@@ -50,6 +50,7 @@ enum class connection_event : std::uint8_t {
     shutdown_stream, ///< stream bytes
     forget_listener,
     timer_expired,
+    reached, ///< a plain client's flush completed
     count
 };
 

@@ -108,6 +108,8 @@ inline std::string str(const connection_action& a) {
         return with_ec("complete_close");
     case T::close_flush:
         return "close_flush";
+    case T::flush_endpoint:
+        return "flush_endpoint";
     case T::close_force:
         return "close_force";
     case T::release:
@@ -1156,3 +1158,81 @@ TEST(ConnectionFsm, FailureCompletesEveryPendingOperationOnce) {
 }
 
 } // namespace
+
+// ---------------------------------------------------------------- plain connections
+
+inline connection_fsm::start_params plain_client() {
+    connection_fsm::start_params p{connection_role::plain_client, false, false, local_tag};
+    p.handshake_timeout_ms = 1000;
+    p.heartbeat_interval_ms = 250; // ignored: a plain peer answers no ping
+    return p;
+}
+
+TEST(ConnectionFsm, PlainClientIsConnectedWhenTheFlushCompletes) {
+    connection_fsm f;
+    EXPECT_EQ(str(f.start(plain_client())), "flush_endpoint arm(1000)");
+    EXPECT_TRUE(f.connect_pending());
+    EXPECT_FALSE(f.is_open());
+    EXPECT_FALSE(f.has_handshake());
+    EXPECT_TRUE(f.is_plain());
+    EXPECT_EQ(state_name(f.state()), "connecting");
+    // No heartbeat: the deadline timer stops.
+    EXPECT_EQ(str(f.reached()), "cancel_timer complete_connect()");
+    EXPECT_TRUE(f.is_open());
+    EXPECT_FALSE(f.connect_pending());
+    EXPECT_TRUE(f.reached().empty());
+    EXPECT_TRUE(f.timer_expired().empty());
+}
+
+TEST(ConnectionFsm, PlainClientThatUcxCannotConnectFails) {
+    connection_fsm f;
+    f.start(plain_client());
+    EXPECT_EQ(str(f.on_failure(ae::connection_refused)),
+              "cancel_timer complete_connect(connection_refused) "
+              "fail_operations(connection_refused) take_received close_force");
+    EXPECT_EQ(state_name(f.state()), "closed");
+    EXPECT_TRUE(f.reached().empty()); // a late flush changes nothing
+}
+
+TEST(ConnectionFsm, PlainClientDeadline) {
+    connection_fsm f;
+    f.start(plain_client());
+    EXPECT_EQ(str(f.timer_expired()),
+              "complete_connect(handshake_timeout) "
+              "fail_operations(handshake_timeout) take_received close_force");
+    EXPECT_EQ(f.error(), ucx::error::handshake_timeout);
+}
+
+TEST(ConnectionFsm, PlainClientClosedBeforeItConnectedClosesByForce) {
+    connection_fsm f;
+    f.start(plain_client());
+    EXPECT_EQ(str(f.close_graceful(false, 0, true)),
+              "abort_operations complete_connect(operation_aborted) accept_close cancel_timer "
+              "complete_close() take_received close_force");
+    EXPECT_EQ(state_name(f.state()), "closed");
+    EXPECT_TRUE(f.reached().empty());
+}
+
+TEST(ConnectionFsm, PlainEndpointsHaveNoControlProtocol) {
+    for (const bool client : {true, false}) {
+        connection_fsm f;
+        if (client) {
+            f.start(plain_client());
+            f.reached();
+        } else {
+            EXPECT_TRUE(f.start({connection_role::plain_server}).empty());
+        }
+        EXPECT_TRUE(f.is_open());
+        // Whatever comes as a control message is ignored (a plain peer sends
+        // none; these could only be a confused library peer's).
+        for (auto t : {control_type::hello, control_type::welcome, control_type::goodbye,
+                       control_type::ping, control_type::refused, control_type::stream_end})
+            EXPECT_TRUE(f.on_control(msg(t, 1)).empty()) << client;
+        EXPECT_TRUE(f.shutdown_stream(10).empty());
+        EXPECT_TRUE(f.is_open());
+        // A graceful close flushes, without a goodbye.
+        EXPECT_EQ(str(f.close_graceful(false, 10, true)),
+                  "abort_operations accept_close close_flush");
+        EXPECT_EQ(state_name(f.state()), "closed");
+    }
+}
