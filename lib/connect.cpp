@@ -39,6 +39,10 @@ void connect_endpoint(const std::shared_ptr<worker_impl>& w, endpoint_op* op,
                       const boost::asio::ip::tcp::endpoint& to) noexcept {
     if (w->options().method == connection_method::handshake)
         return door_connect::start(w, op, to);
+    if (!ucx_takes_ipv6_loopback(to.address())) {
+        w->start(op);
+        return w->complete(op, boost::asio::error::address_family_not_supported);
+    }
     if (auto ep = connecting_endpoint(w, op)) {
         if (w->options().method == connection_method::plain)
             ep->connect_plain(to.data(), static_cast<socklen_t>(to.size()), op);
@@ -84,6 +88,19 @@ void connect_to_endpoint(worker_impl& w, endpoint_op* op,
 void connect_to_address(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept {
     if (auto ep = connecting_endpoint(w.shared_from_this(), op))
         ep->connect_address(to, op);
+}
+
+bool ucx_takes_ipv6_loopback(const boost::asio::ip::address& a) noexcept {
+    // UCX 1.13's TCP transport leaves IPv6 loopback addresses out of its
+    // interfaces (UCX 1.14 takes them), so its connection manager's server
+    // side connects back to the client's ::1 on a port only bound on
+    // 127.0.0.1: refused, and the client's connect fails as "rejected";
+    // the server's endpoint is never told, and a process that had such a
+    // connection may crash in ucp_worker_destroy (measured with 1.13.1). A
+    // listener on :: fails its IPv4 clients too ("Endpoint is not
+    // connected", measured).
+    static const bool takes = ucx_runtime_version() >= ucx_version{1, 14, 0};
+    return takes || !a.is_v6() || !(a.is_loopback() || a.is_unspecified());
 }
 
 } // namespace detail

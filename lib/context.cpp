@@ -218,4 +218,30 @@ std::optional<std::string> context::config_value(const std::string& name) const 
     return std::nullopt;
 }
 
+std::string ucx_version::to_string() const {
+    return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
+ucx_version ucx_build_version() noexcept {
+    // "major.minor.release" from the build (CMake passes pkg-config's version).
+    ucx_version v;
+    unsigned* parts[] = {&v.major, &v.minor, &v.release};
+    std::size_t i = 0;
+    for (const char* p = UCX_ASIO_BUILT_WITH_UCX; *p && i < 3; ++p) {
+        if (*p == '.')
+            ++i;
+        else if (*p >= '0' && *p <= '9')
+            *parts[i] = *parts[i] * 10 + static_cast<unsigned>(*p - '0');
+        else
+            break;
+    }
+    return v;
+}
+
+ucx_version ucx_runtime_version() noexcept {
+    unsigned major = 0, minor = 0, release = 0;
+    ucp_get_version(&major, &minor, &release);
+    return {major, minor, release};
+}
+
 } // namespace ucx

@@ -258,4 +258,10 @@ private:
     std::unique_ptr<guarded_timer> timer_;
 };
 
+/// Whether UCX's socket-address connection manager can connect over `a`:
+/// false for the IPv6 loopback and unspecified (::) addresses with UCX before
+/// 1.14 (lib/connect.cpp says why). The socket-address methods refuse such an address up front with
+/// `asio::error::address_family_not_supported`.
+bool ucx_takes_ipv6_loopback(const boost::asio::ip::address& a) noexcept;
+
 } // namespace ucx::detail

@@ -38,6 +38,10 @@ void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code&
         ec = boost::asio::error::operation_not_supported;
         return;
     }
+    if (!ucx_takes_ipv6_loopback(bind.address())) {
+        ec = boost::asio::error::address_family_not_supported;
+        return;
+    }
     ucp_listener_params_t params{};
     params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     params.sockaddr.addr = bind.data();

@@ -149,4 +149,23 @@ private:
     std::shared_ptr<detail::context_impl> impl_;
 };
 
+/// A UCX version: major, minor, release (1.13.1 is {1, 13, 1}).
+struct ucx_version {
+    unsigned major = 0;
+    unsigned minor = 0;
+    unsigned release = 0;
+
+    friend auto operator<=>(const ucx_version&, const ucx_version&) = default;
+    /// "major.minor.release".
+    std::string to_string() const;
+};
+
+/// The version of the UCX library this process runs with (`ucp_get_version`).
+ucx_version ucx_runtime_version() noexcept;
+
+/// The version of the UCX this library was built against (what pkg-config
+/// reported when it was configured). A process that finds another UCX at run
+/// time (`ucx_runtime_version`) may misbehave: rebuild against that one.
+ucx_version ucx_build_version() noexcept;
+
 } // namespace ucx

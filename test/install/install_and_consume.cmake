@@ -27,3 +27,21 @@ run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install/consumer" -B "${WORK_DIR}/bu
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release ${flags})
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run("${WORK_DIR}/build/consumer")
+
+# A consumer whose pkg-config finds another UCX than the library was built
+# with is told so at configure time (the package is not found, with why).
+file(MAKE_DIRECTORY "${WORK_DIR}/other-ucx")
+file(WRITE "${WORK_DIR}/other-ucx/ucx.pc"
+  "prefix=/opt/other-ucx\nName: ucx\nDescription: another UCX\nVersion: 99.0.0\n"
+  "Cflags: -I\${prefix}/include\nLibs: -L\${prefix}/lib -lucp\n")
+set(ENV{PKG_CONFIG_PATH} "${WORK_DIR}/other-ucx")
+execute_process(COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install/consumer"
+    -B "${WORK_DIR}/build-other" -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "a consumer found UCX 99.0.0 and still configured against ucx_asio")
+endif()
+if(NOT err MATCHES "built against UCX [0-9.]+ .*but pkg-config finds UCX[ \n]+99.0.0")
+  message(FATAL_ERROR "the UCX mismatch was not explained:\n${err}")
+endif()
+message(STATUS "UCX mismatch refused: ok")

@@ -11,7 +11,8 @@
 // message and prints "received <text>" (up to its first NUL), then waits for
 // the client to go and prints "peer gone <message>". The client sends TEXT
 // padded with NULs to N bytes (TEXT and one NUL by default), prints "sent",
-// and closes. Errors print "failed <where>: <message>" and exit 1.
+// and closes. Errors print "failed <where>: <message>" and exit 1 (after the
+// worker and everything else is destroyed as usual).
 #include <ucx/asio.hpp>
 
 #include <boost/asio/io_context.hpp>
@@ -32,10 +33,14 @@ namespace {
 constexpr ucx::tag_t example_tag = 0xCAFE;
 constexpr unsigned example_am_id = 0;
 
-int failed(const char* where, const ucx::error_code& ec) {
+/// Ends the run (io_context::run passes the exception on); main returns 1
+/// after destroying everything in order.
+struct peer_failed {};
+
+[[noreturn]] void failed(const char* where, const ucx::error_code& ec) {
     std::printf("failed %s: %s\n", where, ec.message().c_str());
     std::fflush(stdout);
-    std::exit(1);
+    throw peer_failed{};
 }
 
 void say(const std::string& line) {
@@ -177,5 +182,9 @@ int main(int argc, char** argv) {
     } else {
         return usage();
     }
-    io.run();
+    try {
+        io.run();
+    } catch (const peer_failed&) {
+        return 1;
+    }
 }

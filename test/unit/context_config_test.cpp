@@ -328,3 +328,21 @@ TEST(ConfigSettings, TransportSwitchesOverrideTheEnvironmentsTlsList) {
     EXPECT_EQ(value_of(s, "TLS"), "^tcp");
     EXPECT_EQ(value_of(s, "MM_ERROR_HANDLING"), "y");
 }
+
+TEST(UcxVersion, BuildAndRuntimeVersionsAreKnownAndCompare) {
+    const ucx::ucx_version built = ucx::ucx_build_version();
+    const ucx::ucx_version running = ucx::ucx_runtime_version();
+    // UCX 1.x; the build's version is pkg-config's, the running one UCX's own.
+    EXPECT_EQ(built.major, 1u);
+    EXPECT_EQ(running.major, 1u);
+    EXPECT_GE(running.minor, 13u);
+    // The tests run against the UCX they were built with.
+    EXPECT_EQ(built, running) << built.to_string() << " vs " << running.to_string();
+    unsigned digits = 0;
+    for (char c : running.to_string())
+        digits += (c >= '0' && c <= '9');
+    EXPECT_GE(digits, 3u);
+    EXPECT_EQ((ucx::ucx_version{1, 13, 1}).to_string(), "1.13.1");
+    EXPECT_LT((ucx::ucx_version{1, 13, 1}), (ucx::ucx_version{1, 14, 0}));
+    EXPECT_LT((ucx::ucx_version{1, 9, 9}), (ucx::ucx_version{1, 13, 0}));
+}

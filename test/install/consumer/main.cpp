@@ -23,6 +23,10 @@ int main() {
     ucx::async_tag_send(ep, boost::asio::buffer(out), 1, [](ucx::error_code, std::size_t) {});
     io.run();
     const bool ok = received && std::strcmp(in, out) == 0;
-    std::printf("consumer: %s\n", ok ? "ok" : "FAILED");
-    return ok ? 0 : 1;
+    // The package makes the consumer use the UCX the library was built with.
+    const bool same_ucx = ucx::ucx_build_version() == ucx::ucx_runtime_version();
+    std::printf("consumer: %s; UCX %s (built with %s)\n", ok ? "ok" : "FAILED",
+                ucx::ucx_runtime_version().to_string().c_str(),
+                ucx::ucx_build_version().to_string().c_str());
+    return ok && same_ucx ? 0 : 1;
 }
