@@ -61,6 +61,14 @@ public:
             line += static_cast<char>(c);
         return line;
     }
+    /// Reads the child's stdout to its end (the child closed it, usually by
+    /// exiting).
+    std::string read_all() {
+        std::string s;
+        for (int c; (c = fgetc(from_child_)) != EOF;)
+            s += static_cast<char>(c);
+        return s;
+    }
     void write_line(const std::string& s) {
         fputs((s + "\n").c_str(), to_child_);
         fflush(to_child_);

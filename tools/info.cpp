@@ -1,0 +1,236 @@
+// ucx-asio-info: what UCX and this library will do on this machine.
+//
+//   ucx-asio-info [--config FILE] [--prefix PREFIX] [--connect HOST:PORT]
+//                 [--method handshake|ucx_sockaddr|plain] [--no-connection]
+//
+// Prints, in sections:
+// - versions: the UCX running and the one the library was built against
+//   (a mismatch is a warning);
+// - configuration: the context options built from the configuration file and
+//   the environment (PREFIX + name, "UCXASIO_" by default; see
+//   docs/context-and-worker.md), the UCX settings they turn into, and the
+//   effective values of UCX's main settings;
+// - resources: the transports and devices the context found (UCX's own
+//   listing);
+// - connection: a test connection, to HOST:PORT (a ucx-asio listener of that
+//   method) or, by default, between two workers of this process over the
+//   loopback address, with the lanes UCX chose for it. Both ends of a
+//   loopback connection share this host: if the lanes carry no shared-memory
+//   transport while the context allows one, the tool warns (UCX leaves shared
+//   memory out of peer error mode unless its error handling is on, and then
+//   moves intra-node traffic over TCP).
+//
+// Exit status: 0; 1 when a warning was printed; 2 for a bad command line or
+// configuration, or a failed test connection.
+#include <ucx/asio.hpp>
+
+#include <boost/asio/io_context.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+namespace asio = boost::asio;
+
+namespace {
+
+int warnings = 0;
+
+void warn(const std::string& what) {
+    std::printf("WARNING: %s\n", what.c_str());
+    ++warnings;
+}
+
+int usage() {
+    std::fprintf(
+        stderr, "usage: ucx-asio-info [--config FILE] [--prefix PREFIX] [--connect HOST:PORT]\n"
+                "                     [--method handshake|ucx_sockaddr|plain] [--no-connection]\n");
+    return 2;
+}
+
+std::string yes_no(bool b) {
+    return b ? "yes" : "no";
+}
+
+void print_options(const ucx::context_options& o) {
+    std::printf("  tcp=%s shared_memory=%s cma=%s infiniband=%s cuda_copy=%s nvlink=%s\n",
+                yes_no(o.transports.tcp).c_str(), yes_no(o.transports.shared_memory).c_str(),
+                yes_no(o.transports.cma).c_str(), yes_no(o.transports.rdma).c_str(),
+                yes_no(o.transports.cuda_copy).c_str(), yes_no(o.transports.nvlink).c_str());
+    std::printf("  shared_memory_error_handling=%s shared_memory_segment_size=%zu "
+                "multi_threaded=%s\n",
+                yes_no(o.shared_memory_error_handling).c_str(), o.shared_memory_segment_size,
+                yes_no(o.multi_threaded).c_str());
+    for (const auto& [name, value] : o.config)
+        std::printf("  environment: %s=%s\n", name.c_str(), value.c_str());
+}
+
+/// The lanes UCX chose for an endpoint (its own description).
+std::string lanes_of(ucp_ep_h ep) {
+    char* buf = nullptr;
+    std::size_t len = 0;
+    FILE* f = open_memstream(&buf, &len);
+    if (!f)
+        return {};
+    ucp_ep_print_info(ep, f);
+    std::fclose(f);
+    std::string s(buf, len);
+    std::free(buf);
+    return s;
+}
+
+bool has_shared_memory_lane(const std::string& lanes) {
+    for (const char* t : {"posix/", "sysv/", "xpmem/", "cma/", "knem/"})
+        if (lanes.find(t) != std::string::npos)
+            return true;
+    return false;
+}
+
+/// Runs `io` until `done` or 10 s passed.
+template <class Pred>
+bool run_until(asio::io_context& io, Pred done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+        if (io.stopped())
+            io.restart();
+        io.run_one_for(std::chrono::milliseconds(10));
+    }
+    return done();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string config_file, prefix = "UCXASIO_", connect_to, method_name = "handshake";
+    bool connection = true;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&]() -> std::optional<std::string> {
+            if (i + 1 >= argc)
+                return std::nullopt;
+            return std::string(argv[++i]);
+        };
+        std::optional<std::string> v;
+        if (arg == "--no-connection")
+            connection = false;
+        else if (arg == "--help" || arg == "-h")
+            return usage();
+        else if (!(v = value()))
+            return usage();
+        else if (arg == "--config")
+            config_file = *v;
+        else if (arg == "--prefix")
+            prefix = *v;
+        else if (arg == "--connect")
+            connect_to = *v;
+        else if (arg == "--method")
+            method_name = *v;
+        else
+            return usage();
+    }
+    ucx::connection_method method = ucx::connection_method::handshake;
+    if (method_name == "ucx_sockaddr")
+        method = ucx::connection_method::ucx_sockaddr;
+    else if (method_name == "plain")
+        method = ucx::connection_method::plain;
+    else if (method_name != "handshake")
+        return usage();
+
+    std::printf("== versions\n");
+    const auto running = ucx::ucx_runtime_version(), built = ucx::ucx_build_version();
+    std::printf("  UCX running: %s\n  UCX built against: %s\n", running.to_string().c_str(),
+                built.to_string().c_str());
+    if (running != built)
+        warn("this process runs another UCX than the library was built against: rebuild, or "
+             "set LD_LIBRARY_PATH to the UCX it was built with");
+
+    std::printf("== configuration (file: %s, environment prefix: %s)\n",
+                config_file.empty() ? "none" : config_file.c_str(), prefix.c_str());
+    ucx::context_options options;
+    try {
+        options = ucx::configured_context_options(config_file, prefix);
+    } catch (const boost::system::system_error& e) {
+        std::printf("ERROR: %s\n", e.what());
+        return 2;
+    }
+    print_options(options);
+    std::printf("  UCX settings from these options (over UCX's defaults and UCX_*):\n");
+    const auto settings =
+        ucx::make_config_settings(options, [](const char* n) { return std::getenv(n); });
+    if (settings.empty())
+        std::printf("    (none)\n");
+    for (const auto& [name, value] : settings)
+        std::printf("    UCX_%s=%s\n", name.c_str(), value.c_str());
+    ucx::error_code ec;
+    ucx::context ctx(options, ec);
+    if (ec) {
+        std::printf("ERROR: the context could not be created: %s\n", ec.message().c_str());
+        return 2;
+    }
+    std::printf("  effective:");
+    for (const char* name : {"TLS", "NET_DEVICES", "RNDV_THRESH", "KEEPALIVE_INTERVAL"}) {
+        const auto value = ctx.config_value(name);
+        std::printf(" %s=%s", name, value ? value->c_str() : "?");
+    }
+    std::printf("\n");
+
+    std::printf("== resources (UCX's listing)\n");
+    std::fflush(stdout);
+    ucp_context_print_info(ctx.native_handle(), stdout);
+    std::fflush(stdout);
+
+    if (!connection)
+        return warnings ? 1 : 0;
+    asio::io_context io;
+    ucx::worker_options wo;
+    wo.method = method;
+    ucx::worker client(ctx, io, wo);
+    std::optional<ucx::worker> server;
+    std::optional<ucx::listener> listener;
+    std::string host = "127.0.0.1", port;
+    if (connect_to.empty()) {
+        server.emplace(ctx, io, wo);
+        listener.emplace(*server, asio::ip::tcp::endpoint(asio::ip::make_address(host), 0));
+        port = std::to_string(listener->local_endpoint().port());
+        listener->async_accept([](ucx::error_code, ucx::endpoint) {});
+    } else {
+        const auto colon = connect_to.rfind(':');
+        if (colon == std::string::npos)
+            return usage();
+        host = connect_to.substr(0, colon);
+        port = connect_to.substr(colon + 1);
+        if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+            host = host.substr(1, host.size() - 2);
+    }
+    std::printf("== connection to %s:%s (%s method%s)\n", host.c_str(), port.c_str(),
+                method_name.c_str(), connect_to.empty() ? ", loopback in this process" : "");
+    std::optional<std::pair<ucx::error_code, ucx::endpoint>> connected;
+    const auto t0 = std::chrono::steady_clock::now();
+    ucx::async_connect(client, host, port, [&](ucx::error_code e, ucx::endpoint ep) {
+        connected.emplace(e, std::move(ep));
+    });
+    if (!run_until(io, [&] { return connected.has_value(); })) {
+        std::printf("ERROR: the connection did not complete in 10 s\n");
+        return 2;
+    }
+    if (connected->first) {
+        std::printf("ERROR: the connection failed: %s\n", connected->first.message().c_str());
+        return 2;
+    }
+    std::printf(
+        "  connected in %.1f ms\n",
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    const std::string lanes = lanes_of(connected->second.native_handle());
+    std::printf("%s", lanes.c_str());
+    const bool local_peer =
+        connect_to.empty() || host == "127.0.0.1" || host == "::1" || host == "localhost";
+    if (local_peer && options.transports.shared_memory && !has_shared_memory_lane(lanes))
+        warn("the peer is on this host but no lane uses shared memory: intra-node traffic goes "
+             "over the network transports. With peer error handling (every endpoint of this "
+             "library, and UCXX/UCX-Py's default) UCX 1.13 needs the shared-memory transports' "
+             "error handling on (shared_memory_error_handling, or UCX_MM_ERROR_HANDLING=y)");
+    connected->second.close();
+    return warnings ? 1 : 0;
+}
