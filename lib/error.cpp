@@ -84,6 +84,10 @@ constexpr detail::error_row<error> library_errors[] = {
     {error::authentication_failed, "connection handshake: authentication failed",
      std_errc::permission_denied},
     {error::unknown_option, "no such option", std_errc::invalid_argument},
+    {error::no_launch_environment, "no launcher's variables give the rank and size",
+     std_errc::invalid_argument},
+    {error::invalid_launch_environment, "a launcher's variable is malformed or inconsistent",
+     std_errc::invalid_argument},
 };
 
 } // namespace

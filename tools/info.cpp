@@ -2,6 +2,12 @@
 //
 //   ucx-asio-info [--config FILE] [--prefix PREFIX] [--connect HOST:PORT]
 //                 [--method handshake|ucx_sockaddr|plain] [--no-connection]
+//   ucx-asio-info --launch
+//
+// With --launch it prints only this process's place in its job, as
+// ucx::detect_environment reads it from a launcher's variables (one line:
+// "launch: launcher=L rank=R size=S local_rank=LR local_size=LS node_rank=N
+// rendezvous=HOST:PORT"), or the error naming the variable, and exits 0 or 2.
 //
 // Prints, in sections:
 // - versions: the UCX running and the one the library was built against
@@ -105,6 +111,21 @@ bool run_until(asio::io_context& io, Pred done) {
 int main(int argc, char** argv) {
     std::string config_file, prefix = "UCXASIO_", connect_to, method_name = "handshake";
     bool connection = true;
+    if (argc == 2 && std::string(argv[1]) == "--launch") {
+        ucx::error_code ec;
+        std::string culprit;
+        const ucx::launch_environment env = ucx::detect_environment(ec, &culprit);
+        if (ec) {
+            std::printf("launch: ERROR %s: %s\n", ec.message().c_str(), culprit.c_str());
+            return 2;
+        }
+        std::printf("launch: launcher=%s rank=%d size=%d local_rank=%d local_size=%d node_rank=%d "
+                    "rendezvous=%s%s%s\n",
+                    env.launcher.c_str(), env.rank, env.size, env.local_rank, env.local_size,
+                    env.node_rank, env.rendezvous_host.c_str(),
+                    env.rendezvous_port.empty() ? "" : ":", env.rendezvous_port.c_str());
+        return 0;
+    }
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         auto value = [&]() -> std::optional<std::string> {

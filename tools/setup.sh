@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev # tools/fuzz.sh (libFuzzer)
   libssl-dev openssl # TLS over ucx::stream (tests), ucxcat tests (SHA-256)
   gnuplot-nox valgrind # tools/bench.sh (chart), tools/callgrind.sh
+  openmpi-bin libopenmpi-dev # the launch tests under mpirun
 )
 
 sudo=""

@@ -6,6 +6,7 @@
 #include <ucx/am_allocator.hpp>
 #include <ucx/am_message.hpp>
 #include <ucx/configuration.hpp>
+#include <ucx/launch.hpp>
 #include <ucx/connect.hpp>
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>

@@ -131,6 +131,12 @@ enum class error : int {
     /// A configuration setting names no option (`set_context_option`, the
     /// environment with the library's prefix, a configuration file).
     unknown_option,
+    /// No launcher's variables say this process's rank and group size
+    /// (`detect_environment`).
+    no_launch_environment,
+    /// A launcher's variable is malformed or contradicts another (a rank not
+    /// below the size, a number that is not one).
+    invalid_launch_environment,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

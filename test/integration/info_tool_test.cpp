@@ -20,13 +20,26 @@ struct run_result {
     std::string output;
 };
 
-/// Runs the tool with `env` (NAME=VALUE) and `args`; its stdout and stderr.
+/// Runs the tool with `env` (NAME=VALUE, or "-u", NAME to unset) and `args`;
+/// its stdout and stderr.
 run_result run_info(const std::vector<std::string>& env, const std::vector<std::string>& args) {
     std::string cmd = "exec " + std::string(UCX_ASIO_INFO);
     for (const auto& a : args)
         cmd += " '" + a + "'";
-    std::vector<std::string> argv = {"/usr/bin/env", "UCX_NET_DEVICES=lo"};
-    argv.insert(argv.end(), env.begin(), env.end());
+    // env's options (-u NAME) first, then the assignments.
+    std::vector<std::string> argv = {"/usr/bin/env"};
+    for (std::size_t i = 0; i < env.size(); ++i)
+        if (env[i] == "-u" && i + 1 < env.size()) {
+            argv.push_back(env[i]);
+            argv.push_back(env[++i]);
+        }
+    argv.push_back("UCX_NET_DEVICES=lo");
+    for (std::size_t i = 0; i < env.size(); ++i) {
+        if (env[i] == "-u")
+            ++i;
+        else
+            argv.push_back(env[i]);
+    }
     argv.insert(argv.end(), {"/bin/sh", "-c", cmd + " 2>&1"});
     child_process p(argv);
     run_result r;
@@ -100,6 +113,43 @@ TEST(info_tool, connects_to_another_process) {
     const run_result none = run_info({}, {"--connect", "127.0.0.1:1"});
     EXPECT_EQ(none.status, 2) << none.output;
     EXPECT_TRUE(contains(none.output, "ERROR: the connection failed")) << none.output;
+}
+
+// The launch environment as real launchers set it: Open MPI's mpirun with 4
+// ranks on this host, and explicit variables; no launcher is a clear error.
+TEST(info_tool, reads_the_launch_environment_under_mpirun) {
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0)
+        GTEST_SKIP() << "mpirun (Open MPI, openmpi-bin) is not installed";
+    child_process mpirun({"/usr/bin/env", "OMPI_MCA_plm_rsh_agent=", "mpirun",
+                          "--allow-run-as-root", "--oversubscribe", "-np", "4", UCX_ASIO_INFO,
+                          "--launch"});
+    const std::string out = mpirun.read_all();
+    EXPECT_EQ(mpirun.wait(), 0) << out;
+    for (int rank = 0; rank < 4; ++rank)
+        EXPECT_TRUE(contains(out, "launch: launcher=openmpi rank=" + std::to_string(rank) +
+                                      " size=4 local_rank=" + std::to_string(rank) +
+                                      " local_size=4 node_rank=-1"))
+            << out;
+}
+
+TEST(info_tool, reads_explicit_launch_variables_and_names_what_is_missing) {
+    run_result r = run_info(
+        {"UCXASIO_RANK=1", "UCXASIO_SIZE=2", "UCXASIO_RENDEZVOUS=127.0.0.1:29500"}, {"--launch"});
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "launch: launcher=explicit rank=1 size=2 local_rank=-1 "
+                                   "local_size=-1 node_rank=-1 rendezvous=127.0.0.1:29500"))
+        << r.output;
+    r = run_info({"UCXASIO_RANK=2", "UCXASIO_SIZE=2"}, {"--launch"});
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "UCXASIO_RANK=2")) << r.output;
+    // The test itself may run under a launcher: clear every launcher's pair.
+    std::vector<std::string> cleared;
+    for (const char* v : {"-u", "RANK", "-u", "WORLD_SIZE", "-u", "SLURM_PROCID", "-u",
+                          "OMPI_COMM_WORLD_RANK", "-u", "PMI_RANK", "-u", "UCXASIO_RANK"})
+        cleared.push_back(v);
+    r = run_info(cleared, {"--launch"});
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "no launcher's variables give the rank and size")) << r.output;
 }
 
 } // namespace

@@ -157,6 +157,8 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::handshake_failed,
     ucx::error::authentication_failed,
     ucx::error::unknown_option,
+    ucx::error::no_launch_environment,
+    ucx::error::invalid_launch_environment,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {

@@ -1,0 +1,202 @@
+// Unit tests of ucx::detect_environment over fake environments: each
+// launcher's variables, the order in which launchers are tried, Slurm's task
+// counts per node, and every kind of bad input named in the error.
+#include <ucx/launch.hpp>
+
+#include <boost/system/system_error.hpp>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace {
+
+struct fake_env {
+    std::map<std::string, std::string> vars;
+    const char* operator()(const char* name) const {
+        const auto it = vars.find(name);
+        return it == vars.end() ? nullptr : it->second.c_str();
+    }
+};
+
+ucx::launch_environment detect(const fake_env& env, ucx::error_code& ec, std::string& culprit) {
+    return ucx::detect_environment(std::cref(env), ec, &culprit);
+}
+
+ucx::launch_environment detect_ok(const fake_env& env) {
+    ucx::error_code ec;
+    std::string culprit;
+    auto e = detect(env, ec, culprit);
+    EXPECT_FALSE(ec) << ec.message() << ": " << culprit;
+    return e;
+}
+
+/// The error and the variable named for `env`.
+std::pair<ucx::error_code, std::string> detect_error(const fake_env& env) {
+    ucx::error_code ec;
+    std::string culprit;
+    const auto e = detect(env, ec, culprit);
+    EXPECT_TRUE(e.launcher.empty());
+    EXPECT_EQ(e.size, 0);
+    return {ec, culprit};
+}
+
+TEST(LaunchEnvironment, Torchrun) {
+    const auto e = detect_ok({{{"RANK", "5"},
+                               {"WORLD_SIZE", "8"},
+                               {"LOCAL_RANK", "1"},
+                               {"LOCAL_WORLD_SIZE", "4"},
+                               {"GROUP_RANK", "1"},
+                               {"MASTER_ADDR", "10.0.0.7"},
+                               {"MASTER_PORT", "29500"}}});
+    EXPECT_EQ(e.launcher, "torchrun");
+    EXPECT_EQ(e.rank, 5);
+    EXPECT_EQ(e.size, 8);
+    EXPECT_EQ(e.local_rank, 1);
+    EXPECT_EQ(e.local_size, 4);
+    EXPECT_EQ(e.node_rank, 1);
+    EXPECT_EQ(e.rendezvous_host, "10.0.0.7");
+    EXPECT_EQ(e.rendezvous_port, "29500");
+}
+
+TEST(LaunchEnvironment, OpenMpiAsMpirunSetsIt) {
+    // The variables mpirun 4.1 sets (NODE_RANK is the rank on the node
+    // across jobs, not the node's index: not used).
+    const auto e = detect_ok({{{"OMPI_COMM_WORLD_RANK", "1"},
+                               {"OMPI_COMM_WORLD_SIZE", "2"},
+                               {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                               {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                               {"OMPI_COMM_WORLD_NODE_RANK", "1"}}});
+    EXPECT_EQ(e.launcher, "openmpi");
+    EXPECT_EQ(e.rank, 1);
+    EXPECT_EQ(e.size, 2);
+    EXPECT_EQ(e.local_rank, 1);
+    EXPECT_EQ(e.local_size, 2);
+    EXPECT_EQ(e.node_rank, -1);
+    EXPECT_TRUE(e.rendezvous_host.empty());
+}
+
+TEST(LaunchEnvironment, SlurmWithTasksPerNode) {
+    // srun -n 7 over 3 nodes: "2(x3),1" is 2, 2, 2, 1 tasks.
+    fake_env env{{{"SLURM_PROCID", "6"},
+                  {"SLURM_NTASKS", "7"},
+                  {"SLURM_LOCALID", "0"},
+                  {"SLURM_NODEID", "3"},
+                  {"SLURM_TASKS_PER_NODE", "2(x3),1"}}};
+    auto e = detect_ok(env);
+    EXPECT_EQ(e.launcher, "slurm");
+    EXPECT_EQ(e.rank, 6);
+    EXPECT_EQ(e.node_rank, 3);
+    EXPECT_EQ(e.local_size, 1);
+    EXPECT_EQ(e.local_rank, 0);
+    env.vars["SLURM_NODEID"] = "1";
+    env.vars["SLURM_LOCALID"] = "1";
+    env.vars["SLURM_PROCID"] = "3";
+    e = detect_ok(env);
+    EXPECT_EQ(e.local_size, 2);
+    EXPECT_EQ(e.local_rank, 1);
+    // The rendezvous comes from the library's variable.
+    env.vars["UCXASIO_RENDEZVOUS"] = "[fd00::1]:4000";
+    e = detect_ok(env);
+    EXPECT_EQ(e.rendezvous_host, "fd00::1");
+    EXPECT_EQ(e.rendezvous_port, "4000");
+}
+
+TEST(LaunchEnvironment, PmiAsHydraSetsIt) {
+    const auto e = detect_ok({{{"PMI_RANK", "0"},
+                               {"PMI_SIZE", "3"},
+                               {"MPI_LOCALRANKID", "0"},
+                               {"MPI_LOCALNRANKS", "3"}}});
+    EXPECT_EQ(e.launcher, "pmi");
+    EXPECT_EQ(e.size, 3);
+    EXPECT_EQ(e.local_size, 3);
+}
+
+TEST(LaunchEnvironment, ExplicitValuesWinOverAnyLauncher) {
+    const auto e = detect_ok({{{"UCXASIO_RANK", "2"},
+                               {"UCXASIO_SIZE", "4"},
+                               {"UCXASIO_RENDEZVOUS", "store.example:7000"},
+                               {"RANK", "0"},
+                               {"WORLD_SIZE", "1"},
+                               {"OMPI_COMM_WORLD_RANK", "0"},
+                               {"OMPI_COMM_WORLD_SIZE", "1"}}});
+    EXPECT_EQ(e.launcher, "explicit");
+    EXPECT_EQ(e.rank, 2);
+    EXPECT_EQ(e.size, 4);
+    EXPECT_EQ(e.local_rank, -1);
+    EXPECT_EQ(e.local_size, -1);
+    EXPECT_EQ(e.rendezvous_host, "store.example");
+    EXPECT_EQ(e.rendezvous_port, "7000");
+}
+
+TEST(LaunchEnvironment, ALauncherNeedsBothRankAndSize) {
+    // torchrun's RANK alone is not enough; Open MPI's pair is next.
+    const auto e =
+        detect_ok({{{"RANK", "3"}, {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}});
+    EXPECT_EQ(e.launcher, "openmpi");
+    EXPECT_EQ(e.rank, 0);
+}
+
+TEST(LaunchEnvironment, NothingSetNamesWhatWasLookedFor) {
+    const auto [ec, culprit] = detect_error({});
+    EXPECT_EQ(ec, ucx::error::no_launch_environment);
+    for (const char* name : {"UCXASIO_RANK/UCXASIO_SIZE", "RANK/WORLD_SIZE",
+                             "SLURM_PROCID/SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+        EXPECT_NE(culprit.find(name), std::string::npos) << culprit;
+}
+
+TEST(LaunchEnvironment, BadValuesAreNamed) {
+    const std::pair<fake_env, std::string> cases[] = {
+        {{{{"RANK", "x"}, {"WORLD_SIZE", "4"}}}, "RANK=x"},
+        {{{{"RANK", "4"}, {"WORLD_SIZE", "4"}}}, "RANK=4"},
+        {{{{"RANK", "-1"}, {"WORLD_SIZE", "4"}}}, "RANK=-1"},
+        {{{{"RANK", "0"}, {"WORLD_SIZE", "0"}}}, "WORLD_SIZE=0"},
+        {{{{"RANK", "0"}, {"WORLD_SIZE", "4 "}}}, "WORLD_SIZE=4 "},
+        {{{{"RANK", "0"}, {"WORLD_SIZE", "99999999999"}}}, "WORLD_SIZE=99999999999"},
+        {{{{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "5"}}}, "LOCAL_WORLD_SIZE=5"},
+        {{{{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}}},
+         "LOCAL_RANK=2"},
+        {{{{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "http"}}},
+         "MASTER_PORT=http"},
+        {{{{"UCXASIO_RANK", "0"}, {"UCXASIO_SIZE", "1"}, {"UCXASIO_RENDEZVOUS", "hostonly"}}},
+         "UCXASIO_RENDEZVOUS=hostonly"},
+        {{{{"UCXASIO_RANK", "0"}, {"UCXASIO_SIZE", "1"}, {"UCXASIO_RENDEZVOUS", "h:0"}}},
+         "UCXASIO_RENDEZVOUS=h:0"},
+        {{{{"SLURM_PROCID", "0"},
+           {"SLURM_NTASKS", "2"},
+           {"SLURM_NODEID", "2"},
+           {"SLURM_TASKS_PER_NODE", "1(x2)"}}},
+         "SLURM_TASKS_PER_NODE=1(x2)"},
+        {{{{"SLURM_PROCID", "0"},
+           {"SLURM_NTASKS", "2"},
+           {"SLURM_NODEID", "0"},
+           {"SLURM_TASKS_PER_NODE", "2(3)"}}},
+         "SLURM_TASKS_PER_NODE=2(3)"},
+    };
+    for (const auto& [env, named] : cases) {
+        const auto [ec, culprit] = detect_error(env);
+        EXPECT_EQ(ec, ucx::error::invalid_launch_environment) << named;
+        EXPECT_EQ(culprit, named);
+    }
+}
+
+TEST(LaunchEnvironment, TheThrowingFormNamesTheVariable) {
+    // The process environment of the test has no launcher variables unless
+    // it runs under one; set explicit ones for this check.
+    ::setenv("UCXASIO_RANK", "7", 1);
+    ::setenv("UCXASIO_SIZE", "7", 1);
+    try {
+        ucx::detect_environment();
+        ADD_FAILURE() << "no exception";
+    } catch (const boost::system::system_error& e) {
+        EXPECT_EQ(e.code(), ucx::error::invalid_launch_environment);
+        EXPECT_NE(std::string(e.what()).find("UCXASIO_RANK=7"), std::string::npos) << e.what();
+    }
+    ::setenv("UCXASIO_RANK", "6", 1);
+    const auto e = ucx::detect_environment();
+    EXPECT_EQ(e.rank, 6);
+    ::unsetenv("UCXASIO_RANK");
+    ::unsetenv("UCXASIO_SIZE");
+}
+
+} // namespace
