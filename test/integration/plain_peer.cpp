@@ -21,6 +21,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
     std::optional<ucx::endpoint> ep;
     std::optional<ucx::stream> stream;
     std::vector<char> data;
+    std::function<void()> wait_for_the_peer_to_go;
 
     if (role == "server") {
         if (size == 0)
@@ -103,7 +105,7 @@ int main(int argc, char** argv) {
         data.assign(size, '\0');
         listener.emplace(w, asio::ip::tcp::endpoint(asio::ip::make_address(address), 0));
         say("listening " + std::to_string(listener->local_endpoint().port()));
-        auto wait_for_the_peer_to_go = [&] {
+        wait_for_the_peer_to_go = [&] {
             // The client closes when done: a plain endpoint learns it as a failure.
             ep->async_wait_error([&](ucx::error_code ec) {
                 say("peer gone " + ec.message());
