@@ -1,5 +1,6 @@
 #include <ucx/connect.hpp>
 
+#include "context_impl.hpp"
 #include "door.hpp"
 #include "endpoint_impl.hpp"
 #include "worker_impl.hpp"
@@ -39,7 +40,7 @@ void connect_endpoint(const std::shared_ptr<worker_impl>& w, endpoint_op* op,
                       const boost::asio::ip::tcp::endpoint& to) noexcept {
     if (w->options().method == connection_method::handshake)
         return door_connect::start(w, op, to);
-    if (!ucx_takes_ipv6_loopback(to.address())) {
+    if (!ucx_connects_over(w->context(), to.address())) {
         w->start(op);
         return w->complete(op, boost::asio::error::address_family_not_supported);
     }
@@ -90,17 +91,25 @@ void connect_to_address(worker_impl& w, endpoint_op* op, const worker_address& t
         ep->connect_address(to, op);
 }
 
-bool ucx_takes_ipv6_loopback(const boost::asio::ip::address& a) noexcept {
-    // UCX 1.13's TCP transport leaves IPv6 loopback addresses out of its
-    // interfaces (UCX 1.14 takes them), so its connection manager's server
-    // side connects back to the client's ::1 on a port only bound on
-    // 127.0.0.1: refused, and the client's connect fails as "rejected";
-    // the server's endpoint is never told, and a process that had such a
-    // connection may crash in ucp_worker_destroy (measured with 1.13.1). A
-    // listener on :: fails its IPv4 clients too ("Endpoint is not
-    // connected", measured).
-    static const bool takes = ucx_runtime_version() >= ucx_version{1, 14, 0};
-    return takes || !a.is_v6() || !(a.is_loopback() || a.is_unspecified());
+bool ucx_connects_over(const context_impl& ctx, const boost::asio::ip::address& a) noexcept {
+    // UCX's connection manager makes the connection over `a`, then the TCP
+    // transport's endpoints connect back over the address family of the
+    // transport's interface: the first family of TCP_AF_PRIO that the
+    // device has. Measured with UCX 1.13.1 and 1.22.0 over loopback, when the
+    // families differ:
+    // - 1.13: the client's connect fails as "rejected" and the server's
+    //   endpoint is never told; a process that had such a connection may
+    //   crash in ucp_worker_destroy; a listener on :: fails its IPv4
+    //   clients ("Endpoint is not connected");
+    // - 1.22: the server writes an IPv6 address into an IPv4-sized buffer
+    //   (uct_tcp_ep_set_dest_addr): heap corruption, then an abort.
+    // UCX 1.13's TCP transport also leaves IPv6 loopback addresses out of
+    // its interfaces (UCX 1.14 takes them).
+    const bool v6 = a.is_v6() && !a.to_v6().is_v4_mapped();
+    if (v6 != ctx.tcp_prefers_ipv6())
+        return false;
+    static const bool takes_v6_loopback = ucx_runtime_version() >= ucx_version{1, 14, 0};
+    return !v6 || takes_v6_loopback || !(a.is_loopback() || a.is_unspecified());
 }
 
 } // namespace detail

@@ -132,6 +132,14 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
         ec = make_error_code(error::invalid_option);
         return;
     }
+    {
+        std::string prio = "inet";
+        if (const auto it = options.config.find("TCP_AF_PRIO"); it != options.config.end())
+            prio = it->second;
+        else if (const char* e = std::getenv("UCX_TCP_AF_PRIO"))
+            prio = e;
+        tcp_prefers_ipv6_ = prio.rfind("inet6", 0) == 0;
+    }
     ucp_config_t* raw = nullptr;
     if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw); st != UCS_OK) {
         ec = make_error_code(st);

@@ -18,12 +18,17 @@ public:
     feature features() const noexcept { return features_; }
     bool multi_threaded() const noexcept { return multi_threaded_; }
     const std::string& printed_config() const noexcept { return printed_config_; }
+    /// Whether UCX's TCP transport takes IPv6 addresses before IPv4 ones
+    /// (`TCP_AF_PRIO` from the options' settings, else `UCX_TCP_AF_PRIO`,
+    /// starts with `inet6`; UCX's default is `inet,inet6`).
+    bool tcp_prefers_ipv6() const noexcept { return tcp_prefers_ipv6_; }
 
 private:
     ucp_context_h handle_ = nullptr;
     feature features_{};
     bool multi_threaded_ = false;
     std::string printed_config_;
+    bool tcp_prefers_ipv6_ = false;
 };
 
 } // namespace ucx::detail

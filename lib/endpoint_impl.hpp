@@ -258,10 +258,14 @@ private:
     std::unique_ptr<guarded_timer> timer_;
 };
 
-/// Whether UCX's socket-address connection manager can connect over `a`:
-/// false for the IPv6 loopback and unspecified (::) addresses with UCX before
-/// 1.14 (lib/connect.cpp says why). The socket-address methods refuse such an address up front with
+class context_impl;
+
+/// Whether UCX's socket-address connection manager can connect over `a`
+/// with the context `ctx`: the address family must be the one UCX's TCP
+/// transport prefers (TCP_AF_PRIO: IPv4 by default), and the IPv6 loopback
+/// and unspecified addresses need UCX 1.14 (lib/connect.cpp says why). The
+/// socket-address methods refuse another address up front with
 /// `asio::error::address_family_not_supported`.
-bool ucx_takes_ipv6_loopback(const boost::asio::ip::address& a) noexcept;
+bool ucx_connects_over(const context_impl& ctx, const boost::asio::ip::address& a) noexcept;
 
 } // namespace ucx::detail

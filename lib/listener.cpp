@@ -1,6 +1,7 @@
 #include <ucx/listener.hpp>
 #include <ucx/log.hpp>
 
+#include "context_impl.hpp"
 #include "created.hpp"
 #include "listener_impl.hpp"
 #include "worker_impl.hpp"
@@ -38,7 +39,7 @@ void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code&
         ec = boost::asio::error::operation_not_supported;
         return;
     }
-    if (!ucx_takes_ipv6_loopback(bind.address())) {
+    if (!ucx_connects_over(worker_->context(), bind.address())) {
         ec = boost::asio::error::address_family_not_supported;
         return;
     }

@@ -65,6 +65,7 @@ public:
     void open();
 
     ucp_worker_h native() const noexcept { return worker_; }
+    const context_impl& context() const noexcept { return *context_; }
     const worker_options& options() const noexcept { return options_; }
     bool is_open() const noexcept { return worker_ != nullptr && !stopping_; }
     const worker_stats& stats() const noexcept { return stats_; }
