@@ -185,6 +185,22 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
         printed_config_.assign(buf, len);
         std::free(buf);
     }
+    // UCX 1.16 and later, with their protocol layer on (PROTO_ENABLE, the
+    // default), have no atomic protocol for endpoints in peer error mode
+    // (every endpoint of this library): an atomic is cancelled with "cannot
+    // find remote protocol ... amo_post" and UCX fails the whole endpoint
+    // (measured with 1.22.0). Without the protocol layer UCX 1.22 fails other
+    // operations ("Unsupported operation" for a get between processes).
+    if (ucx_runtime_version() >= ucx_version{1, 16, 0}) {
+        const std::string key = "UCX_PROTO_ENABLE=";
+        const auto at = printed_config_.find("\n" + key);
+        std::string value = "y";
+        if (at != std::string::npos) {
+            const auto begin = at + 1 + key.size();
+            value = printed_config_.substr(begin, printed_config_.find('\n', begin) - begin);
+        }
+        atomics_supported_ = value == "n" || value == "no" || value == "off";
+    }
     ec = {};
     log::write(log::severity::debug, "ucp context created");
 }
@@ -214,6 +230,10 @@ ucp_context_h context::native_handle() const noexcept {
 
 feature context::features() const noexcept {
     return impl_->features();
+}
+
+bool context::supports_atomics() const noexcept {
+    return impl_ && impl_->atomics_supported();
 }
 
 std::optional<std::string> context::config_value(const std::string& name) const {

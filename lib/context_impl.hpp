@@ -22,6 +22,9 @@ public:
     /// (`TCP_AF_PRIO` from the options' settings, else `UCX_TCP_AF_PRIO`,
     /// starts with `inet6`; UCX's default is `inet,inet6`).
     bool tcp_prefers_ipv6() const noexcept { return tcp_prefers_ipv6_; }
+    /// Whether UCX performs atomics on endpoints in peer error mode (false
+    /// with UCX 1.16 and later and their protocol layer; lib/context.cpp).
+    bool atomics_supported() const noexcept { return atomics_supported_; }
 
 private:
     ucp_context_h handle_ = nullptr;
@@ -29,6 +32,7 @@ private:
     bool multi_threaded_ = false;
     std::string printed_config_;
     bool tcp_prefers_ipv6_ = false;
+    bool atomics_supported_ = true;
 };
 
 } // namespace ucx::detail

@@ -88,6 +88,9 @@ constexpr detail::error_row<error> library_errors[] = {
      std_errc::invalid_argument},
     {error::invalid_launch_environment, "a launcher's variable is malformed or inconsistent",
      std_errc::invalid_argument},
+    {error::atomics_unsupported,
+     "this UCX performs no atomics on endpoints in peer error mode (UCX 1.16 and later)",
+     std_errc::operation_not_supported},
 };
 
 } // namespace

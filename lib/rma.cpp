@@ -1,5 +1,6 @@
 #include <ucx/rma.hpp>
 
+#include "context_impl.hpp"
 #include "endpoint_impl.hpp"
 #include "remote_key_impl.hpp"
 #include "request_param.hpp"
@@ -82,6 +83,9 @@ void rma_atomic(endpoint_impl& ep, atomic_op* op, ucp_atomic_op_t opcode, std::u
         return;
     if (remote_address % size != 0)
         return ep.worker()->complete(op, make_error_code(error::misaligned_address));
+    // Refused before UCX sees it where UCX would fail the whole endpoint.
+    if (!ep.worker()->context().atomics_supported())
+        return ep.worker()->complete(op, make_error_code(error::atomics_unsupported));
     // UCX copies the operand at submission; the reply buffer is the
     // operation's own `value`, which lives until completion.
     std::uint32_t operand32 = static_cast<std::uint32_t>(operand);

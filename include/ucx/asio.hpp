@@ -6,11 +6,11 @@
 #include <ucx/am_allocator.hpp>
 #include <ucx/am_message.hpp>
 #include <ucx/configuration.hpp>
-#include <ucx/launch.hpp>
 #include <ucx/connect.hpp>
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
+#include <ucx/launch.hpp>
 #include <ucx/listener.hpp>
 #include <ucx/log.hpp>
 #include <ucx/memory_region.hpp>

@@ -142,6 +142,13 @@ public:
     /// "TLS" or "NET_DEVICES") as UCX prints it; `std::nullopt` for names that
     /// are not UCP-level (transport settings like "MM_ERROR_HANDLING" included).
     std::optional<std::string> config_value(const std::string& name) const;
+    /// Whether atomics (`async_atomic_*`) work on this context's endpoints.
+    /// False with UCX 1.16 and later while their protocol layer is on (UCX's
+    /// default, `PROTO_ENABLE`): UCX has no atomic protocol for endpoints in
+    /// peer error mode, which every endpoint of this library is in, and would
+    /// fail the whole endpoint. The atomics then complete with
+    /// `ucx::error::atomics_unsupported` without reaching UCX.
+    bool supports_atomics() const noexcept;
 
 private:
     friend struct detail::access;

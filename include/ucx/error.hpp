@@ -137,6 +137,10 @@ enum class error : int {
     /// A launcher's variable is malformed or contradicts another (a rank not
     /// below the size, a number that is not one).
     invalid_launch_environment,
+    /// The running UCX performs no atomics on endpoints in peer error mode
+    /// (UCX 1.16 and later with their protocol layer); the atomic was not
+    /// issued and the endpoint is unharmed.
+    atomics_unsupported,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

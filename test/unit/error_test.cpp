@@ -159,6 +159,7 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::unknown_option,
     ucx::error::no_launch_environment,
     ucx::error::invalid_launch_environment,
+    ucx::error::atomics_unsupported,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {
