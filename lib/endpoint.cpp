@@ -144,14 +144,7 @@ bool endpoint_impl::create_client(ucp_ep_params_t& params, endpoint_op* op, bool
 }
 
 void endpoint_impl::connect_plain(const sockaddr* addr, socklen_t len, endpoint_op* op) noexcept {
-    if (!begin_connect(op))
-        return;
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
-    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    params.sockaddr.addr = addr;
-    params.sockaddr.addrlen = len;
-    create_client(params, op, false, role::plain_client);
+    connect_sockaddr(addr, len, op, role::plain_client);
 }
 
 namespace {
@@ -207,6 +200,11 @@ void endpoint_impl::flush_to_connect() noexcept {
 }
 
 void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, endpoint_op* op) noexcept {
+    connect_sockaddr(addr, len, op, role::client);
+}
+
+void endpoint_impl::connect_sockaddr(const sockaddr* addr, socklen_t len, endpoint_op* op,
+                                     role r) noexcept {
     if (!begin_connect(op))
         return;
     ucp_ep_params_t params{};
@@ -214,7 +212,7 @@ void endpoint_impl::connect_to(const sockaddr* addr, socklen_t len, endpoint_op*
     params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     params.sockaddr.addr = addr;
     params.sockaddr.addrlen = len;
-    create_client(params, op, false, role::client);
+    create_client(params, op, false, r);
 }
 
 void endpoint_impl::connect_address(const worker_address& address, endpoint_op* op,

@@ -204,6 +204,9 @@ private:
     /// Creates the UCP endpoint of a client connection, which `op` completes.
     /// False when `op` already failed.
     bool create_client(ucp_ep_params_t& params, endpoint_op* op, bool by_address, role r) noexcept;
+    /// A client endpoint by socket address (UCX's connection manager) in
+    /// role `r` (client, or plain client).
+    void connect_sockaddr(const sockaddr* addr, socklen_t len, endpoint_op* op, role r) noexcept;
     static void cancel_wait(operation* op) noexcept;
     void create(ucp_ep_params_t& params, error_code& ec) noexcept;
     /// Executes what the connection protocol decided, in order.
