@@ -148,7 +148,11 @@ auto async_flush(worker& w, CompletionToken&& token =
 /// Atomically adds `value` to the 32- or 64-bit integer at `remote_address`
 /// (naturally aligned, inside the region of `key`; misaligned:
 /// `ucx::error::misaligned_address`). Completion signature: `void(error_code ec)`; like
-/// a put, visible at the peer after a flush. Other errors as for `async_put`.
+/// a put, visible at the peer after a flush. With UCX 1.16 and later (their
+/// protocol layer on) every atomic completes with
+/// `ucx::error::atomics_unsupported` without reaching UCX, and the endpoint
+/// stays usable (`context::supports_atomics()`). Other errors as for
+/// `async_put`.
 template <atomic_operand T,
           class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 auto async_atomic_add(
