@@ -91,6 +91,14 @@ constexpr detail::error_row<error> library_errors[] = {
     {error::atomics_unsupported,
      "this UCX performs no atomics on endpoints in peer error mode (UCX 1.16 and later)",
      std_errc::operation_not_supported},
+    {error::store_timeout, "rendezvous store operation timed out", std_errc::timed_out},
+    {error::store_protocol_error, "rendezvous store protocol error", std_errc::protocol_error},
+    {error::invalid_rank, "rank outside the group", std_errc::invalid_argument},
+    {error::group_failed, "group failed: a rank died, stopped answering or left",
+     std_errc::connection_aborted},
+    {error::collective_mismatch, "ranks called different collectives or arguments",
+     std_errc::protocol_error},
+    {error::group_timeout, "group operation timed out", std_errc::timed_out},
 };
 
 } // namespace

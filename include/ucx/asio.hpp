@@ -10,6 +10,7 @@
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
+#include <ucx/group.hpp>
 #include <ucx/launch.hpp>
 #include <ucx/listener.hpp>
 #include <ucx/log.hpp>
@@ -18,6 +19,7 @@
 #include <ucx/progress_mode.hpp>
 #include <ucx/remote_key.hpp>
 #include <ucx/rma.hpp>
+#include <ucx/store.hpp>
 #include <ucx/stream.hpp>
 #include <ucx/tag.hpp>
 #include <ucx/tag_type.hpp>

@@ -141,6 +141,26 @@ enum class error : int {
     /// (UCX 1.16 and later with their protocol layer); the atomic was not
     /// issued and the endpoint is unharmed.
     atomics_unsupported,
+    /// A rendezvous store operation did not complete within the store's
+    /// timeout (a key that was never set, a store server that does not
+    /// answer).
+    store_timeout,
+    /// A rendezvous store's server or file answered something that is not
+    /// the store protocol (a malformed or unexpected reply, a value that is not
+    /// a counter).
+    store_protocol_error,
+    /// A rank outside the group (not in `[0, size)`), or a group of no rank.
+    invalid_rank,
+    /// The group failed: one of its ranks died, stopped answering or left,
+    /// or an operation on it failed. Every pending and later operation on the
+    /// group completes with this code; no partial result is reported.
+    group_failed,
+    /// The ranks disagree about a collective: another collective, root,
+    /// operation, type or size arrived from a peer than this rank called.
+    collective_mismatch,
+    /// A group operation or join did not complete within its deadline; the
+    /// group is failed.
+    group_timeout,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

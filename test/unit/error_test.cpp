@@ -160,6 +160,12 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::no_launch_environment,
     ucx::error::invalid_launch_environment,
     ucx::error::atomics_unsupported,
+    ucx::error::store_timeout,
+    ucx::error::store_protocol_error,
+    ucx::error::invalid_rank,
+    ucx::error::group_failed,
+    ucx::error::collective_mismatch,
+    ucx::error::group_timeout,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {

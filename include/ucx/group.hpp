@@ -1,0 +1,464 @@
+// ucx::group: the processes of a job as ranks 0 to size - 1, joined through a
+// rendezvous store, with messaging by rank and collectives.
+#pragma once
+
+#include <ucx/detail/access.hpp>
+#include <ucx/error.hpp>
+#include <ucx/store.hpp>
+#include <ucx/worker.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/buffer.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ucx {
+
+/// The element types of reductions.
+enum class datatype : std::uint8_t {
+    int8,
+    uint8,
+    int16,
+    uint16,
+    int32,
+    uint32,
+    int64,
+    uint64,
+    float32,
+    float64
+};
+
+/// The `datatype` of `T` (the integer types of 1 to 8 bytes, `float`,
+/// `double`).
+template <class T>
+inline constexpr datatype datatype_of = [] {
+    static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool> &&
+                      (std::is_integral_v<T> || sizeof(T) == 4 || sizeof(T) == 8),
+                  "ucx::group reductions take integers, float and double");
+    if constexpr (std::is_floating_point_v<T>)
+        return sizeof(T) == 4 ? datatype::float32 : datatype::float64;
+    else if constexpr (sizeof(T) == 1)
+        return std::is_signed_v<T> ? datatype::int8 : datatype::uint8;
+    else if constexpr (sizeof(T) == 2)
+        return std::is_signed_v<T> ? datatype::int16 : datatype::uint16;
+    else if constexpr (sizeof(T) == 4)
+        return std::is_signed_v<T> ? datatype::int32 : datatype::uint32;
+    else
+        return std::is_signed_v<T> ? datatype::int64 : datatype::uint64;
+}();
+
+/// The operations of reductions. Integers wrap as their C++ type does
+/// (unsigned) or as two's complement (signed).
+enum class reduce_op : std::uint8_t { sum, prod, min, max };
+
+/// How a process joins a group.
+struct group_options {
+    /// This process's rank, 0 to `size - 1` (from `detect_environment()`).
+    int rank = -1;
+    /// The number of processes in the group.
+    int size = 0;
+    /// The group's keys in the store live under `name + "/"`: two groups
+    /// (or two runs of a job that share a store) need two names.
+    std::string name = "ucx-group";
+    /// The deadline of every operation on the group (and of the join): an
+    /// operation not completed by then fails the group with
+    /// `ucx::error::group_timeout`. Zero: none (a peer that stops answering
+    /// is still reported within the worker's `peer_timeout`).
+    std::chrono::milliseconds timeout{0};
+};
+
+class group;
+
+namespace detail {
+class group_impl;
+class worker_impl;
+
+struct collective_args {
+    enum kind_type : std::uint8_t {
+        barrier,
+        broadcast,
+        gather,
+        allgather,
+        allgatherv,
+        reduce,
+        allreduce,
+        alltoall
+    };
+    kind_type kind = barrier;
+    int root = 0;
+    const void* in = nullptr;
+    std::size_t in_bytes = 0;
+    void* out = nullptr;
+    std::size_t out_bytes = 0;
+    datatype type = datatype::uint8;
+    reduce_op op = reduce_op::sum;
+    /// allgatherv: the bytes of each rank's block.
+    std::vector<std::size_t> blocks;
+};
+
+using group_done_handler = boost::asio::any_completion_handler<void(error_code)>;
+using group_bytes_handler = boost::asio::any_completion_handler<void(error_code, std::size_t)>;
+using group_new_handler = boost::asio::any_completion_handler<void(error_code, group)>;
+
+// The group's functions (lib/group.cpp). Each completes its handler once,
+// never inside the call.
+void group_join(const std::shared_ptr<worker_impl>& w, store& s, group_options options,
+                group_new_handler h);
+void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, std::size_t size,
+                std::uint32_t tag, group_bytes_handler h);
+void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
+                std::uint32_t tag, group_bytes_handler h);
+void group_collective(const std::shared_ptr<group_impl>& g, collective_args args,
+                      group_done_handler h);
+void group_split(const std::shared_ptr<group_impl>& g, int color, int key, group_new_handler h);
+void group_wait_failure(const std::shared_ptr<group_impl>& g, group_done_handler h);
+void group_close(const std::shared_ptr<group_impl>& g, group_done_handler h);
+void group_abort(group_impl& g) noexcept;
+int group_rank(const group_impl& g) noexcept;
+int group_size(const group_impl& g) noexcept;
+error_code group_error(const group_impl& g) noexcept;
+boost::asio::any_io_executor group_executor(const group_impl& g) noexcept;
+void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept;
+std::chrono::milliseconds group_timeout(const group_impl& g) noexcept;
+} // namespace detail
+
+/// The largest tag of `group::async_send` and `group::async_recv`.
+inline constexpr std::uint32_t group_max_tag = (std::uint32_t{1} << 18) - 1;
+
+/// A group of processes (ranks `0` to `size() - 1`) that message each other
+/// by rank and run collectives, all as asynchronous operations on the
+/// worker's executor with any completion token.
+///
+/// - **Joining** (`async_join`): every rank publishes its worker's address
+///   in the store, under the group's name, and reads the others'. The group
+///   owns the worker's address acceptor (one joined group per worker;
+///   `async_split` makes more over the same connections).
+/// - **Connections** are made on first use, one per pair and direction, by
+///   the library's handshake over the worker address, with its liveness
+///   watch: a peer that dies, or stops answering for the worker's
+///   `peer_timeout`, is noticed.
+/// - **Failure**: when a peer fails, or an operation fails or passes its
+///   deadline, the group fails: every pending and later operation completes
+///   with `ucx::error::group_failed` (or `group_timeout`), and this rank tells
+///   every peer it is connected to, so that the failure reaches all ranks.
+///   No partial result is ever reported as success. A group that failed
+///   stays failed; `async_wait_failure` completes then.
+/// - **Collectives** are called by every rank in the same order with
+///   matching arguments (as in MPI). They run one at a time per group, in the
+///   order called; point-to-point messages and the collectives of other
+///   groups (splits) run beside them. Every rank gets the same bits.
+///
+/// Operations are started from the worker's executor's thread. Buffers must
+/// stay valid until the handler runs. Movable, not copyable; destroying the
+/// group aborts it (as `abort()`).
+class group {
+public:
+    using executor_type = boost::asio::any_io_executor;
+
+    /// An empty group (`is_open()` false); what `async_split` gives a rank
+    /// whose color is negative.
+    group() noexcept = default;
+    group(group&&) noexcept = default;
+    group& operator=(group&& other) noexcept {
+        if (this != &other) {
+            if (impl_)
+                detail::group_abort(*impl_);
+            impl_ = std::move(other.impl_);
+        }
+        return *this;
+    }
+    ~group() {
+        if (impl_)
+            detail::group_abort(*impl_);
+    }
+
+    /// Whether this is a group (joined, not failed, not closed).
+    bool is_open() const noexcept { return impl_ && !detail::group_error(*impl_); }
+    /// This process's rank.
+    int rank() const noexcept { return impl_ ? detail::group_rank(*impl_) : -1; }
+    /// The number of ranks.
+    int size() const noexcept { return impl_ ? detail::group_size(*impl_) : 0; }
+    /// Why the group is unusable: `ucx::error::group_failed`,
+    /// `ucx::error::group_timeout`, `asio::error::operation_aborted` after a
+    /// local close; empty while usable.
+    error_code error() const noexcept {
+        return impl_ ? detail::group_error(*impl_) : error_code(boost::asio::error::bad_descriptor);
+    }
+    /// The worker's executor.
+    executor_type get_executor() const noexcept {
+        return impl_ ? detail::group_executor(*impl_) : executor_type();
+    }
+    /// The deadline of operations started from now on (zero: none).
+    std::chrono::milliseconds timeout() const noexcept {
+        return impl_ ? detail::group_timeout(*impl_) : std::chrono::milliseconds(0);
+    }
+    void set_timeout(std::chrono::milliseconds t) noexcept {
+        if (impl_)
+            detail::group_set_timeout(*impl_, t);
+    }
+
+    /// Sends `data` to rank `to` with `tag` (at most `group_max_tag`).
+    /// Messages from one rank to another with one tag arrive in order.
+    /// Completion signature: `void(error_code, std::size_t bytes_sent)`.
+    /// Errors: `ucx::error::invalid_rank`, `asio::error::invalid_argument`
+    /// (a tag above `group_max_tag`), the group's failure.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_send(int to, boost::asio::const_buffer data, std::uint32_t tag,
+               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
+            [impl = checked()](auto h, int to, boost::asio::const_buffer data, std::uint32_t tag) {
+                detail::group_send(impl, to, data.data(), data.size(), tag, std::move(h));
+            },
+            token, to, data, tag);
+    }
+
+    /// Receives the next message from rank `from` with `tag`. A larger
+    /// message than `data` fails the receive with `errc::message_truncated`
+    /// (the group stays usable).
+    /// Completion signature: `void(error_code, std::size_t bytes_received)`.
+    /// Errors: as `async_send`; `asio::error::eof` once `from` closed its
+    /// group and no message of it is left.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_recv(int from, boost::asio::mutable_buffer data, std::uint32_t tag,
+               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
+            [impl = checked()](auto h, int from, boost::asio::mutable_buffer data,
+                               std::uint32_t tag) {
+                detail::group_recv(impl, from, data.data(), data.size(), tag, std::move(h));
+            },
+            token, from, data, tag);
+    }
+
+    /// Completes once every rank has called it. Algorithm: dissemination
+    /// (ceil(log2 size) rounds). Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_barrier(
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return collective(detail::collective_args{}, std::forward<CompletionToken>(token));
+    }
+
+    /// Copies `data` of rank `root` into `data` of every rank (the same size
+    /// on every rank). Algorithm: binomial tree.
+    /// Completion signature: `void(error_code)`. Errors: `invalid_rank`,
+    /// `collective_mismatch` (sizes differ), the group's failure.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_broadcast(
+        boost::asio::mutable_buffer data, int root,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        detail::collective_args a;
+        a.kind = a.broadcast;
+        a.root = root;
+        a.out = data.data();
+        a.out_bytes = data.size();
+        return collective(std::move(a), std::forward<CompletionToken>(token));
+    }
+
+    /// Concatenates every rank's `in` (the same size on every rank) in rank
+    /// order into the root's `out` (`size()` times as large; unused on the
+    /// other ranks). Algorithm: direct.
+    /// Completion signature: `void(error_code)`. Errors: as `async_broadcast`,
+    /// plus `asio::error::invalid_argument` for a root's `out` of another size.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_gather(
+        boost::asio::const_buffer in, boost::asio::mutable_buffer out, int root,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return collective(args(detail::collective_args::gather, in, out, root),
+                          std::forward<CompletionToken>(token));
+    }
+
+    /// Concatenates every rank's `in` (the same size on every rank) in rank
+    /// order into every rank's `out` (`size()` times as large). Algorithm:
+    /// ring. Completion signature: `void(error_code)`. Errors: as
+    /// `async_gather`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_allgather(
+        boost::asio::const_buffer in, boost::asio::mutable_buffer out,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return collective(args(detail::collective_args::allgather, in, out, 0),
+                          std::forward<CompletionToken>(token));
+    }
+
+    /// As `async_allgather` with blocks of different sizes: rank i
+    /// contributes `sizes[i]` bytes (`in` holds this rank's), `out` holds
+    /// their sum. Every rank passes the same `sizes`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_allgatherv(
+        boost::asio::const_buffer in, boost::asio::mutable_buffer out,
+        std::span<const std::size_t> sizes,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        auto a = args(detail::collective_args::allgatherv, in, out, 0);
+        a.blocks.assign(sizes.begin(), sizes.end());
+        return collective(std::move(a), std::forward<CompletionToken>(token));
+    }
+
+    /// Combines every rank's `in` element by element with `op` into the
+    /// root's `out` (the same count everywhere; `out` is unused on the other
+    /// ranks and may be empty there). `in` and `out` may be the same.
+    /// Algorithm: binomial tree. Completion signature: `void(error_code)`.
+    /// Errors: as `async_gather`.
+    template <class T,
+              class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_reduce(
+        std::span<const T> in, std::span<T> out, reduce_op op, int root,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        auto a =
+            args(detail::collective_args::reduce, boost::asio::buffer(in.data(), in.size_bytes()),
+                 boost::asio::buffer(out.data(), out.size_bytes()), root);
+        a.type = datatype_of<T>;
+        a.op = op;
+        return collective(std::move(a), std::forward<CompletionToken>(token));
+    }
+
+    /// Combines every rank's `in` element by element with `op` into every
+    /// rank's `out` (same count; `in` and `out` may be the same). Every rank
+    /// gets the same bits. Algorithm: recursive doubling up to 64 KiB (or
+    /// fewer elements than ranks), ring reduce-scatter and allgather above.
+    /// Completion signature: `void(error_code)`. Errors: as `async_gather`.
+    template <class T,
+              class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_allreduce(
+        std::span<const T> in, std::span<T> out, reduce_op op,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        auto a = args(detail::collective_args::allreduce,
+                      boost::asio::buffer(in.data(), in.size_bytes()),
+                      boost::asio::buffer(out.data(), out.size_bytes()), 0);
+        a.type = datatype_of<T>;
+        a.op = op;
+        return collective(std::move(a), std::forward<CompletionToken>(token));
+    }
+    /// In place: `data` is both input and result.
+    template <class T,
+              class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_allreduce(
+        std::span<T> data, reduce_op op,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return async_allreduce(std::span<const T>(data), data, op,
+                               std::forward<CompletionToken>(token));
+    }
+
+    /// Sends block j of `in` (`size()` equal blocks) to rank j, which puts it
+    /// in block i (this rank's) of its `out`. Algorithm: direct, all at once.
+    /// Completion signature: `void(error_code)`. Errors: as `async_gather`
+    /// (`invalid_argument` also for an `in` not divisible in `size()` blocks).
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_alltoall(
+        boost::asio::const_buffer in, boost::asio::mutable_buffer out,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return collective(args(detail::collective_args::alltoall, in, out, 0),
+                          std::forward<CompletionToken>(token));
+    }
+
+    /// Splits the group, as `MPI_Comm_split`: the ranks that pass the same
+    /// `color` form a new group, ranked by `key` then by rank in this group;
+    /// a negative color gives an empty group. A collective of this group. The
+    /// new group uses this group's connections, with its own tags.
+    /// Completion signature: `void(error_code, ucx::group)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_split(
+        int color, int key,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, group)>(
+            [impl = checked()](auto h, int color, int key) {
+                detail::group_split(impl, color, key, std::move(h));
+            },
+            token, color, key);
+    }
+
+    /// Completes when the group fails (with the reason), or when it is
+    /// closed here (`asio::error::operation_aborted`).
+    /// Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_wait_failure(
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+            [impl = checked()](auto h) { detail::group_wait_failure(impl, std::move(h)); }, token);
+    }
+
+    /// Leaves the group gracefully once its operations are done: messages
+    /// sent are delivered, the peers see this rank leave (`asio::error::eof`
+    /// on receives from it, the failure of collectives that need it).
+    /// Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_close(
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+            [impl = checked()](auto h) { detail::group_close(impl, std::move(h)); }, token);
+    }
+
+    /// Fails the group here at once (pending operations complete with
+    /// `operation_aborted`) and tells the connected peers, whose group fails.
+    void abort() noexcept {
+        if (impl_)
+            detail::group_abort(*impl_);
+    }
+
+private:
+    friend struct detail::access;
+    explicit group(std::shared_ptr<detail::group_impl> impl) noexcept : impl_(std::move(impl)) {}
+
+    const std::shared_ptr<detail::group_impl>& checked() const {
+        if (!impl_)
+            throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                              "ucx::group: operation on an empty group");
+        return impl_;
+    }
+    static detail::collective_args args(detail::collective_args::kind_type kind,
+                                        boost::asio::const_buffer in,
+                                        boost::asio::mutable_buffer out, int root) {
+        detail::collective_args a;
+        a.kind = kind;
+        a.root = root;
+        a.in = in.data();
+        a.in_bytes = in.size();
+        a.out = out.data();
+        a.out_bytes = out.size();
+        return a;
+    }
+    template <class CompletionToken>
+    auto collective(detail::collective_args a, CompletionToken&& token) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+            [impl = checked()](auto h, detail::collective_args a) {
+                detail::group_collective(impl, std::move(a), std::move(h));
+            },
+            token, std::move(a));
+    }
+
+    std::shared_ptr<detail::group_impl> impl_;
+};
+
+/// Joins the group `options.name` as rank `options.rank` of
+/// `options.size`: publishes `w`'s address in `s` and reads every rank's.
+/// Completes when every rank has published (connections are made later, on
+/// first use).
+///
+/// Completion signature: `void(error_code, ucx::group)`. Errors:
+/// `ucx::error::invalid_rank` (rank outside `[0, size)`), the store's
+/// (`ucx::error::store_timeout` when some rank did not join within the
+/// store's timeout), `asio::error::address_in_use` (the worker has an
+/// address acceptor, or a group, already), `ucx::error::malformed_address`
+/// (a key of the group holds something else), `ucx::error::group_timeout`
+/// (`options.timeout` passed).
+template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>
+auto async_join(
+    worker& w, store& s, group_options options,
+    CompletionToken&& token = boost::asio::default_completion_token_t<worker::executor_type>()) {
+    const auto& impl = detail::checked(w);
+    return boost::asio::async_initiate<CompletionToken, void(error_code, group)>(
+        [impl, &s](auto h, group_options o) {
+            detail::group_join(impl, s, std::move(o), std::move(h));
+        },
+        token, std::move(options));
+}
+
+} // namespace ucx

@@ -1,0 +1,294 @@
+// ucx::store: a rendezvous key-value store through which the processes of a
+// job find each other (the base of memory_store, file_store, tcp_store), and
+// prefix_store, a view of a store under a key prefix.
+#pragma once
+
+#include <ucx/error.hpp>
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ucx {
+
+/// A rendezvous store: keys (strings) with byte values, shared by the
+/// processes of a job, as torch.distributed's `Store`. Every operation is
+/// asynchronous (any completion token), and every one is bounded by the
+/// store's `timeout()`: one that has not completed by then fails with
+/// `ucx::error::store_timeout`. `async_get` and `async_wait` wait for keys
+/// that are not set yet; the others complete as soon as the store answered.
+///
+/// Handlers run on their associated executor (by default the store's), never
+/// inside the initiating call. Operations on one store object are started
+/// from its executor's thread (as with Asio's I/O objects); a store may have
+/// any number of operations in flight. Destroying the store completes its
+/// pending operations with `asio::error::operation_aborted`.
+///
+/// Errors every operation can report: `ucx::error::store_timeout`;
+/// `asio::error::operation_aborted` (the store was closed or destroyed, or
+/// the handler's cancellation slot emitted a cancellation, which the stores
+/// of this library support for `async_get` and `async_wait`); and a store's
+/// own (I/O errors of `tcp_store` and `file_store`,
+/// `ucx::error::store_protocol_error`).
+class store {
+public:
+    using executor_type = boost::asio::any_io_executor;
+    /// A value: any bytes.
+    using value_type = std::vector<std::byte>;
+    using duration = std::chrono::milliseconds;
+
+    virtual ~store() = default;
+
+    /// The executor that runs the store's I/O and, by default, its handlers.
+    virtual executor_type get_executor() const noexcept = 0;
+
+    /// The bound on every operation (default 300 s, as torch's stores).
+    duration timeout() const noexcept { return timeout_; }
+    /// Changes the bound of the operations started from now on. Zero: no bound.
+    void set_timeout(duration d) noexcept { timeout_ = d; }
+
+    /// Sets `key` to `value` (replacing any value) and wakes its waiters.
+    /// Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_set(std::string key, value_type value,
+              CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+            [this](auto handler, std::string k, value_type v) {
+                do_set(std::move(k), std::move(v), std::move(handler));
+            },
+            token, std::move(key), std::move(value));
+    }
+    /// As above, with the bytes of `value`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_set(std::string key, std::string_view value,
+              CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        const auto* p = reinterpret_cast<const std::byte*>(value.data());
+        return async_set(std::move(key), value_type(p, p + value.size()),
+                         std::forward<CompletionToken>(token));
+    }
+
+    /// Gets the value of `key`, waiting until some process sets it (at most
+    /// `timeout()`). Completion signature: `void(error_code, value_type)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_get(std::string key,
+              CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, value_type)>(
+            [this](auto handler, std::string k) { do_get(std::move(k), std::move(handler)); },
+            token, std::move(key));
+    }
+
+    /// Adds `delta` to the counter `key` (a missing key counts as 0) and
+    /// gives the new value. Counters are stored as decimal text, as torch
+    /// stores them; a key whose value is not one fails with
+    /// `ucx::error::store_protocol_error`.
+    /// Completion signature: `void(error_code, std::int64_t)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_add(std::string key, std::int64_t delta,
+              CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, std::int64_t)>(
+            [this](auto handler, std::string k, std::int64_t d) {
+                do_add(std::move(k), d, std::move(handler));
+            },
+            token, std::move(key), delta);
+    }
+
+    /// Sets `key` to `desired` if its value is `expected` (or if it is
+    /// missing and `expected` is empty) and gives the value it has afterwards
+    /// (`desired` when it was set; the current value, or `expected` for a
+    /// missing key, when not), as torch's `compare_set`.
+    /// Completion signature: `void(error_code, value_type)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_compare_set(
+        std::string key, value_type expected, value_type desired,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, value_type)>(
+            [this](auto handler, std::string k, value_type e, value_type d) {
+                do_compare_set(std::move(k), std::move(e), std::move(d), std::move(handler));
+            },
+            token, std::move(key), std::move(expected), std::move(desired));
+    }
+
+    /// Whether every key of `keys` is set, without waiting.
+    /// Completion signature: `void(error_code, bool)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_check(
+        std::vector<std::string> keys,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, bool)>(
+            [this](auto handler, std::vector<std::string> k) {
+                do_check(std::move(k), std::move(handler));
+            },
+            token, std::move(keys));
+    }
+
+    /// Waits until every key of `keys` is set (at most `timeout()`).
+    /// Completion signature: `void(error_code)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto
+    async_wait(std::vector<std::string> keys,
+               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code)>(
+            [this](auto handler, std::vector<std::string> k) {
+                do_wait(std::move(k), std::move(handler));
+            },
+            token, std::move(keys));
+    }
+
+    /// Deletes `key`; says whether it was set.
+    /// Completion signature: `void(error_code, bool)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_erase(
+        std::string key,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, bool)>(
+            [this](auto handler, std::string k) { do_erase(std::move(k), std::move(handler)); },
+            token, std::move(key));
+    }
+
+    /// The number of keys in the whole store (a `prefix_store` counts the
+    /// keys of its base, as torch's `PrefixStore` does).
+    /// Completion signature: `void(error_code, std::int64_t)`.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_num_keys(
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, std::int64_t)>(
+            [this](auto handler) { do_num_keys(std::move(handler)); }, token);
+    }
+
+protected:
+    using done_handler = boost::asio::any_completion_handler<void(error_code)>;
+    using value_handler = boost::asio::any_completion_handler<void(error_code, value_type)>;
+    using count_handler = boost::asio::any_completion_handler<void(error_code, std::int64_t)>;
+    using bool_handler = boost::asio::any_completion_handler<void(error_code, bool)>;
+
+    store() = default;
+    store(const store&) = default;
+    store& operator=(const store&) = default;
+
+    // The operations of a store. Each completes its handler exactly once,
+    // never inside the call, through the handler's associated executor
+    // (defaulting to `get_executor()`), within `timeout()`.
+    virtual void do_set(std::string key, value_type value, done_handler h) = 0;
+    virtual void do_get(std::string key, value_handler h) = 0;
+    virtual void do_add(std::string key, std::int64_t delta, count_handler h) = 0;
+    virtual void do_compare_set(std::string key, value_type expected, value_type desired,
+                                value_handler h) = 0;
+    virtual void do_check(std::vector<std::string> keys, bool_handler h) = 0;
+    virtual void do_wait(std::vector<std::string> keys, done_handler h) = 0;
+    virtual void do_erase(std::string key, bool_handler h) = 0;
+    virtual void do_num_keys(count_handler h) = 0;
+
+    friend class prefix_store;
+
+private:
+    duration timeout_ = std::chrono::seconds(300);
+};
+
+/// A view of `base` in which every key is `prefix + "/" + key`, as
+/// torch.distributed's `PrefixStore`: groups and generations of a job use
+/// their own keys in one store. Its operations are those of `base` (and so
+/// are its executor and timeout; `set_timeout` on the view changes the
+/// base's). `base` must outlive the view.
+class prefix_store final : public store {
+public:
+    prefix_store(store& base, std::string prefix)
+        : base_(&base), prefix_(std::move(prefix) + "/") {}
+
+    executor_type get_executor() const noexcept override { return base_->get_executor(); }
+    /// The prefix with its trailing "/".
+    const std::string& prefix() const noexcept { return prefix_; }
+    /// The store this is a view of.
+    store& base() const noexcept { return *base_; }
+
+private:
+    std::string key(std::string k) const { return prefix_ + k; }
+    std::vector<std::string> keys(std::vector<std::string> ks) const {
+        for (auto& k : ks)
+            k = prefix_ + k;
+        return ks;
+    }
+    void sync() const noexcept { base_->set_timeout(timeout()); }
+
+    void do_set(std::string k, value_type v, done_handler h) override {
+        sync();
+        base_->do_set(key(std::move(k)), std::move(v), std::move(h));
+    }
+    void do_get(std::string k, value_handler h) override {
+        sync();
+        base_->do_get(key(std::move(k)), std::move(h));
+    }
+    void do_add(std::string k, std::int64_t d, count_handler h) override {
+        sync();
+        base_->do_add(key(std::move(k)), d, std::move(h));
+    }
+    void do_compare_set(std::string k, value_type e, value_type d, value_handler h) override {
+        sync();
+        base_->do_compare_set(key(std::move(k)), std::move(e), std::move(d), std::move(h));
+    }
+    void do_check(std::vector<std::string> ks, bool_handler h) override {
+        sync();
+        base_->do_check(keys(std::move(ks)), std::move(h));
+    }
+    void do_wait(std::vector<std::string> ks, done_handler h) override {
+        sync();
+        base_->do_wait(keys(std::move(ks)), std::move(h));
+    }
+    void do_erase(std::string k, bool_handler h) override {
+        sync();
+        base_->do_erase(key(std::move(k)), std::move(h));
+    }
+    void do_num_keys(count_handler h) override {
+        sync();
+        base_->do_num_keys(std::move(h));
+    }
+
+    store* base_;
+    std::string prefix_;
+};
+
+/// A store in this process's memory, for tests and for the threads of one
+/// process: copies share one set of keys, which any thread may use (each
+/// operation completes on its handler's associated executor, by default the
+/// executor the store was made with).
+class memory_store final : public store {
+public:
+    explicit memory_store(executor_type ex);
+    /// A store sharing the keys of `other`, with its own executor.
+    memory_store(const memory_store& other, executor_type ex);
+    memory_store(const memory_store&);
+    memory_store& operator=(const memory_store&);
+    ~memory_store() override;
+
+    executor_type get_executor() const noexcept override { return ex_; }
+
+    struct state;
+
+private:
+    void do_set(std::string key, value_type value, done_handler h) override;
+    void do_get(std::string key, value_handler h) override;
+    void do_add(std::string key, std::int64_t delta, count_handler h) override;
+    void do_compare_set(std::string key, value_type expected, value_type desired,
+                        value_handler h) override;
+    void do_check(std::vector<std::string> keys, bool_handler h) override;
+    void do_wait(std::vector<std::string> keys, done_handler h) override;
+    void do_erase(std::string key, bool_handler h) override;
+    void do_num_keys(count_handler h) override;
+
+    executor_type ex_;
+    std::shared_ptr<state> state_;
+};
+
+} // namespace ucx

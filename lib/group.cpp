@@ -1,0 +1,850 @@
+// ucx::group: joining through a store, connections by rank, the collectives'
+// executor and the spread of failure.
+//
+// One join makes a fabric: the worker's address acceptor and the connections
+// to the other ranks, shared by the groups split from it. Every rank sends to
+// a peer over the connection it made itself (its "out" endpoint) and
+// receives from the peer over the one the peer made (its "in" endpoint,
+// which the acceptor hands over and the peer's first message identifies).
+// Receiving from a peer also makes the out endpoint to it, so that its
+// liveness watch covers every peer this rank waits for.
+//
+// Tags (32 bits, per endpoint): bit 31 tells the library's messages
+// (collectives) from the application's; bits 30 to 18 are the group's id
+// (0 for the joined group, a fresh one for each split); bits 17 to 0 the
+// application's tag, or the collective's sequence number. Messages between
+// two ranks arrive in order, so the rounds of a collective need no tag of
+// their own. Tag 0xFFFFFFFF (id 8191) carries the identification, 0xFFFFFFFE
+// the abort notice.
+#include <ucx/acceptor.hpp>
+#include <ucx/connect.hpp>
+#include <ucx/endpoint.hpp>
+#include <ucx/group.hpp>
+#include <ucx/log.hpp>
+#include <ucx/worker.hpp>
+
+#include "collective_plan.hpp"
+#include "worker_impl.hpp"
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <numeric>
+#include <sstream>
+
+namespace ucx::detail {
+
+namespace {
+
+constexpr std::uint32_t library_bit = 1u << 31;
+constexpr int id_shift = 18;
+constexpr std::uint32_t max_group_id = 8190;
+constexpr std::uint32_t intro_tag = 0xFFFFFFFFu;
+constexpr std::uint32_t abort_tag = 0xFFFFFFFEu;
+constexpr std::uint32_t intro_magic = 0x47584355; // "UCXG"
+
+std::uint32_t user_tag(std::uint32_t id, std::uint32_t tag) noexcept {
+    return (id << id_shift) | tag;
+}
+std::uint32_t collective_tag(std::uint32_t id, std::uint32_t seq) noexcept {
+    return library_bit | (id << id_shift) | (seq & group_max_tag);
+}
+
+template <class... Parts>
+void say(log::severity s, const Parts&... parts) {
+    std::ostringstream o;
+    (o << ... << parts);
+    log::write(s, o.str());
+}
+
+using step_handler = std::function<void(error_code, std::size_t)>;
+using ready_handler = std::function<void(error_code)>;
+
+/// Whether an endpoint's error means the peer left gracefully.
+bool is_leave(const error_code& ec) noexcept {
+    return ec == boost::asio::error::eof;
+}
+
+} // namespace
+
+class group_impl;
+
+/// The connections of one join (see above).
+class fabric : public std::enable_shared_from_this<fabric> {
+public:
+    fabric(std::shared_ptr<worker_impl> w, int rank, std::vector<worker_address> addresses)
+        : w_(std::move(w)), ex_(core_of(*w_).get_executor()), rank_(rank),
+          addresses_(std::move(addresses)), peers_(addresses_.size()) {}
+
+    int rank() const noexcept { return rank_; }
+    int size() const noexcept { return static_cast<int>(peers_.size()); }
+    const boost::asio::any_io_executor& executor() const noexcept { return ex_; }
+    const error_code& failed() const noexcept { return failed_; }
+
+    void open(error_code& ec) { acceptor_ = open_address_acceptor(w_, 64, ec); }
+    void start() { accept_next(); }
+
+    std::uint32_t next_id() const noexcept { return next_id_; }
+    void use_id(std::uint32_t id) noexcept { next_id_ = std::max(next_id_, id + 1); }
+
+    /// Sends to fabric rank `to`.
+    void send(int to, const void* data, std::size_t size, std::uint32_t tag, step_handler h) {
+        if (failed_)
+            return post_step(std::move(h), failed_);
+        if (to == rank_)
+            return post_step(std::move(h), boost::asio::error::invalid_argument);
+        with_out(to, [self = shared_from_this(), to, data, size, tag, h](error_code ec) mutable {
+            if (ec)
+                return h(ec, 0);
+            self->peers_[to].out.async_send(boost::asio::buffer(data, size), tag,
+                                            [self, h](error_code ec, std::size_t n) {
+                                                h(self->failed_ ? self->failed_ : ec, n);
+                                            });
+        });
+    }
+
+    /// Receives from fabric rank `from`.
+    void recv(int from, void* data, std::size_t size, std::uint32_t tag, step_handler h) {
+        if (failed_)
+            return post_step(std::move(h), failed_);
+        if (from == rank_)
+            return post_step(std::move(h), boost::asio::error::invalid_argument);
+        // The out endpoint watches the peer while this rank waits for it.
+        with_out(from, [](error_code) {});
+        with_in(from, [self = shared_from_this(), from, data, size, tag, h](error_code ec) mutable {
+            if (ec)
+                return h(ec, 0);
+            self->peers_[from].in.async_recv(
+                boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
+                [self, h](error_code ec, std::size_t n, std::uint32_t) {
+                    h(self->failed_ ? self->failed_ : ec, n);
+                });
+        });
+    }
+
+    void add_group(const std::shared_ptr<group_impl>& g) { groups_.push_back(g); }
+    void set_addresses(std::vector<worker_address> a) { addresses_ = std::move(a); }
+
+    /// Fails every group of the fabric with `ec`, tells the peers, closes.
+    void fail(error_code ec);
+    /// Leaves gracefully (no group uses the fabric any more).
+    void leave();
+
+private:
+    struct peer {
+        endpoint out;
+        enum { none, connecting, ready, done } out_state = none;
+        std::vector<ready_handler> out_waiting;
+        endpoint in;
+        bool in_ready = false;
+        std::vector<ready_handler> in_waiting;
+        std::uint32_t abort_word = 0;
+    };
+
+    void post_step(step_handler h, error_code ec) {
+        boost::asio::post(ex_, [h = std::move(h), ec] { h(ec, 0); });
+    }
+
+    void with_out(int to, ready_handler h) {
+        peer& p = peers_[to];
+        switch (p.out_state) {
+        case peer::ready:
+            return h({});
+        case peer::done:
+            return boost::asio::post(ex_, [h = std::move(h), self = shared_from_this()] {
+                h(self->failed_ ? self->failed_ : error_code(boost::asio::error::eof));
+            });
+        case peer::connecting:
+            p.out_waiting.push_back(std::move(h));
+            return;
+        case peer::none:
+            break;
+        }
+        p.out_waiting.push_back(std::move(h));
+        p.out_state = peer::connecting;
+        auto self = shared_from_this();
+        initiate<void(error_code, endpoint), endpoint_result>(
+            w_,
+            [self, to](error_code ec, endpoint ep) {
+                peer& p = self->peers_[to];
+                if (self->failed_ && !ec)
+                    ec = self->failed_;
+                if (ec) {
+                    p.out_state = peer::done;
+                    ep.close();
+                    self->flush(p.out_waiting, ec);
+                    if (!self->failed_)
+                        self->fail(make_error_code(error::group_failed));
+                    return;
+                }
+                p.out = std::move(ep);
+                p.out_state = peer::ready;
+                self->watch(p.out, to);
+                // Who this is, on the peer's in endpoint.
+                auto intro =
+                    std::make_shared<std::array<std::uint32_t, 2>>(std::array<std::uint32_t, 2>{
+                        intro_magic, static_cast<std::uint32_t>(self->rank_)});
+                p.out.async_send(boost::asio::buffer(*intro), intro_tag,
+                                 [intro](error_code, std::size_t) {});
+                self->flush(p.out_waiting, {});
+            },
+            [address = addresses_[to]](worker_impl& w, endpoint_op* op) {
+                connect_to_address(w, op, address);
+            });
+    }
+
+    void with_in(int from, ready_handler h) {
+        peer& p = peers_[from];
+        if (p.in_ready)
+            return h({});
+        p.in_waiting.push_back(std::move(h));
+    }
+
+    void flush(std::vector<ready_handler>& waiting, error_code ec) {
+        auto list = std::move(waiting);
+        waiting.clear();
+        for (auto& h : list)
+            h(ec);
+    }
+
+    /// Fails the fabric when `ep` fails (a peer that left is not a failure
+    /// until an operation needs it).
+    void watch(endpoint& ep, int who) {
+        ep.async_wait_error([self = shared_from_this(), who](error_code ec) {
+            if (self->failed_ || self->leaving_ || ec == boost::asio::error::operation_aborted ||
+                ec == boost::asio::error::bad_descriptor)
+                return;
+            if (is_leave(ec)) {
+                say(log::severity::debug, "group: rank ", who, " left");
+                return;
+            }
+            say(log::severity::info, "group: rank ", who, " failed: ", ec.message());
+            self->fail(make_error_code(error::group_failed));
+        });
+    }
+
+    void accept_next() {
+        if (!acceptor_ || failed_ || leaving_)
+            return;
+        auto self = shared_from_this();
+        initiate<void(error_code, endpoint), endpoint_result>(
+            acceptor_,
+            [self](error_code ec, endpoint ep) {
+                if (ec) {
+                    if (ec != boost::asio::error::operation_aborted && !self->failed_ &&
+                        !self->leaving_)
+                        say(log::severity::warning, "group: accept failed: ", ec.message());
+                    if (ec == boost::asio::error::operation_aborted)
+                        return;
+                } else {
+                    self->identify(std::move(ep));
+                }
+                self->accept_next();
+            },
+            [](address_acceptor_impl& a, endpoint_op* op) { address_acceptor_accept(a, op); });
+    }
+
+    /// Reads the first message of an accepted endpoint: which rank it is.
+    void identify(endpoint ep) {
+        auto held = std::make_shared<endpoint>(std::move(ep));
+        auto word = std::make_shared<std::array<std::uint32_t, 2>>();
+        held->async_recv(
+            boost::asio::buffer(*word), intro_tag, ~std::uint32_t{0},
+            [self = shared_from_this(), held, word](error_code ec, std::size_t n, std::uint32_t) {
+                const int who = static_cast<int>((*word)[1]);
+                if (ec || n != sizeof(*word) || (*word)[0] != intro_magic || who < 0 ||
+                    who >= self->size() || who == self->rank_ || self->peers_[who].in_ready ||
+                    self->failed_ || self->leaving_) {
+                    if (!ec)
+                        say(log::severity::warning,
+                            "group: closing a connection that is not a rank's");
+                    held->close();
+                    return;
+                }
+                peer& p = self->peers_[who];
+                p.in = std::move(*held);
+                p.in_ready = true;
+                self->watch(p.in, who);
+                self->listen_abort(who);
+                self->flush(p.in_waiting, {});
+            });
+    }
+
+    void listen_abort(int who) {
+        peer& p = peers_[who];
+        p.in.async_recv(
+            boost::asio::buffer(&p.abort_word, sizeof(p.abort_word)), abort_tag, ~std::uint32_t{0},
+            [self = shared_from_this(), who](error_code ec, std::size_t, std::uint32_t) {
+                if (ec || self->failed_)
+                    return;
+                say(log::severity::info, "group: rank ", who, " aborted the group");
+                self->fail(make_error_code(error::group_failed));
+            });
+    }
+
+    std::shared_ptr<worker_impl> w_;
+    boost::asio::any_io_executor ex_;
+    int rank_;
+    std::vector<worker_address> addresses_;
+    std::vector<peer> peers_;
+    std::shared_ptr<address_acceptor_impl> acceptor_;
+    std::vector<std::weak_ptr<group_impl>> groups_;
+    error_code failed_;
+    bool leaving_ = false;
+    std::uint32_t next_id_ = 1;
+};
+
+/// One group: its ranks (fabric ranks), its collectives' queue, its waiters.
+class group_impl : public std::enable_shared_from_this<group_impl> {
+public:
+    group_impl(std::shared_ptr<fabric> f, std::uint32_t id, int rank, std::vector<int> members,
+               std::chrono::milliseconds timeout)
+        : fabric_(std::move(f)), id_(id), rank_(rank), members_(std::move(members)),
+          timeout_(timeout) {}
+
+    ~group_impl() {
+        // The last group of the fabric leaves it.
+        if (fabric_ && fabric_.use_count() <= 2)
+            fabric_->leave();
+    }
+
+    int rank() const noexcept { return rank_; }
+    int size() const noexcept { return static_cast<int>(members_.size()); }
+    const error_code& error() const noexcept { return error_; }
+    const std::shared_ptr<fabric>& fab() const noexcept { return fabric_; }
+    std::uint32_t id() const noexcept { return id_; }
+    int member(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
+    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+    void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
+    const boost::asio::any_io_executor& executor() const noexcept { return fabric_->executor(); }
+
+    template <class Handler, class... Args>
+    void post(Handler h, Args... args) {
+        boost::asio::post(executor(), boost::asio::append(std::move(h), std::move(args)...));
+    }
+
+    /// The group failed (or was closed here) with `ec`.
+    void failed(error_code ec) {
+        if (error_)
+            return;
+        error_ = ec;
+        auto waiters = std::move(failure_waiters_);
+        failure_waiters_.clear();
+        for (auto& h : waiters)
+            post(std::move(h), ec);
+        if (timer_)
+            timer_->cancel();
+    }
+
+    void wait_failure(group_done_handler h) {
+        if (error_)
+            return post(std::move(h), error_);
+        failure_waiters_.push_back(std::move(h));
+    }
+
+    void collective(collective_args a, group_done_handler h);
+    void split(int color, int key, group_new_handler h);
+
+private:
+    struct running {
+        collective_args args;
+        coll::plan plan;
+        std::vector<std::byte> scratch;
+        std::vector<std::byte> work;
+        std::size_t round = 0;
+        int outstanding = 0;
+        error_code ec;
+        group_done_handler handler;
+        std::uint32_t seq = 0;
+    };
+
+    std::byte* region_ptr(running& r, const coll::region& g) {
+        switch (g.buf) {
+        case coll::buffer::in:
+            return const_cast<std::byte*>(static_cast<const std::byte*>(r.args.in)) + g.offset;
+        case coll::buffer::out:
+            return (r.work.empty() ? static_cast<std::byte*>(r.args.out) : r.work.data()) +
+                   g.offset;
+        case coll::buffer::scratch:
+            return r.scratch.data() + g.offset;
+        }
+        return nullptr;
+    }
+
+    error_code validate(const collective_args& a, coll::plan& p) const;
+    void start_next();
+    void run_round(const std::shared_ptr<running>& r);
+    void finish_round(const std::shared_ptr<running>& r);
+    void finish(const std::shared_ptr<running>& r, error_code ec);
+
+    std::shared_ptr<fabric> fabric_;
+    std::uint32_t id_;
+    int rank_;
+    std::vector<int> members_;
+    std::chrono::milliseconds timeout_;
+    error_code error_;
+    std::vector<group_done_handler> failure_waiters_;
+    std::deque<std::shared_ptr<running>> queue_;
+    bool busy_ = false;
+    std::uint32_t seq_ = 0;
+    std::shared_ptr<boost::asio::steady_timer> timer_;
+};
+
+void fabric::fail(error_code ec) {
+    if (failed_)
+        return;
+    failed_ = ec;
+    say(log::severity::info, "group: failed: ", ec.message());
+    for (auto& wg : groups_)
+        if (auto g = wg.lock())
+            g->failed(ec);
+    if (acceptor_)
+        address_acceptor_close(*acceptor_);
+    for (auto& p : peers_) {
+        flush(p.out_waiting, ec);
+        flush(p.in_waiting, ec);
+        // Receives from the peer end now.
+        if (p.in_ready)
+            p.in.close();
+        if (p.out_state == peer::ready) {
+            // Tell the peer, then let the sends in flight end (a peer that
+            // does not answer ends them within its peer timeout).
+            static const std::uint32_t word = 1;
+            auto ep = std::make_shared<endpoint>(std::move(p.out));
+            ep->async_send(boost::asio::buffer(&word, sizeof(word)), abort_tag,
+                           [ep](error_code, std::size_t) { ep->async_close([ep](error_code) {}); });
+        }
+        p.out_state = peer::done;
+    }
+}
+
+void fabric::leave() {
+    if (leaving_ || failed_)
+        return;
+    leaving_ = true;
+    if (acceptor_)
+        address_acceptor_close(*acceptor_);
+    for (auto& p : peers_) {
+        flush(p.out_waiting, boost::asio::error::operation_aborted);
+        flush(p.in_waiting, boost::asio::error::operation_aborted);
+        if (p.out_state == peer::ready) {
+            auto ep = std::make_shared<endpoint>(std::move(p.out));
+            ep->async_close([ep](error_code) {});
+        }
+        p.out_state = peer::done;
+        if (p.in_ready) {
+            auto ep = std::make_shared<endpoint>(std::move(p.in));
+            ep->async_close([ep](error_code) {});
+        }
+    }
+}
+
+// --- collectives ---
+
+error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
+    using k = collective_args;
+    const int n = size();
+    if (a.kind != k::barrier && a.kind != k::allgather && a.kind != k::allgatherv &&
+        a.kind != k::allreduce && a.kind != k::alltoall && (a.root < 0 || a.root >= n))
+        return make_error_code(error::invalid_rank);
+    const auto invalid = make_error_code(boost::asio::error::invalid_argument);
+    const std::size_t es = coll::element_size(a.type);
+    switch (a.kind) {
+    case k::barrier:
+        p = coll::barrier(rank_, n);
+        break;
+    case k::broadcast:
+        p = coll::broadcast(rank_, n, a.root, a.out_bytes);
+        break;
+    case k::gather:
+        if (rank_ == a.root && a.out_bytes != a.in_bytes * static_cast<std::size_t>(n))
+            return invalid;
+        p = coll::gather(rank_, n, a.root, a.in_bytes);
+        break;
+    case k::allgather:
+        if (a.out_bytes != a.in_bytes * static_cast<std::size_t>(n))
+            return invalid;
+        {
+            std::vector<std::size_t> blocks(static_cast<std::size_t>(n), a.in_bytes);
+            p = coll::allgatherv(rank_, n, blocks);
+        }
+        break;
+    case k::allgatherv:
+        if (a.blocks.size() != static_cast<std::size_t>(n) ||
+            a.blocks[static_cast<std::size_t>(rank_)] != a.in_bytes ||
+            a.out_bytes != std::accumulate(a.blocks.begin(), a.blocks.end(), std::size_t{0}))
+            return invalid;
+        p = coll::allgatherv(rank_, n, a.blocks);
+        break;
+    case k::reduce:
+        if (a.in_bytes % es != 0 || (rank_ == a.root && a.out_bytes != a.in_bytes))
+            return invalid;
+        p = coll::reduce(rank_, n, a.root, a.in_bytes / es, es);
+        break;
+    case k::allreduce:
+        if (a.in_bytes % es != 0 || a.out_bytes != a.in_bytes)
+            return invalid;
+        p = coll::allreduce(rank_, n, a.in_bytes / es, es);
+        break;
+    case k::alltoall:
+        if (a.in_bytes % static_cast<std::size_t>(n) != 0 || a.out_bytes != a.in_bytes)
+            return invalid;
+        p = coll::alltoall(rank_, n, a.in_bytes / static_cast<std::size_t>(n));
+        break;
+    }
+    return {};
+}
+
+void group_impl::collective(collective_args a, group_done_handler h) {
+    if (error_)
+        return post(std::move(h), error_);
+    auto r = std::make_shared<running>();
+    if (auto ec = validate(a, r->plan))
+        return post(std::move(h), ec);
+    r->args = std::move(a);
+    r->handler = std::move(h);
+    r->seq = seq_++;
+    queue_.push_back(std::move(r));
+    if (!busy_)
+        start_next();
+}
+
+void group_impl::start_next() {
+    if (queue_.empty()) {
+        busy_ = false;
+        return;
+    }
+    busy_ = true;
+    auto r = queue_.front();
+    if (error_)
+        return finish(r, error_);
+    r->scratch.resize(r->plan.scratch_bytes);
+    // A rank whose `out` is not part of the result (a reduce's non-root)
+    // works in a buffer of its own.
+    if (r->args.out_bytes < r->plan.out_bytes)
+        r->work.resize(r->plan.out_bytes);
+    for (const auto& c : r->plan.prologue) {
+        std::byte* from = region_ptr(*r, c.from);
+        std::byte* to = region_ptr(*r, c.to);
+        if (from != to && c.from.length > 0)
+            std::memmove(to, from, c.from.length);
+    }
+    if (timeout_.count() > 0) {
+        timer_ = std::make_shared<boost::asio::steady_timer>(executor(), timeout_);
+        std::weak_ptr<running> wr = r;
+        timer_->async_wait([self = shared_from_this(), wr](error_code ec) {
+            auto r = wr.lock();
+            if (ec || !r || self->queue_.empty() || self->queue_.front() != r)
+                return;
+            say(log::severity::info, "group: collective ", r->seq, " passed its deadline");
+            self->fabric_->fail(make_error_code(error::group_timeout));
+        });
+    }
+    run_round(r);
+}
+
+void group_impl::run_round(const std::shared_ptr<running>& r) {
+    while (r->round < r->plan.rounds.size()) {
+        const coll::round& rd = r->plan.rounds[r->round];
+        if (rd.transfers.empty()) {
+            finish_round(r);
+            continue;
+        }
+        r->outstanding = static_cast<int>(rd.transfers.size());
+        const std::uint32_t tag = collective_tag(id_, r->seq);
+        for (const auto& t : rd.transfers) {
+            std::byte* data = region_ptr(*r, t.data);
+            const std::size_t expected = t.data.length;
+            auto done = [self = shared_from_this(), r, expected, send = t.send](error_code ec,
+                                                                                std::size_t n) {
+                if (!ec && !send && n != expected)
+                    ec = make_error_code(error::collective_mismatch);
+                if (ec == errc::message_truncated)
+                    ec = make_error_code(error::collective_mismatch);
+                if (ec && !r->ec)
+                    r->ec = ec;
+                if (--r->outstanding > 0)
+                    return;
+                if (r->ec)
+                    return self->finish(r, r->ec);
+                self->finish_round(r);
+                self->run_round(r);
+            };
+            const int peer = member(t.peer);
+            if (t.send)
+                fabric_->send(peer, data, t.data.length, tag, std::move(done));
+            else
+                fabric_->recv(peer, data, t.data.length, tag, std::move(done));
+        }
+        return;
+    }
+    finish(r, {});
+}
+
+void group_impl::finish_round(const std::shared_ptr<running>& r) {
+    const coll::round& rd = r->plan.rounds[r->round];
+    const std::size_t es = coll::element_size(r->args.type);
+    for (const auto& c : rd.combines)
+        coll::reduce_elements(r->args.type, r->args.op, region_ptr(*r, c.lower),
+                              region_ptr(*r, c.higher), region_ptr(*r, c.out), c.out.length / es);
+    for (const auto& c : rd.copies)
+        std::memmove(region_ptr(*r, c.to), region_ptr(*r, c.from), c.from.length);
+    ++r->round;
+}
+
+void group_impl::finish(const std::shared_ptr<running>& r, error_code ec) {
+    if (ec && ec != error::collective_mismatch && ec != boost::asio::error::invalid_argument) {
+        // No partial result: the group is unusable after a failed collective.
+        if (!fabric_->failed())
+            fabric_->fail(ec == error::group_timeout ? ec : make_error_code(error::group_failed));
+        ec = error_ ? error_ : fabric_->failed();
+    } else if (ec) {
+        if (!fabric_->failed())
+            fabric_->fail(make_error_code(error::group_failed));
+    }
+    if (timer_) {
+        timer_->cancel();
+        timer_.reset();
+    }
+    queue_.pop_front();
+    auto h = std::move(r->handler);
+    boost::asio::dispatch(boost::asio::append(std::move(h), ec));
+    start_next();
+}
+
+// --- split ---
+
+void group_impl::split(int color, int key, group_new_handler h) {
+    if (error_)
+        return post(std::move(h), error_, group());
+    // Every rank's (color, key, next free id), gathered everywhere.
+    const int n = size();
+    auto mine = std::make_shared<std::array<std::int32_t, 3>>(
+        std::array<std::int32_t, 3>{color, key, static_cast<std::int32_t>(fabric_->next_id())});
+    auto all = std::make_shared<std::vector<std::int32_t>>(static_cast<std::size_t>(3 * n));
+    collective_args a;
+    a.kind = collective_args::allgather;
+    a.in = mine->data();
+    a.in_bytes = sizeof(*mine);
+    a.out = all->data();
+    a.out_bytes = all->size() * sizeof(std::int32_t);
+    auto self = shared_from_this();
+    auto hp = std::make_shared<group_new_handler>(std::move(h));
+    collective(std::move(a), [self, mine, all, hp, color](error_code ec) {
+        auto h = std::move(*hp);
+        if (ec)
+            return boost::asio::dispatch(boost::asio::append(std::move(h), ec, group()));
+        const int n = self->size();
+        std::uint32_t id = 0;
+        std::vector<std::pair<std::pair<int, int>, int>> members; // (key, rank) -> fabric rank
+        for (int i = 0; i < n; ++i) {
+            const auto* e = all->data() + 3 * i;
+            id = std::max(id, static_cast<std::uint32_t>(e[2]));
+            if (color >= 0 && e[0] == color)
+                members.push_back({{e[1], i}, self->member(i)});
+        }
+        self->fabric_->use_id(id);
+        if (color < 0)
+            return boost::asio::dispatch(boost::asio::append(std::move(h), error_code(), group()));
+        if (id > max_group_id)
+            return boost::asio::dispatch(
+                boost::asio::append(std::move(h), make_error_code(errc::exceeds_limit), group()));
+        std::sort(members.begin(), members.end());
+        std::vector<int> ranks;
+        int my_rank = 0;
+        for (const auto& m : members) {
+            if (m.first.second == self->rank_)
+                my_rank = static_cast<int>(ranks.size());
+            ranks.push_back(m.second);
+        }
+        auto child = std::make_shared<group_impl>(self->fabric_, id, my_rank, std::move(ranks),
+                                                  self->timeout_);
+        self->fabric_->add_group(child);
+        boost::asio::dispatch(
+            boost::asio::append(std::move(h), error_code(), access::construct<group>(child)));
+    });
+}
+
+// --- the functions of <ucx/group.hpp> ---
+
+namespace {
+
+/// The state of one join: the store reads in flight.
+struct joining {
+    std::shared_ptr<worker_impl> w;
+    std::unique_ptr<prefix_store> keys;
+    group_options options;
+    group_new_handler handler;
+    std::vector<worker_address> addresses;
+    std::shared_ptr<fabric> fab;
+    int pending = 0;
+    error_code ec;
+    std::shared_ptr<boost::asio::steady_timer> timer;
+    bool done = false;
+
+    void finish(error_code e) {
+        if (done)
+            return;
+        done = true;
+        if (timer)
+            timer->cancel();
+        if (e) {
+            if (fab)
+                fab->fail(e);
+            return boost::asio::dispatch(boost::asio::append(std::move(handler), e, group()));
+        }
+        auto g = std::make_shared<group_impl>(
+            fab, 0, options.rank,
+            [&] {
+                std::vector<int> m(static_cast<std::size_t>(options.size));
+                std::iota(m.begin(), m.end(), 0);
+                return m;
+            }(),
+            options.timeout);
+        fab->add_group(g);
+        fab->start();
+        boost::asio::dispatch(
+            boost::asio::append(std::move(handler), error_code(), access::construct<group>(g)));
+    }
+};
+
+} // namespace
+
+void group_join(const std::shared_ptr<worker_impl>& w, store& s, group_options options,
+                group_new_handler h) {
+    const auto& ex = core_of(*w).get_executor();
+    if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
+        return boost::asio::post(
+            ex, boost::asio::append(std::move(h), make_error_code(error::invalid_rank), group()));
+    auto j = std::make_shared<joining>();
+    j->w = w;
+    j->keys = std::make_unique<prefix_store>(s, options.name);
+    j->options = std::move(options);
+    j->handler = std::move(h);
+    j->addresses.resize(static_cast<std::size_t>(j->options.size));
+    std::vector<worker_address> none;
+    j->fab = std::make_shared<fabric>(
+        w, j->options.rank, std::vector<worker_address>(static_cast<std::size_t>(j->options.size)));
+    error_code ec;
+    j->fab->open(ec);
+    if (ec) {
+        j->fab.reset();
+        return boost::asio::post(ex, [j, ec] { j->finish(ec); });
+    }
+    if (j->options.timeout.count() > 0) {
+        j->timer = std::make_shared<boost::asio::steady_timer>(ex, j->options.timeout);
+        j->timer->async_wait([j](error_code e) {
+            if (!e)
+                j->finish(make_error_code(error::group_timeout));
+        });
+    }
+    // Publish, then read every rank's address.
+    j->keys->async_set(
+        "addr/" + std::to_string(j->options.rank), w->address().serialize(),
+        boost::asio::bind_executor(ex, [j](error_code ec) {
+            if (ec || j->done)
+                return j->finish(ec);
+            j->pending = j->options.size;
+            for (int r = 0; r < j->options.size; ++r)
+                j->keys->async_get(
+                    "addr/" + std::to_string(r),
+                    boost::asio::bind_executor(core_of(*j->w).get_executor(),
+                                               [j, r](error_code ec, store::value_type v) {
+                                                   if (!ec)
+                                                       j->addresses[static_cast<std::size_t>(r)] =
+                                                           worker_address::deserialize(v, ec);
+                                                   if (ec && !j->ec)
+                                                       j->ec = ec;
+                                                   if (--j->pending > 0)
+                                                       return;
+                                                   if (j->ec)
+                                                       return j->finish(j->ec);
+                                                   j->fab->set_addresses(std::move(j->addresses));
+                                                   j->finish({});
+                                               }));
+        }));
+}
+
+void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, std::size_t size,
+                std::uint32_t tag, group_bytes_handler h) {
+    if (g->error())
+        return g->post(std::move(h), g->error(), std::size_t{0});
+    if (to < 0 || to >= g->size())
+        return g->post(std::move(h), make_error_code(error::invalid_rank), std::size_t{0});
+    if (tag > group_max_tag)
+        return g->post(std::move(h), make_error_code(boost::asio::error::invalid_argument),
+                       std::size_t{0});
+    auto hp = std::make_shared<group_bytes_handler>(std::move(h));
+    g->fab()->send(g->member(to), data, size, user_tag(g->id(), tag),
+                   [hp](error_code ec, std::size_t n) {
+                       boost::asio::dispatch(boost::asio::append(std::move(*hp), ec, n));
+                   });
+}
+
+void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
+                std::uint32_t tag, group_bytes_handler h) {
+    if (g->error())
+        return g->post(std::move(h), g->error(), std::size_t{0});
+    if (from < 0 || from >= g->size())
+        return g->post(std::move(h), make_error_code(error::invalid_rank), std::size_t{0});
+    if (tag > group_max_tag)
+        return g->post(std::move(h), make_error_code(boost::asio::error::invalid_argument),
+                       std::size_t{0});
+    auto hp = std::make_shared<group_bytes_handler>(std::move(h));
+    g->fab()->recv(g->member(from), data, size, user_tag(g->id(), tag),
+                   [hp](error_code ec, std::size_t n) {
+                       boost::asio::dispatch(boost::asio::append(std::move(*hp), ec, n));
+                   });
+}
+
+void group_collective(const std::shared_ptr<group_impl>& g, collective_args args,
+                      group_done_handler h) {
+    g->collective(std::move(args), std::move(h));
+}
+
+void group_split(const std::shared_ptr<group_impl>& g, int color, int key, group_new_handler h) {
+    g->split(color, key, std::move(h));
+}
+
+void group_wait_failure(const std::shared_ptr<group_impl>& g, group_done_handler h) {
+    g->wait_failure(std::move(h));
+}
+
+void group_close(const std::shared_ptr<group_impl>& g, group_done_handler h) {
+    g->failed(boost::asio::error::operation_aborted);
+    g->fab()->leave();
+    g->post(std::move(h), error_code());
+}
+
+void group_abort(group_impl& g) noexcept {
+    g.failed(boost::asio::error::operation_aborted);
+    g.fab()->fail(make_error_code(error::group_failed));
+}
+
+int group_rank(const group_impl& g) noexcept {
+    return g.rank();
+}
+int group_size(const group_impl& g) noexcept {
+    return g.size();
+}
+error_code group_error(const group_impl& g) noexcept {
+    return g.error();
+}
+boost::asio::any_io_executor group_executor(const group_impl& g) noexcept {
+    return g.executor();
+}
+void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept {
+    g.set_timeout(t);
+}
+std::chrono::milliseconds group_timeout(const group_impl& g) noexcept {
+    return g.timeout();
+}
+
+} // namespace ucx::detail
