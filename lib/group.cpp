@@ -89,10 +89,29 @@ public:
     const error_code& failed() const noexcept { return failed_; }
 
     void open(error_code& ec) { acceptor_ = open_address_acceptor(w_, 64, ec); }
-    void start() { accept_next(); }
+    void set_addresses(std::vector<worker_address> a) { addresses_ = std::move(a); }
+
+    /// Accepts the lower ranks' connections and connects to the higher ranks.
+    void start() {
+        accept_next();
+        for (int j = rank_ + 1; j < size(); ++j)
+            connect(j);
+    }
 
     std::uint32_t next_id() const noexcept { return next_id_; }
     void use_id(std::uint32_t id) noexcept { next_id_ = std::max(next_id_, id + 1); }
+
+    void add_group(const std::shared_ptr<group_impl>& g) {
+        groups_.push_back(g);
+        ++live_;
+    }
+    /// A group of the fabric was closed or released; the last one leaves.
+    void group_gone(std::function<void()> done) {
+        if (--live_ == 0)
+            return leave(std::move(done));
+        if (done)
+            boost::asio::post(ex_, std::move(done));
+    }
 
     /// Sends to fabric rank `to`.
     void send(int to, const void* data, std::size_t size, std::uint32_t tag, step_handler h) {
@@ -100,13 +119,13 @@ public:
             return post_step(std::move(h), failed_);
         if (to == rank_)
             return post_step(std::move(h), boost::asio::error::invalid_argument);
-        with_out(to, [self = shared_from_this(), to, data, size, tag, h](error_code ec) mutable {
+        with_peer(to, [self = shared_from_this(), to, data, size, tag, h](error_code ec) mutable {
             if (ec)
                 return h(ec, 0);
-            self->peers_[to].out.async_send(boost::asio::buffer(data, size), tag,
-                                            [self, h](error_code ec, std::size_t n) {
-                                                h(self->failed_ ? self->failed_ : ec, n);
-                                            });
+            self->peers_[to].ep.async_send(boost::asio::buffer(data, size), tag,
+                                           [self, h](error_code ec, std::size_t n) {
+                                               h(self->failed_ ? self->failed_ : ec, n);
+                                           });
         });
     }
 
@@ -116,35 +135,30 @@ public:
             return post_step(std::move(h), failed_);
         if (from == rank_)
             return post_step(std::move(h), boost::asio::error::invalid_argument);
-        // The out endpoint watches the peer while this rank waits for it.
-        with_out(from, [](error_code) {});
-        with_in(from, [self = shared_from_this(), from, data, size, tag, h](error_code ec) mutable {
-            if (ec)
-                return h(ec, 0);
-            self->peers_[from].in.async_recv(
-                boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
-                [self, h](error_code ec, std::size_t n, std::uint32_t) {
-                    h(self->failed_ ? self->failed_ : ec, n);
-                });
-        });
+        with_peer(from,
+                  [self = shared_from_this(), from, data, size, tag, h](error_code ec) mutable {
+                      if (ec)
+                          return h(ec, 0);
+                      self->peers_[from].ep.async_recv(
+                          boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
+                          [self, h](error_code ec, std::size_t n, std::uint32_t) {
+                              h(self->failed_ ? self->failed_ : ec, n);
+                          });
+                  });
     }
-
-    void add_group(const std::shared_ptr<group_impl>& g) { groups_.push_back(g); }
-    void set_addresses(std::vector<worker_address> a) { addresses_ = std::move(a); }
 
     /// Fails every group of the fabric with `ec`, tells the peers, closes.
     void fail(error_code ec);
-    /// Leaves gracefully (no group uses the fabric any more).
-    void leave();
+    /// Leaves gracefully (no group uses the fabric any more): the sends in
+    /// flight are delivered, the peers see this rank leave; then `done`.
+    void leave(std::function<void()> done = {});
 
 private:
     struct peer {
-        endpoint out;
-        enum { none, connecting, ready, done } out_state = none;
-        std::vector<ready_handler> out_waiting;
-        endpoint in;
-        bool in_ready = false;
-        std::vector<ready_handler> in_waiting;
+        endpoint ep;
+        enum { none, connecting, ready, done } state = none;
+        std::vector<ready_handler> waiting;
+        std::shared_ptr<boost::asio::steady_timer> timer;
         std::uint32_t abort_word = 0;
     };
 
@@ -152,59 +166,29 @@ private:
         boost::asio::post(ex_, [h = std::move(h), ec] { h(ec, 0); });
     }
 
-    void with_out(int to, ready_handler h) {
-        peer& p = peers_[to];
-        switch (p.out_state) {
-        case peer::ready:
+    void with_peer(int who, ready_handler h) {
+        peer& p = peers_[who];
+        if (p.state == peer::ready)
             return h({});
-        case peer::done:
+        if (p.state == peer::done)
             return boost::asio::post(ex_, [h = std::move(h), self = shared_from_this()] {
                 h(self->failed_ ? self->failed_ : error_code(boost::asio::error::eof));
             });
-        case peer::connecting:
-            p.out_waiting.push_back(std::move(h));
-            return;
-        case peer::none:
-            break;
+        p.waiting.push_back(std::move(h));
+        if (who < rank_ && !p.timer) {
+            // The lower rank connects; one that does not within the
+            // handshake timeout is taken for failed.
+            const auto limit = w_->options().handshake_timeout;
+            if (limit.count() > 0) {
+                p.timer = std::make_shared<boost::asio::steady_timer>(ex_, limit);
+                p.timer->async_wait([self = shared_from_this(), who](error_code ec) {
+                    if (ec || self->failed_ || self->peers_[who].state == peer::ready)
+                        return;
+                    say(log::severity::info, "group: rank ", who, " did not connect");
+                    self->fail(make_error_code(error::group_failed));
+                });
+            }
         }
-        p.out_waiting.push_back(std::move(h));
-        p.out_state = peer::connecting;
-        auto self = shared_from_this();
-        initiate<void(error_code, endpoint), endpoint_result>(
-            w_,
-            [self, to](error_code ec, endpoint ep) {
-                peer& p = self->peers_[to];
-                if (self->failed_ && !ec)
-                    ec = self->failed_;
-                if (ec) {
-                    p.out_state = peer::done;
-                    ep.close();
-                    self->flush(p.out_waiting, ec);
-                    if (!self->failed_)
-                        self->fail(make_error_code(error::group_failed));
-                    return;
-                }
-                p.out = std::move(ep);
-                p.out_state = peer::ready;
-                self->watch(p.out, to);
-                // Who this is, on the peer's in endpoint.
-                auto intro =
-                    std::make_shared<std::array<std::uint32_t, 2>>(std::array<std::uint32_t, 2>{
-                        intro_magic, static_cast<std::uint32_t>(self->rank_)});
-                p.out.async_send(boost::asio::buffer(*intro), intro_tag,
-                                 [intro](error_code, std::size_t) {});
-                self->flush(p.out_waiting, {});
-            },
-            [address = addresses_[to]](worker_impl& w, endpoint_op* op) {
-                connect_to_address(w, op, address);
-            });
-    }
-
-    void with_in(int from, ready_handler h) {
-        peer& p = peers_[from];
-        if (p.in_ready)
-            return h({});
-        p.in_waiting.push_back(std::move(h));
     }
 
     void flush(std::vector<ready_handler>& waiting, error_code ec) {
@@ -214,10 +198,55 @@ private:
             h(ec);
     }
 
-    /// Fails the fabric when `ep` fails (a peer that left is not a failure
-    /// until an operation needs it).
-    void watch(endpoint& ep, int who) {
-        ep.async_wait_error([self = shared_from_this(), who](error_code ec) {
+    /// The peer's endpoint is usable: watch it, listen for its abort notice,
+    /// run what waited for it.
+    void ready(int who, endpoint ep) {
+        peer& p = peers_[who];
+        p.ep = std::move(ep);
+        p.state = peer::ready;
+        if (p.timer)
+            p.timer->cancel();
+        watch(who);
+        listen_abort(who);
+        flush(p.waiting, {});
+    }
+
+    void connect(int to) {
+        peers_[to].state = peer::connecting;
+        auto self = shared_from_this();
+        initiate<void(error_code, endpoint), endpoint_result>(
+            w_,
+            [self, to](error_code ec, endpoint ep) {
+                peer& p = self->peers_[to];
+                if (self->failed_ || self->leaving_) {
+                    ep.close();
+                    p.state = peer::done;
+                    return;
+                }
+                if (ec) {
+                    say(log::severity::info, "group: connecting to rank ", to,
+                        " failed: ", ec.message());
+                    p.state = peer::done;
+                    self->flush(p.waiting, ec);
+                    return self->fail(make_error_code(error::group_failed));
+                }
+                // Who this is, as the connection's first message.
+                auto intro =
+                    std::make_shared<std::array<std::uint32_t, 2>>(std::array<std::uint32_t, 2>{
+                        intro_magic, static_cast<std::uint32_t>(self->rank_)});
+                ep.async_send(boost::asio::buffer(*intro), intro_tag,
+                              [intro](error_code, std::size_t) {});
+                self->ready(to, std::move(ep));
+            },
+            [address = addresses_[static_cast<std::size_t>(to)]](worker_impl& w, endpoint_op* op) {
+                connect_to_address(w, op, address);
+            });
+    }
+
+    /// Fails the fabric when the peer's endpoint fails (a peer that left is
+    /// not a failure until an operation needs it).
+    void watch(int who) {
+        peers_[who].ep.async_wait_error([self = shared_from_this(), who](error_code ec) {
             if (self->failed_ || self->leaving_ || ec == boost::asio::error::operation_aborted ||
                 ec == boost::asio::error::bad_descriptor)
                 return;
@@ -237,21 +266,18 @@ private:
         initiate<void(error_code, endpoint), endpoint_result>(
             acceptor_,
             [self](error_code ec, endpoint ep) {
-                if (ec) {
-                    if (ec != boost::asio::error::operation_aborted && !self->failed_ &&
-                        !self->leaving_)
-                        say(log::severity::warning, "group: accept failed: ", ec.message());
-                    if (ec == boost::asio::error::operation_aborted)
-                        return;
-                } else {
+                if (ec == boost::asio::error::operation_aborted)
+                    return;
+                if (ec)
+                    say(log::severity::warning, "group: accept failed: ", ec.message());
+                else
                     self->identify(std::move(ep));
-                }
                 self->accept_next();
             },
             [](address_acceptor_impl& a, endpoint_op* op) { address_acceptor_accept(a, op); });
     }
 
-    /// Reads the first message of an accepted endpoint: which rank it is.
+    /// Reads the first message of an accepted connection: which rank made it.
     void identify(endpoint ep) {
         auto held = std::make_shared<endpoint>(std::move(ep));
         auto word = std::make_shared<std::array<std::uint32_t, 2>>();
@@ -260,26 +286,21 @@ private:
             [self = shared_from_this(), held, word](error_code ec, std::size_t n, std::uint32_t) {
                 const int who = static_cast<int>((*word)[1]);
                 if (ec || n != sizeof(*word) || (*word)[0] != intro_magic || who < 0 ||
-                    who >= self->size() || who == self->rank_ || self->peers_[who].in_ready ||
-                    self->failed_ || self->leaving_) {
+                    who >= self->rank_ || self->peers_[who].state == peer::ready || self->failed_ ||
+                    self->leaving_) {
                     if (!ec)
                         say(log::severity::warning,
-                            "group: closing a connection that is not a rank's");
+                            "group: closing a connection that is not a lower rank's");
                     held->close();
                     return;
                 }
-                peer& p = self->peers_[who];
-                p.in = std::move(*held);
-                p.in_ready = true;
-                self->watch(p.in, who);
-                self->listen_abort(who);
-                self->flush(p.in_waiting, {});
+                self->ready(who, std::move(*held));
             });
     }
 
     void listen_abort(int who) {
         peer& p = peers_[who];
-        p.in.async_recv(
+        p.ep.async_recv(
             boost::asio::buffer(&p.abort_word, sizeof(p.abort_word)), abort_tag, ~std::uint32_t{0},
             [self = shared_from_this(), who](error_code ec, std::size_t, std::uint32_t) {
                 if (ec || self->failed_)
@@ -299,6 +320,7 @@ private:
     error_code failed_;
     bool leaving_ = false;
     std::uint32_t next_id_ = 1;
+    int live_ = 0;
 };
 
 /// One group: its ranks (fabric ranks), its collectives' queue, its waiters.
@@ -308,12 +330,6 @@ public:
                std::chrono::milliseconds timeout)
         : fabric_(std::move(f)), id_(id), rank_(rank), members_(std::move(members)),
           timeout_(timeout) {}
-
-    ~group_impl() {
-        // The last group of the fabric leaves it.
-        if (fabric_ && fabric_.use_count() <= 2)
-            fabric_->leave();
-    }
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return static_cast<int>(members_.size()); }
@@ -342,6 +358,13 @@ public:
         if (timer_)
             timer_->cancel();
     }
+
+    /// Closed or destroyed here: operations fail with operation_aborted.
+    void release() {
+        released_ = true;
+        failed(boost::asio::error::operation_aborted);
+    }
+    bool released() const noexcept { return released_; }
 
     void wait_failure(group_done_handler h) {
         if (error_)
@@ -395,6 +418,7 @@ private:
     bool busy_ = false;
     std::uint32_t seq_ = 0;
     std::shared_ptr<boost::asio::steady_timer> timer_;
+    bool released_ = false;
 };
 
 void fabric::fail(error_code ec) {
@@ -408,42 +432,46 @@ void fabric::fail(error_code ec) {
     if (acceptor_)
         address_acceptor_close(*acceptor_);
     for (auto& p : peers_) {
-        flush(p.out_waiting, ec);
-        flush(p.in_waiting, ec);
-        // Receives from the peer end now.
-        if (p.in_ready)
-            p.in.close();
-        if (p.out_state == peer::ready) {
-            // Tell the peer, then let the sends in flight end (a peer that
-            // does not answer ends them within its peer timeout).
+        flush(p.waiting, ec);
+        if (p.timer)
+            p.timer->cancel();
+        if (p.state == peer::ready) {
+            // Tell the peer, then close: the peer's failure reaches the
+            // ranks it talks to in turn. Receives pending on the endpoint
+            // end now; sends in flight end, or fail within the peer timeout.
             static const std::uint32_t word = 1;
-            auto ep = std::make_shared<endpoint>(std::move(p.out));
+            auto ep = std::make_shared<endpoint>(std::move(p.ep));
             ep->async_send(boost::asio::buffer(&word, sizeof(word)), abort_tag,
                            [ep](error_code, std::size_t) { ep->async_close([ep](error_code) {}); });
         }
-        p.out_state = peer::done;
+        p.state = peer::done;
     }
 }
 
-void fabric::leave() {
-    if (leaving_ || failed_)
-        return;
-    leaving_ = true;
-    if (acceptor_)
-        address_acceptor_close(*acceptor_);
-    for (auto& p : peers_) {
-        flush(p.out_waiting, boost::asio::error::operation_aborted);
-        flush(p.in_waiting, boost::asio::error::operation_aborted);
-        if (p.out_state == peer::ready) {
-            auto ep = std::make_shared<endpoint>(std::move(p.out));
-            ep->async_close([ep](error_code) {});
-        }
-        p.out_state = peer::done;
-        if (p.in_ready) {
-            auto ep = std::make_shared<endpoint>(std::move(p.in));
-            ep->async_close([ep](error_code) {});
+void fabric::leave(std::function<void()> done) {
+    // Calls `done` once every close below has completed.
+    auto pending = std::make_shared<int>(1);
+    auto one_done = [pending, done = std::move(done), ex = ex_]() {
+        if (--*pending == 0 && done)
+            boost::asio::post(ex, done);
+    };
+    if (!leaving_ && !failed_) {
+        leaving_ = true;
+        if (acceptor_)
+            address_acceptor_close(*acceptor_);
+        for (auto& p : peers_) {
+            flush(p.waiting, boost::asio::error::operation_aborted);
+            if (p.timer)
+                p.timer->cancel();
+            if (p.state == peer::ready) {
+                auto ep = std::make_shared<endpoint>(std::move(p.ep));
+                ++*pending;
+                ep->async_close([ep, one_done](error_code) { one_done(); });
+            }
+            p.state = peer::done;
         }
     }
+    one_done();
 }
 
 // --- collectives ---
@@ -509,7 +537,7 @@ void group_impl::collective(collective_args a, group_done_handler h) {
     if (auto ec = validate(a, r->plan))
         return post(std::move(h), ec);
     r->args = std::move(a);
-    r->handler = std::move(h);
+    r->handler.swap(h);
     r->seq = seq_++;
     queue_.push_back(std::move(r));
     if (!busy_)
@@ -727,7 +755,7 @@ void group_join(const std::shared_ptr<worker_impl>& w, store& s, group_options o
     j->w = w;
     j->keys = std::make_unique<prefix_store>(s, options.name);
     j->options = std::move(options);
-    j->handler = std::move(h);
+    j->handler.swap(h);
     j->addresses.resize(static_cast<std::size_t>(j->options.size));
     std::vector<worker_address> none;
     j->fab = std::make_shared<fabric>(
@@ -818,9 +846,18 @@ void group_wait_failure(const std::shared_ptr<group_impl>& g, group_done_handler
 }
 
 void group_close(const std::shared_ptr<group_impl>& g, group_done_handler h) {
-    g->failed(boost::asio::error::operation_aborted);
-    g->fab()->leave();
-    g->post(std::move(h), error_code());
+    if (g->released())
+        return g->post(std::move(h), error_code(boost::asio::error::bad_descriptor));
+    g->release();
+    auto hp = std::make_shared<group_done_handler>(std::move(h));
+    g->fab()->group_gone([hp] { std::move (*hp)(error_code()); });
+}
+
+void group_release(group_impl& g) noexcept {
+    if (g.released())
+        return;
+    g.release();
+    g.fab()->group_gone({});
 }
 
 void group_abort(group_impl& g) noexcept {

@@ -123,6 +123,7 @@ void group_split(const std::shared_ptr<group_impl>& g, int color, int key, group
 void group_wait_failure(const std::shared_ptr<group_impl>& g, group_done_handler h);
 void group_close(const std::shared_ptr<group_impl>& g, group_done_handler h);
 void group_abort(group_impl& g) noexcept;
+void group_release(group_impl& g) noexcept;
 int group_rank(const group_impl& g) noexcept;
 int group_size(const group_impl& g) noexcept;
 error_code group_error(const group_impl& g) noexcept;
@@ -159,7 +160,8 @@ inline constexpr std::uint32_t group_max_tag = (std::uint32_t{1} << 18) - 1;
 ///
 /// Operations are started from the worker's executor's thread. Buffers must
 /// stay valid until the handler runs. Movable, not copyable; destroying the
-/// group aborts it (as `abort()`).
+/// group closes it as `async_close` does, without waiting for the close (its
+/// pending operations complete with `operation_aborted`).
 class group {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -171,14 +173,14 @@ public:
     group& operator=(group&& other) noexcept {
         if (this != &other) {
             if (impl_)
-                detail::group_abort(*impl_);
+                detail::group_release(*impl_);
             impl_ = std::move(other.impl_);
         }
         return *this;
     }
     ~group() {
         if (impl_)
-            detail::group_abort(*impl_);
+            detail::group_release(*impl_);
     }
 
     /// Whether this is a group (joined, not failed, not closed).

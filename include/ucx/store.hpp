@@ -52,9 +52,9 @@ public:
     virtual executor_type get_executor() const noexcept = 0;
 
     /// The bound on every operation (default 300 s, as torch's stores).
-    duration timeout() const noexcept { return timeout_; }
+    virtual duration timeout() const noexcept { return timeout_; }
     /// Changes the bound of the operations started from now on. Zero: no bound.
-    void set_timeout(duration d) noexcept { timeout_ = d; }
+    virtual void set_timeout(duration d) noexcept { timeout_ = d; }
 
     /// Sets `key` to `value` (replacing any value) and wakes its waiters.
     /// Completion signature: `void(error_code)`.
@@ -199,8 +199,8 @@ private:
 
 /// A view of `base` in which every key is `prefix + "/" + key`, as
 /// torch.distributed's `PrefixStore`: groups and generations of a job use
-/// their own keys in one store. Its operations are those of `base` (and so
-/// are its executor and timeout; `set_timeout` on the view changes the
+/// their own keys in one store. Its operations are those of `base`, and so
+/// are its executor and its timeout (`set_timeout` on the view sets the
 /// base's). `base` must outlive the view.
 class prefix_store final : public store {
 public:
@@ -212,6 +212,8 @@ public:
     const std::string& prefix() const noexcept { return prefix_; }
     /// The store this is a view of.
     store& base() const noexcept { return *base_; }
+    duration timeout() const noexcept override { return base_->timeout(); }
+    void set_timeout(duration d) noexcept override { base_->set_timeout(d); }
 
 private:
     std::string key(std::string k) const { return prefix_ + k; }
@@ -220,40 +222,29 @@ private:
             k = prefix_ + k;
         return ks;
     }
-    void sync() const noexcept { base_->set_timeout(timeout()); }
 
     void do_set(std::string k, value_type v, done_handler h) override {
-        sync();
         base_->do_set(key(std::move(k)), std::move(v), std::move(h));
     }
     void do_get(std::string k, value_handler h) override {
-        sync();
         base_->do_get(key(std::move(k)), std::move(h));
     }
     void do_add(std::string k, std::int64_t d, count_handler h) override {
-        sync();
         base_->do_add(key(std::move(k)), d, std::move(h));
     }
     void do_compare_set(std::string k, value_type e, value_type d, value_handler h) override {
-        sync();
         base_->do_compare_set(key(std::move(k)), std::move(e), std::move(d), std::move(h));
     }
     void do_check(std::vector<std::string> ks, bool_handler h) override {
-        sync();
         base_->do_check(keys(std::move(ks)), std::move(h));
     }
     void do_wait(std::vector<std::string> ks, done_handler h) override {
-        sync();
         base_->do_wait(keys(std::move(ks)), std::move(h));
     }
     void do_erase(std::string k, bool_handler h) override {
-        sync();
         base_->do_erase(key(std::move(k)), std::move(h));
     }
-    void do_num_keys(count_handler h) override {
-        sync();
-        base_->do_num_keys(std::move(h));
-    }
+    void do_num_keys(count_handler h) override { base_->do_num_keys(std::move(h)); }
 
     store* base_;
     std::string prefix_;
