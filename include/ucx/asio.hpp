@@ -10,6 +10,7 @@
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/error.hpp>
+#include <ucx/file_store.hpp>
 #include <ucx/group.hpp>
 #include <ucx/launch.hpp>
 #include <ucx/listener.hpp>
@@ -23,6 +24,7 @@
 #include <ucx/stream.hpp>
 #include <ucx/tag.hpp>
 #include <ucx/tag_type.hpp>
+#include <ucx/tcp_store.hpp>
 #include <ucx/ucxio.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>
