@@ -1,13 +1,13 @@
 // ucx::group: joining through a store, connections by rank, the collectives'
 // executor and the spread of failure.
 //
-// One join makes a fabric: the worker's address acceptor and the connections
-// to the other ranks, shared by the groups split from it. Every rank sends to
-// a peer over the connection it made itself (its "out" endpoint) and
-// receives from the peer over the one the peer made (its "in" endpoint,
-// which the acceptor hands over and the peer's first message identifies).
-// Receiving from a peer also makes the out endpoint to it, so that its
-// liveness watch covers every peer this rank waits for.
+// One join makes a fabric: the worker's address acceptor and one connection
+// to each other rank, shared by the groups split from it. The lower rank of a
+// pair connects (right after the join) and says who it is in the
+// connection's first message; the higher accepts. Both send and receive
+// over that one connection. (UCX pairs the endpoints two workers create to
+// each other in the order they create them, so both ranks of a pair
+// connecting at once would cross their handshakes: one side connects.)
 //
 // Tags (32 bits, per endpoint): bit 31 tells the library's messages
 // (collectives) from the application's; bits 30 to 18 are the group's id
@@ -255,6 +255,11 @@ private:
                 return;
             }
             say(log::severity::info, "group: rank ", who, " failed: ", ec.message());
+            // Nothing more goes to a failed peer (no abort notice, no
+            // graceful close waiting for it).
+            peer& p = self->peers_[who];
+            p.ep.close();
+            p.state = peer::done;
             self->fail(make_error_code(error::group_failed));
         });
     }
@@ -436,13 +441,13 @@ void fabric::fail(error_code ec) {
         if (p.timer)
             p.timer->cancel();
         if (p.state == peer::ready) {
-            // Tell the peer, then close: the peer's failure reaches the
-            // ranks it talks to in turn. Receives pending on the endpoint
-            // end now; sends in flight end, or fail within the peer timeout.
+            // Tell the peer (its failure reaches the ranks it talks to in
+            // turn), then force-close: the operations pending on the
+            // endpoint end at once, whatever the peer does.
             static const std::uint32_t word = 1;
             auto ep = std::make_shared<endpoint>(std::move(p.ep));
             ep->async_send(boost::asio::buffer(&word, sizeof(word)), abort_tag,
-                           [ep](error_code, std::size_t) { ep->async_close([ep](error_code) {}); });
+                           [ep](error_code, std::size_t) { ep->close(); });
         }
         p.state = peer::done;
     }

@@ -143,10 +143,11 @@ inline constexpr std::uint32_t group_max_tag = (std::uint32_t{1} << 18) - 1;
 ///   in the store, under the group's name, and reads the others'. The group
 ///   owns the worker's address acceptor (one joined group per worker;
 ///   `async_split` makes more over the same connections).
-/// - **Connections** are made on first use, one per pair and direction, by
-///   the library's handshake over the worker address, with its liveness
-///   watch: a peer that dies, or stops answering for the worker's
-///   `peer_timeout`, is noticed.
+/// - **Connections**: one per pair of ranks, made by the lower rank right
+///   after the join (in the background: operations wait for them), by the
+///   library's handshake over the worker address, with its liveness watch: a
+///   peer that dies, or stops answering for the worker's `peer_timeout`, is
+///   noticed. Both ranks of a pair send and receive over it.
 /// - **Failure**: when a peer fails, or an operation fails or passes its
 ///   deadline, the group fails: every pending and later operation completes
 ///   with `ucx::error::group_failed` (or `group_timeout`), and this rank tells
@@ -441,8 +442,8 @@ private:
 
 /// Joins the group `options.name` as rank `options.rank` of
 /// `options.size`: publishes `w`'s address in `s` and reads every rank's.
-/// Completes when every rank has published (connections are made later, on
-/// first use).
+/// Completes when every rank has published (the connections are made next,
+/// in the background).
 ///
 /// Completion signature: `void(error_code, ucx::group)`. Errors:
 /// `ucx::error::invalid_rank` (rank outside `[0, size)`), the store's

@@ -1,0 +1,255 @@
+// group_allreduce: the processes of a job join a ucx::group and allreduce.
+//
+// Where a process stands comes from its launcher (ucx::detect_environment):
+//
+//   mpirun -np 4 group_allreduce                      (Open MPI; with a file store)
+//   RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. group_allreduce
+//                                                      (torchrun's variables:
+//                                                       rank 0 serves a TCP store)
+//   UCXASIO_RANK=.. UCXASIO_SIZE=.. UCXASIO_STORE_DIR=/shared/dir group_allreduce
+//
+// The store: a directory (file_store) when UCXASIO_STORE_DIR is set, else the
+// rendezvous address (MASTER_ADDR:MASTER_PORT or UCXASIO_RENDEZVOUS), whose
+// TCP store rank 0 serves unless UCXASIO_STORE_SERVER=external (a store
+// someone else runs, such as torch.distributed's TCPStore).
+//
+// Options:
+//   --count N        floats to allreduce (default 1048576)
+//   --check          also run every other collective and check its result
+//   --loop           allreduce until the group fails, then report how long
+//                    the failure took to notice (for fault tests)
+//   --peer-timeout MS  the worker's peer timeout (default 5000)
+//   --name NAME      the group's name in the store (default group_allreduce)
+//
+// Prints one line per rank: "rank R of N: allreduce of COUNT floats ok, sum S".
+// Exit status: 0 when every check passed, 1 otherwise, 2 for a bad setting.
+#include <ucx/asio.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::use_awaitable;
+
+namespace {
+
+struct settings {
+    std::size_t count = 1 << 20;
+    bool check = false;
+    bool loop = false;
+    int peer_timeout_ms = 5000;
+    std::string name = "group_allreduce";
+};
+
+int failures = 0;
+
+void expect(bool ok, const ucx::launch_environment& env, const char* what) {
+    if (!ok) {
+        std::printf("rank %d: %s: WRONG RESULT\n", env.rank, what);
+        ++failures;
+    }
+}
+
+std::vector<char> bytes_of(int rank, std::size_t n) {
+    std::vector<char> v(n);
+    for (std::size_t i = 0; i < n; ++i)
+        v[i] = static_cast<char>((rank * 31 + i * 7) & 0x7f);
+    return v;
+}
+
+/// Every collective once, each checked against a local computation.
+awaitable<void> check_all(ucx::group& g, const ucx::launch_environment& env) {
+    const int n = g.size(), r = g.rank();
+    co_await g.async_barrier(use_awaitable);
+
+    std::vector<char> b = r == 0 ? bytes_of(0, 100000) : std::vector<char>(100000);
+    co_await g.async_broadcast(asio::buffer(b), 0, use_awaitable);
+    expect(b == bytes_of(0, 100000), env, "broadcast");
+
+    const std::size_t block = 4096;
+    std::vector<char> mine = bytes_of(r, block), all(block * n), expected;
+    for (int i = 0; i < n; ++i) {
+        auto x = bytes_of(i, block);
+        expected.insert(expected.end(), x.begin(), x.end());
+    }
+    co_await g.async_allgather(asio::buffer(mine), asio::buffer(all), use_awaitable);
+    expect(all == expected, env, "allgather");
+    std::vector<char> gathered(r == n - 1 ? block * n : 0);
+    co_await g.async_gather(asio::buffer(mine), asio::buffer(gathered), n - 1, use_awaitable);
+    if (r == n - 1)
+        expect(gathered == expected, env, "gather");
+
+    std::vector<std::size_t> sizes(n);
+    std::vector<char> vexpected;
+    for (int i = 0; i < n; ++i) {
+        sizes[i] = static_cast<std::size_t>(i + 1) * 100;
+        auto x = bytes_of(i, sizes[i]);
+        vexpected.insert(vexpected.end(), x.begin(), x.end());
+    }
+    std::vector<char> vmine = bytes_of(r, sizes[r]), vall(vexpected.size());
+    co_await g.async_allgatherv(asio::buffer(vmine), asio::buffer(vall), sizes, use_awaitable);
+    expect(vall == vexpected, env, "allgatherv");
+
+    std::vector<std::int32_t> to(n), from(n);
+    for (int j = 0; j < n; ++j)
+        to[j] = r * 1000 + j;
+    co_await g.async_alltoall(asio::buffer(to), asio::buffer(from), use_awaitable);
+    bool ok = true;
+    for (int j = 0; j < n; ++j)
+        ok = ok && from[j] == j * 1000 + r;
+    expect(ok, env, "alltoall");
+
+    for (ucx::reduce_op op :
+         {ucx::reduce_op::sum, ucx::reduce_op::prod, ucx::reduce_op::min, ucx::reduce_op::max}) {
+        std::vector<std::int64_t> v(1000), want(1000);
+        for (std::size_t k = 0; k < v.size(); ++k) {
+            v[k] = static_cast<std::int64_t>(r + 1) * (static_cast<std::int64_t>(k % 3) + 1);
+            std::int64_t e = static_cast<std::int64_t>(k % 3) + 1, acc = e;
+            for (int i = 1; i < n; ++i) {
+                const std::int64_t x = (i + 1) * e;
+                acc = op == ucx::reduce_op::sum    ? acc + x
+                      : op == ucx::reduce_op::prod ? acc * x
+                      : op == ucx::reduce_op::min  ? std::min(acc, x)
+                                                   : std::max(acc, x);
+            }
+            want[k] = acc;
+        }
+        std::vector<std::int64_t> out(1000), root_out(r == 0 ? 1000 : 0);
+        co_await g.async_allreduce(std::span<const std::int64_t>(v), std::span<std::int64_t>(out),
+                                   op, use_awaitable);
+        expect(out == want, env, "allreduce int64");
+        co_await g.async_reduce(std::span<const std::int64_t>(v), std::span<std::int64_t>(root_out),
+                                op, 0, use_awaitable);
+        if (r == 0)
+            expect(root_out == want, env, "reduce int64");
+    }
+    std::vector<double> d(300000, 0.5 * (r + 1));
+    co_await g.async_allreduce(std::span<double>(d), ucx::reduce_op::sum, use_awaitable);
+    expect(d[0] == 0.25 * n * (n + 1) && d.back() == d[0], env, "allreduce double (ring)");
+    std::printf("rank %d of %d: every collective checked\n", r, n);
+}
+
+awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, settings cfg) {
+    ucx::group_options o;
+    o.rank = env.rank;
+    o.size = env.size;
+    o.name = cfg.name;
+    ucx::group g = co_await ucx::async_join(w, s, o, use_awaitable);
+
+    std::vector<float> v(cfg.count, static_cast<float>(g.rank() + 1));
+    co_await g.async_allreduce(std::span<float>(v), ucx::reduce_op::sum, use_awaitable);
+    const float sum = static_cast<float>(g.size()) * static_cast<float>(g.size() + 1) / 2;
+    expect(v.empty() || (v.front() == sum && v.back() == sum), env, "allreduce");
+    std::printf("rank %d of %d: allreduce of %zu floats ok, sum %g\n", g.rank(), g.size(),
+                cfg.count, v.empty() ? 0.0 : static_cast<double>(v.front()));
+    std::fflush(stdout);
+
+    if (cfg.check)
+        co_await check_all(g, env);
+
+    if (cfg.loop) {
+        std::printf("rank %d: looping\n", g.rank());
+        std::fflush(stdout);
+        ucx::error_code ec;
+        auto last = std::chrono::steady_clock::now();
+        while (!ec) {
+            last = std::chrono::steady_clock::now();
+            co_await g.async_allreduce(std::span<float>(v), ucx::reduce_op::max,
+                                       asio::redirect_error(use_awaitable, ec));
+        }
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - last)
+                            .count();
+        std::printf("rank %d: group failed after %lld ms: %s\n", g.rank(),
+                    static_cast<long long>(ms), ec.message().c_str());
+        std::fflush(stdout);
+        co_return;
+    }
+    co_await g.async_barrier(use_awaitable);
+    co_await g.async_close(use_awaitable);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    settings cfg;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--count" && i + 1 < argc)
+            cfg.count = std::strtoull(argv[++i], nullptr, 10);
+        else if (a == "--check")
+            cfg.check = true;
+        else if (a == "--loop")
+            cfg.loop = true;
+        else if (a == "--peer-timeout" && i + 1 < argc)
+            cfg.peer_timeout_ms = std::atoi(argv[++i]);
+        else if (a == "--name" && i + 1 < argc)
+            cfg.name = argv[++i];
+        else {
+            std::fprintf(stderr, "group_allreduce: unknown option %s\n", a.c_str());
+            return 2;
+        }
+    }
+    ucx::error_code ec;
+    std::string culprit;
+    const ucx::launch_environment env = ucx::detect_environment(ec, &culprit);
+    if (ec) {
+        std::fprintf(stderr, "group_allreduce: %s: %s\n", ec.message().c_str(), culprit.c_str());
+        return 2;
+    }
+
+    asio::io_context io;
+    std::unique_ptr<ucx::store> store;
+    std::optional<ucx::tcp_store_server> server;
+    if (const char* dir = std::getenv("UCXASIO_STORE_DIR")) {
+        store = std::make_unique<ucx::file_store>(io.get_executor(), dir);
+    } else if (!env.rendezvous_host.empty()) {
+        const auto port = static_cast<std::uint16_t>(std::atoi(env.rendezvous_port.c_str()));
+        const char* external = std::getenv("UCXASIO_STORE_SERVER");
+        if (env.rank == 0 && !(external && std::string(external) == "external"))
+            server.emplace(
+                io.get_executor(),
+                asio::ip::tcp::endpoint(asio::ip::make_address(env.rendezvous_host), port));
+        store = std::make_unique<ucx::tcp_store>(io.get_executor(), env.rendezvous_host, port);
+    } else {
+        std::fprintf(stderr, "group_allreduce: no store: set UCXASIO_STORE_DIR, or a rendezvous "
+                             "(MASTER_ADDR and MASTER_PORT, or UCXASIO_RENDEZVOUS)\n");
+        return 2;
+    }
+    store->set_timeout(std::chrono::seconds(60));
+
+    ucx::context ctx;
+    ucx::worker_options wo;
+    wo.peer_timeout = std::chrono::milliseconds(cfg.peer_timeout_ms);
+    ucx::worker w(ctx, io, wo);
+    std::exception_ptr error;
+    asio::co_spawn(io, run(w, *store, env, cfg), [&](std::exception_ptr e) {
+        error = e;
+        if (server)
+            server->close();
+    });
+    io.run();
+    if (error) {
+        try {
+            std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+            std::printf("rank %d: failed: %s\n", env.rank, e.what());
+        }
+        return 1;
+    }
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,159 @@
+// ucx::group between processes (samples/group_allreduce): 2, 4 and 8 ranks
+// with explicit variables and a file store, 4 ranks under mpirun, 4 ranks
+// with torchrun's variables and rank 0's TCP store; every collective checked
+// in each rank. Then a rank SIGKILLed, and one SIGSTOPped, while the others
+// loop on allreduce: the others report the group failed, and exit.
+#include "child_process.hpp"
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+using namespace ucx_test;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& what) {
+    return s.find(what) != std::string::npos;
+}
+
+/// A fresh store directory for one test.
+std::string store_dir(const std::string& name) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("ucx-asio-group-" + name + "-" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir.string();
+}
+
+/// Rank `rank` of `size` as a process, with `extra` variables and options.
+std::unique_ptr<child_process> start_rank(int rank, int size, const std::vector<std::string>& env,
+                                          const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"/usr/bin/env", "UCX_NET_DEVICES=lo",
+                                     "UCXASIO_RANK=" + std::to_string(rank),
+                                     "UCXASIO_SIZE=" + std::to_string(size)};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.push_back(UCX_ASIO_GROUP_ALLREDUCE);
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<child_process>(argv);
+}
+
+void run_checked(int size, const std::string& transports) {
+    const std::string dir = store_dir("check" + std::to_string(size));
+    std::vector<std::unique_ptr<child_process>> ranks;
+    for (int r = 0; r < size; ++r)
+        ranks.push_back(start_rank(r, size, {"UCXASIO_STORE_DIR=" + dir, "UCX_TLS=" + transports},
+                                   {"--check", "--count", "100000"}));
+    for (int r = 0; r < size; ++r) {
+        const std::string out = ranks[r]->read_all();
+        EXPECT_EQ(ranks[r]->wait(), 0) << "rank " << r << ":\n" << out;
+        EXPECT_TRUE(contains(out, "rank " + std::to_string(r) + " of " + std::to_string(size) +
+                                      ": every collective checked"))
+            << out;
+        EXPECT_TRUE(contains(out, "allreduce of 100000 floats ok, sum " +
+                                      std::to_string(size * (size + 1) / 2)))
+            << out;
+    }
+    std::filesystem::remove_all(dir);
+}
+
+} // namespace
+
+TEST(group_processes, two_ranks_over_tcp) {
+    run_checked(2, "tcp,self");
+}
+
+TEST(group_processes, four_ranks_over_shared_memory) {
+    run_checked(4, "sm,self");
+}
+
+TEST(group_processes, eight_ranks) {
+    run_checked(8, "tcp,sm,self");
+}
+
+TEST(group_processes, four_ranks_under_mpirun) {
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0)
+        GTEST_SKIP() << "mpirun (Open MPI, openmpi-bin) is not installed";
+    const std::string dir = store_dir("mpirun");
+    child_process mpirun({"/usr/bin/env", "OMPI_MCA_plm_rsh_agent=", "UCX_NET_DEVICES=lo",
+                          "UCXASIO_STORE_DIR=" + dir, "mpirun", "--allow-run-as-root",
+                          "--oversubscribe", "-np", "4", "-x", "UCX_NET_DEVICES", "-x",
+                          "UCXASIO_STORE_DIR", UCX_ASIO_GROUP_ALLREDUCE, "--check"});
+    const std::string out = mpirun.read_all();
+    EXPECT_EQ(mpirun.wait(), 0) << out;
+    for (int r = 0; r < 4; ++r)
+        EXPECT_TRUE(contains(out, "rank " + std::to_string(r) + " of 4: every collective checked"))
+            << out;
+    std::filesystem::remove_all(dir);
+}
+
+TEST(group_processes, four_ranks_with_torchrun_variables_and_a_tcp_store) {
+    // Rank 0 serves the store on MASTER_PORT; a free port from the kernel.
+    asio::io_context io;
+    asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
+    const std::string port = std::to_string(probe.local_endpoint().port());
+    probe.close();
+    std::vector<std::unique_ptr<child_process>> ranks;
+    for (int r = 0; r < 4; ++r)
+        ranks.push_back(std::make_unique<child_process>(std::vector<std::string>{
+            "/usr/bin/env", "-u", "UCXASIO_RANK", "UCX_NET_DEVICES=lo", "RANK=" + std::to_string(r),
+            "WORLD_SIZE=4", "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=4",
+            "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, UCX_ASIO_GROUP_ALLREDUCE, "--check"}));
+    for (int r = 0; r < 4; ++r) {
+        const std::string out = ranks[r]->read_all();
+        EXPECT_EQ(ranks[r]->wait(), 0) << "rank " << r << ":\n" << out;
+        EXPECT_TRUE(contains(out, "every collective checked")) << out;
+    }
+}
+
+namespace {
+
+/// Four ranks looping on allreduce; `fault` is applied to rank 2. Every
+/// other rank must report the group failed, and exit.
+void fault_during_allreduce(int signal) {
+    const std::string dir = store_dir("fault" + std::to_string(signal));
+    std::vector<std::unique_ptr<child_process>> ranks;
+    for (int r = 0; r < 4; ++r)
+        ranks.push_back(start_rank(r, 4, {"UCXASIO_STORE_DIR=" + dir, "UCX_TLS=tcp,sm,self"},
+                                   {"--loop", "--count", "100000", "--peer-timeout", "1000"}));
+    for (int r = 0; r < 4; ++r) {
+        std::string line;
+        do
+            line = ranks[r]->read_line();
+        while (!line.empty() && !contains(line, "looping"));
+        ASSERT_TRUE(contains(line, "looping")) << "rank " << r << " did not start";
+    }
+    const auto start = std::chrono::steady_clock::now();
+    kill(ranks[2]->pid(), signal);
+    for (int r : {0, 1, 3}) {
+        const std::string out = ranks[r]->read_all(); // ends when the rank exits
+        EXPECT_EQ(ranks[r]->wait(), 0) << out;
+        EXPECT_TRUE(contains(out, "group failed after")) << "rank " << r << ":\n" << out;
+        EXPECT_TRUE(contains(out, "group failed: a rank died")) << out;
+        const auto at = out.find("group failed after");
+        std::printf("rank %d, %s of rank 2: %s", r, signal == SIGKILL ? "SIGKILL" : "SIGSTOP",
+                    at == std::string::npos ? "(no report)\n" : out.substr(at).c_str());
+    }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    std::printf("every other rank exited %lld ms after the signal\n",
+                static_cast<long long>(took.count()));
+    if (signal == SIGSTOP)
+        kill(ranks[2]->pid(), SIGKILL);
+    ranks[2]->wait();
+    std::filesystem::remove_all(dir);
+}
+
+} // namespace
+
+TEST(group_processes, a_rank_killed_during_allreduce_fails_the_group_everywhere) {
+    fault_during_allreduce(SIGKILL);
+}
+
+TEST(group_processes, a_rank_stopped_during_allreduce_fails_the_group_everywhere) {
+    fault_during_allreduce(SIGSTOP);
+}

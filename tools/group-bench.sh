@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# ucx::group's collectives against Open MPI's, with Open MPI's default
+# transports and with its UCX PML (docs/groups.md#performance).
+#
+#   tools/group-bench.sh [--ranks N] [--build-dir DIR] [group-bench options...]
+#
+# Every process keeps UCX on loopback (UCX_NET_DEVICES=lo).
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+build="$here/build"
+ranks=4
+args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ranks) ranks="$2"; shift 2 ;;
+    --build-dir) build="$2"; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+bench="$build/tools/group-bench"
+if [[ ! -x "$bench" ]]; then
+  echo "group-bench: $bench is not built (needs libopenmpi-dev)" >&2
+  exit 2
+fi
+export UCX_NET_DEVICES=lo OMPI_MCA_plm_rsh_agent=
+mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x UCX_NET_DEVICES)
+echo "## Open MPI with its default transports"
+"${mpirun[@]}" "$bench" "${args[@]}"
+echo
+echo "## Open MPI over UCX (pml ucx)"
+"${mpirun[@]}" --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any "$bench" "${args[@]}"

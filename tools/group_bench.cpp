@@ -1,0 +1,231 @@
+// group-bench: this library's collectives against Open MPI's own, in the same
+// processes, interleaved. Runs under mpirun:
+//
+//   mpirun -np 4 group-bench [--rounds R] [--quick] [--mode event|poll|hybrid]
+//   mpirun --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -np 4 group-bench
+//
+// MPI starts the processes and gives the ranks; the ucx::group joins through
+// a file store in a directory rank 0 makes (its path is broadcast with MPI).
+// For each case, each round times `iterations` back-to-back operations of MPI
+// and then of the group (both after a barrier); a round's time is the slowest
+// rank's mean per operation; the table shows the best round of each and
+// their ratio (group / MPI: below 1 the group is faster).
+#include <ucx/asio.hpp>
+
+#include <mpi.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace asio = boost::asio;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct bench_case {
+    std::string name;
+    std::size_t bytes; // per rank
+    int iterations;
+};
+
+/// Runs the io_context until `done`.
+void run_until(asio::io_context& io, const bool& done) {
+    io.restart();
+    while (!done)
+        io.run_one();
+}
+
+/// The slowest rank's mean seconds per call of `op` over `n` calls.
+double time_it(int n, const std::function<void()>& op) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto start = clock_type::now();
+    for (int i = 0; i < n; ++i)
+        op();
+    const double mine = std::chrono::duration<double>(clock_type::now() - start).count() / n;
+    double slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return slowest;
+}
+
+std::string format_time(double s) {
+    char buf[32];
+    if (s < 1e-3)
+        std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+    else
+        std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+    return buf;
+}
+
+std::string format_size(std::size_t b) {
+    if (b >= (1u << 20))
+        return std::to_string(b >> 20) + " MiB";
+    if (b >= 1024)
+        return std::to_string(b >> 10) + " KiB";
+    return std::to_string(b) + " B";
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int rounds = 10;
+    bool quick = false;
+    // Event mode by default: with more ranks than cores (the usual test
+    // machine), polling workers take the cores their peers need (measured
+    // 10 to 100 times slower); Open MPI yields when oversubscribed.
+    ucx::progress_mode mode = ucx::progress_mode::event;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
+            const auto m = ucx::parse_progress_mode(argv[++i]);
+            if (!m) {
+                std::fprintf(stderr, "group-bench: --mode event|poll|hybrid\n");
+                MPI_Abort(MPI_COMM_WORLD, 2);
+            }
+            mode = *m;
+            continue;
+        }
+        if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            rounds = std::max(1, std::atoi(argv[++i]));
+        else if (std::strcmp(argv[i], "--quick") == 0)
+            quick = true;
+    }
+
+    // The store's directory, made by rank 0.
+    char dir[256] = {};
+    if (rank == 0) {
+        const auto p = std::filesystem::temp_directory_path() /
+                       ("ucx-asio-group-bench-" + std::to_string(getpid()));
+        std::filesystem::create_directories(p);
+        std::snprintf(dir, sizeof dir, "%s", p.c_str());
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+
+    asio::io_context io;
+    ucx::file_store store(io.get_executor(), dir);
+    store.set_timeout(std::chrono::seconds(60));
+    ucx::context ctx;
+    ucx::worker_options wo;
+    wo.mode = mode;
+    ucx::worker w(ctx, io, wo);
+    std::optional<ucx::group> group;
+    bool done = false;
+    ucx::group_options o;
+    o.rank = rank;
+    o.size = size;
+    o.name = "bench";
+    ucx::async_join(w, store, o, [&](ucx::error_code ec, ucx::group g) {
+        if (ec) {
+            std::fprintf(stderr, "rank %d: join: %s\n", rank, ec.message().c_str());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        group.emplace(std::move(g));
+        done = true;
+    });
+    run_until(io, done);
+    ucx::group& g = *group;
+
+    auto wait = [&](auto start) {
+        bool finished = false;
+        ucx::error_code result;
+        start([&](ucx::error_code ec) {
+            result = ec;
+            finished = true;
+        });
+        run_until(io, finished);
+        if (result) {
+            std::fprintf(stderr, "rank %d: %s\n", rank, result.message().c_str());
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    };
+
+    const int scale = quick ? 10 : 1;
+    const std::vector<bench_case> cases = {
+        {"barrier", 0, 2000 / scale},        {"broadcast", 8, 2000 / scale},
+        {"broadcast", 1 << 20, 100 / scale}, {"allreduce", 8, 2000 / scale},
+        {"allreduce", 1 << 20, 50 / scale},  {"allreduce", 64 << 20, quick ? 1 : 5},
+        {"allgather", 8, 2000 / scale},      {"allgather", 1 << 20, 50 / scale},
+    };
+    if (rank == 0) {
+        std::printf("group-bench: %d ranks, best of %d rounds, worker progress mode %s\n", size,
+                    rounds, std::string(ucx::to_string(mode)).c_str());
+        std::printf("| collective | size per rank | Open MPI | ucx::group | ratio |\n");
+        std::printf("|---|---|---|---|---|\n");
+    }
+    for (const auto& c : cases) {
+        const std::size_t count = c.bytes / sizeof(float);
+        std::vector<float> in(std::max<std::size_t>(count, 1), 1.0f), out(in.size() * size);
+        std::vector<char> bytes(std::max<std::size_t>(c.bytes, 1));
+        std::function<void()> mpi_op, ucx_op;
+        if (c.name == "barrier") {
+            mpi_op = [] { MPI_Barrier(MPI_COMM_WORLD); };
+            ucx_op = [&] { wait([&](auto h) { g.async_barrier(h); }); };
+        } else if (c.name == "broadcast") {
+            mpi_op = [&] {
+                MPI_Bcast(bytes.data(), static_cast<int>(c.bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+            };
+            ucx_op = [&] {
+                wait([&](auto h) { g.async_broadcast(asio::buffer(bytes.data(), c.bytes), 0, h); });
+            };
+        } else if (c.name == "allreduce") {
+            std::vector<float>* res = &out;
+            mpi_op = [&, res] {
+                MPI_Allreduce(in.data(), res->data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                              MPI_COMM_WORLD);
+            };
+            ucx_op = [&, res] {
+                wait([&](auto h) {
+                    g.async_allreduce(std::span<const float>(in.data(), count),
+                                      std::span<float>(res->data(), count), ucx::reduce_op::sum, h);
+                });
+            };
+        } else {
+            mpi_op = [&] {
+                MPI_Allgather(in.data(), static_cast<int>(count), MPI_FLOAT, out.data(),
+                              static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
+            };
+            ucx_op = [&] {
+                wait([&](auto h) {
+                    g.async_allgather(asio::buffer(in.data(), c.bytes),
+                                      asio::buffer(out.data(), c.bytes * size), h);
+                });
+            };
+        }
+        // Warm-up (connections, registrations), then the rounds.
+        time_it(1, mpi_op);
+        time_it(1, ucx_op);
+        double best_mpi = std::numeric_limits<double>::max(), best_ucx = best_mpi;
+        for (int r = 0; r < rounds; ++r) {
+            best_mpi = std::min(best_mpi, time_it(c.iterations, mpi_op));
+            best_ucx = std::min(best_ucx, time_it(c.iterations, ucx_op));
+        }
+        if (rank == 0)
+            std::printf("| %s | %s | %s | %s | %.2f |\n", c.name.c_str(),
+                        c.name == "barrier" ? "-" : format_size(c.bytes).c_str(),
+                        format_time(best_mpi).c_str(), format_time(best_ucx).c_str(),
+                        best_ucx / best_mpi);
+        std::fflush(stdout);
+    }
+
+    done = false;
+    g.async_close([&](ucx::error_code) { done = true; });
+    run_until(io, done);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0)
+        std::filesystem::remove_all(dir);
+    MPI_Finalize();
+    return 0;
+}
