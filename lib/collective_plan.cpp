@@ -306,20 +306,37 @@ std::size_t element_size(datatype t) noexcept {
 
 namespace {
 
+/// The type integers of type T are summed and multiplied in: unsigned and at
+/// least as wide as `unsigned` (the result wraps, as two's complement does,
+/// without signed overflow); T itself for floating point.
+template <class T>
+struct arithmetic {
+    using type = T;
+};
+template <class T>
+requires std::is_integral_v<T>
+struct arithmetic<T> {
+    using type =
+        std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+};
+template <class T>
+using arithmetic_t = typename arithmetic<T>::type;
+
 template <class T>
 void apply(reduce_op op, const void* lower, const void* higher, void* out,
            std::size_t count) noexcept {
+    using A = arithmetic_t<T>;
     const T* a = static_cast<const T*>(lower);
     const T* b = static_cast<const T*>(higher);
     T* o = static_cast<T*>(out);
     switch (op) {
     case reduce_op::sum:
         for (std::size_t i = 0; i < count; ++i)
-            o[i] = static_cast<T>(a[i] + b[i]);
+            o[i] = static_cast<T>(static_cast<A>(a[i]) + static_cast<A>(b[i]));
         break;
     case reduce_op::prod:
         for (std::size_t i = 0; i < count; ++i)
-            o[i] = static_cast<T>(a[i] * b[i]);
+            o[i] = static_cast<T>(static_cast<A>(a[i]) * static_cast<A>(b[i]));
         break;
     case reduce_op::min:
         for (std::size_t i = 0; i < count; ++i)

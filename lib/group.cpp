@@ -628,7 +628,8 @@ void group_impl::finish_round(const std::shared_ptr<running>& r) {
         coll::reduce_elements(r->args.type, r->args.op, region_ptr(*r, c.lower),
                               region_ptr(*r, c.higher), region_ptr(*r, c.out), c.out.length / es);
     for (const auto& c : rd.copies)
-        std::memmove(region_ptr(*r, c.to), region_ptr(*r, c.from), c.from.length);
+        if (c.from.length > 0)
+            std::memmove(region_ptr(*r, c.to), region_ptr(*r, c.from), c.from.length);
     ++r->round;
 }
 

@@ -33,19 +33,18 @@ struct launch_environment {
     std::string rendezvous_port;
 };
 
+// clang-format off
 /// Reads the launch environment from the process environment, trying in
 /// order (the first whose rank and size variables are set wins):
 ///
 /// | launcher | rank, size | local rank, local size | node rank | rendezvous |
 /// |---|---|---|---|---|
-/// | explicit | `UCXASIO_RANK`, `UCXASIO_SIZE` | `UCXASIO_LOCAL_RANK`, `UCXASIO_LOCAL_SIZE` |
-/// `UCXASIO_NODE_RANK` | `UCXASIO_RENDEZVOUS` (`host:port`) | | torchrun | `RANK`, `WORLD_SIZE` |
-/// `LOCAL_RANK`, `LOCAL_WORLD_SIZE` | `GROUP_RANK` | `MASTER_ADDR`, `MASTER_PORT` | | Slurm |
-/// `SLURM_PROCID`, `SLURM_NTASKS` | `SLURM_LOCALID`, the node's count from `SLURM_TASKS_PER_NODE`
-/// (`2(x3),1`) and `SLURM_NODEID` | `SLURM_NODEID` | `UCXASIO_RENDEZVOUS` | | Open MPI |
-/// `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE` | `OMPI_COMM_WORLD_LOCAL_RANK`,
-/// `OMPI_COMM_WORLD_LOCAL_SIZE` | none | `UCXASIO_RENDEZVOUS` | | PMI (Hydra) | `PMI_RANK`,
-/// `PMI_SIZE` | `MPI_LOCALRANKID`, `MPI_LOCALNRANKS` | none | `UCXASIO_RENDEZVOUS` |
+/// | explicit | `UCXASIO_RANK`, `UCXASIO_SIZE` | `UCXASIO_LOCAL_RANK`, `UCXASIO_LOCAL_SIZE` | `UCXASIO_NODE_RANK` | `UCXASIO_RENDEZVOUS` (`host:port`) |
+/// | torchrun | `RANK`, `WORLD_SIZE` | `LOCAL_RANK`, `LOCAL_WORLD_SIZE` | `GROUP_RANK` | `MASTER_ADDR`, `MASTER_PORT` |
+/// | Slurm | `SLURM_PROCID`, `SLURM_NTASKS` | `SLURM_LOCALID`, the node's count from `SLURM_TASKS_PER_NODE` (`2(x3),1`) and `SLURM_NODEID` | `SLURM_NODEID` | `UCXASIO_RENDEZVOUS` |
+/// | Open MPI | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE` | `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE` | none | `UCXASIO_RENDEZVOUS` |
+/// | PMI (Hydra) | `PMI_RANK`, `PMI_SIZE` | `MPI_LOCALRANKID`, `MPI_LOCALNRANKS` | none | `UCXASIO_RENDEZVOUS` |
+// clang-format on
 ///
 /// `UCXASIO_RENDEZVOUS`, when set, is the rendezvous for every launcher.
 ///

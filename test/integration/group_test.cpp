@@ -118,12 +118,14 @@ void check_allreduce(ranks_fixture& f, std::size_t count) {
                 in[i][k] = value_for<T>(i, k);
                 T& e = expected[k];
                 const T v = in[i][k];
+                // Integers wrap: computed in 64-bit unsigned, then converted.
+                using W = std::conditional_t<std::is_integral_v<T>, std::uint64_t, T>;
                 if (i == 0)
                     e = v;
                 else if (op == ucx::reduce_op::sum)
-                    e = static_cast<T>(e + v);
+                    e = static_cast<T>(static_cast<W>(e) + static_cast<W>(v));
                 else if (op == ucx::reduce_op::prod)
-                    e = static_cast<T>(e * v);
+                    e = static_cast<T>(static_cast<W>(e) * static_cast<W>(v));
                 else if (op == ucx::reduce_op::min)
                     e = std::min(e, v);
                 else

@@ -53,7 +53,8 @@ void run(std::vector<rank_state>& ranks, datatype t = datatype::uint8,
         r.scratch.resize(r.plan.scratch_bytes);
         ASSERT_GE(r.out.size(), r.plan.out_bytes);
         for (const auto& c : r.plan.prologue)
-            std::memmove(at(r, c.to), at(r, c.from), c.from.length);
+            if (c.from.length > 0)
+                std::memmove(at(r, c.to), at(r, c.from), c.from.length);
     }
     for (int guard = 0; guard < 100000; ++guard) {
         bool progress = false, all_done = true;
@@ -81,7 +82,7 @@ void run(std::vector<rank_state>& ranks, datatype t = datatype::uint8,
                     ASSERT_NE(tr.peer, i);
                     if (tr.send) {
                         const std::byte* p = at(r, tr.data);
-                        wire[{i, tr.peer}].emplace_back(p, p + tr.data.length);
+                        wire[{i, tr.peer}].emplace_back(p, p + (p ? tr.data.length : 0));
                         r.done[k] = true;
                     }
                 }
@@ -96,7 +97,8 @@ void run(std::vector<rank_state>& ranks, datatype t = datatype::uint8,
                     continue;
                 ASSERT_EQ(q.front().size(), tr.data.length)
                     << "rank " << i << " round " << r.round << " from " << tr.peer;
-                std::memcpy(at(r, tr.data), q.front().data(), tr.data.length);
+                if (tr.data.length > 0)
+                    std::memcpy(at(r, tr.data), q.front().data(), tr.data.length);
                 q.pop_front();
                 r.done[k] = true;
                 progress = true;
@@ -107,7 +109,8 @@ void run(std::vector<rank_state>& ranks, datatype t = datatype::uint8,
                     coll::reduce_elements(t, op, at(r, c.lower), at(r, c.higher), at(r, c.out),
                                           c.out.length / es);
                 for (const auto& c : rd.copies)
-                    std::memmove(at(r, c.to), at(r, c.from), c.from.length);
+                    if (c.from.length > 0)
+                        std::memmove(at(r, c.to), at(r, c.from), c.from.length);
                 ++r.round;
                 r.posted = false;
                 progress = true;
@@ -330,10 +333,19 @@ TEST(CollectivePlan, ReduceElementsOnEveryType) {
         using T = decltype(a);
         T out{};
         const datatype t = ucx::datatype_of<T>;
+        // Integers wrap (modulo 2^bits, C++20's conversion to a signed type).
+        T sum{}, prod{};
+        if constexpr (std::is_integral_v<T>) {
+            sum = static_cast<T>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+            prod = static_cast<T>(static_cast<std::uint64_t>(a) * static_cast<std::uint64_t>(b));
+        } else {
+            sum = a + b;
+            prod = a * b;
+        }
         coll::reduce_elements(t, reduce_op::sum, &a, &b, &out, 1);
-        EXPECT_EQ(out, static_cast<T>(a + b));
+        EXPECT_EQ(out, sum);
         coll::reduce_elements(t, reduce_op::prod, &a, &b, &out, 1);
-        EXPECT_EQ(out, static_cast<T>(a * b));
+        EXPECT_EQ(out, prod);
         coll::reduce_elements(t, reduce_op::min, &a, &b, &out, 1);
         EXPECT_EQ(out, std::min(a, b));
         coll::reduce_elements(t, reduce_op::max, &a, &b, &out, 1);
@@ -347,6 +359,8 @@ TEST(CollectivePlan, ReduceElementsOnEveryType) {
     check(std::int32_t{-70000}, std::int32_t{3});
     check(std::uint32_t{4000000000u}, std::uint32_t{5});
     check(std::int64_t{-5000000000}, std::int64_t{3});
+    check(std::int32_t{2000000000}, std::int32_t{2000000000}); // overflows: wraps
+    check(std::int64_t{1} << 62, std::int64_t{4});
     check(std::uint64_t{1} << 63, std::uint64_t{3});
     check(1.5f, -2.25f);
     check(1e300, -3.5);
