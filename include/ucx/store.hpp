@@ -92,7 +92,9 @@ public:
     /// Adds `delta` to the counter `key` (a missing key counts as 0) and
     /// gives the new value. Counters are stored as decimal text, as torch
     /// stores them; a key whose value is not one fails with
-    /// `ucx::error::store_protocol_error`.
+    /// `ucx::error::store_protocol_error` (memory and file stores; a TCP
+    /// store's server closes the connection, as torch's does, and the
+    /// operation fails with `asio::error::eof`).
     /// Completion signature: `void(error_code, std::int64_t)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
