@@ -449,7 +449,8 @@ private:
 /// `ucx::error::invalid_rank` (rank outside `[0, size)`), the store's
 /// (`ucx::error::store_timeout` when some rank did not join within the
 /// store's timeout), `asio::error::address_in_use` (the worker has an
-/// address acceptor, or a group, already), `ucx::error::malformed_address`
+/// address acceptor, or a group, already), `ucx::error::feature_not_enabled`
+/// (the context has no `feature::am`), `ucx::error::malformed_address`
 /// (a key of the group holds something else), `ucx::error::group_timeout`
 /// (`options.timeout` passed).
 template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>
