@@ -424,6 +424,8 @@ private:
     std::uint32_t seq_ = 0;
     std::shared_ptr<boost::asio::steady_timer> timer_;
     bool released_ = false;
+    /// Inside `collective()`: completions are posted.
+    bool initiating_ = false;
 };
 
 void fabric::fail(error_code ec) {
@@ -545,8 +547,13 @@ void group_impl::collective(collective_args a, group_done_handler h) {
     r->handler.swap(h);
     r->seq = seq_++;
     queue_.push_back(std::move(r));
-    if (!busy_)
+    if (!busy_) {
+        // A collective with nothing to send (one rank) ends in here: its
+        // handler is then posted, not run inside the initiating call.
+        initiating_ = true;
         start_next();
+        initiating_ = false;
+    }
 }
 
 void group_impl::start_next() {
@@ -649,7 +656,10 @@ void group_impl::finish(const std::shared_ptr<running>& r, error_code ec) {
     }
     queue_.pop_front();
     auto h = std::move(r->handler);
-    boost::asio::dispatch(boost::asio::append(std::move(h), ec));
+    if (initiating_)
+        boost::asio::post(executor(), boost::asio::append(std::move(h), ec));
+    else
+        boost::asio::dispatch(boost::asio::append(std::move(h), ec));
     start_next();
 }
 

@@ -141,6 +141,7 @@ awaitable<void> check_all(ucx::group& g, const ucx::launch_environment& env) {
     co_await g.async_allreduce(std::span<double>(d), ucx::reduce_op::sum, use_awaitable);
     expect(d[0] == 0.25 * n * (n + 1) && d.back() == d[0], env, "allreduce double (ring)");
     std::printf("rank %d of %d: every collective checked\n", r, n);
+    std::fflush(stdout);
 }
 
 awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, settings cfg) {
@@ -215,6 +216,7 @@ int main(int argc, char** argv) {
     asio::io_context io;
     std::unique_ptr<ucx::store> store;
     std::optional<ucx::tcp_store_server> server;
+    ucx::tcp_store* tcp = nullptr; // closed at the end: its connections keep io.run() going
     if (const char* dir = std::getenv("UCXASIO_STORE_DIR")) {
         store = std::make_unique<ucx::file_store>(io.get_executor(), dir);
     } else if (!env.rendezvous_host.empty()) {
@@ -224,7 +226,9 @@ int main(int argc, char** argv) {
             server.emplace(
                 io.get_executor(),
                 asio::ip::tcp::endpoint(asio::ip::make_address(env.rendezvous_host), port));
-        store = std::make_unique<ucx::tcp_store>(io.get_executor(), env.rendezvous_host, port);
+        auto t = std::make_unique<ucx::tcp_store>(io.get_executor(), env.rendezvous_host, port);
+        tcp = t.get();
+        store = std::move(t);
     } else {
         std::fprintf(stderr, "group_allreduce: no store: set UCXASIO_STORE_DIR, or a rendezvous "
                              "(MASTER_ADDR and MASTER_PORT, or UCXASIO_RENDEZVOUS)\n");
@@ -239,6 +243,8 @@ int main(int argc, char** argv) {
     std::exception_ptr error;
     asio::co_spawn(io, run(w, *store, env, cfg), [&](std::exception_ptr e) {
         error = e;
+        if (tcp)
+            tcp->close();
         if (server)
             server->close();
     });

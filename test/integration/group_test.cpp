@@ -494,7 +494,23 @@ TEST(group, JoinErrors) {
     std::vector<int> v{5};
     r.reset();
     g.async_allreduce(std::span<int>(v), ucx::reduce_op::sum, [&](ucx::error_code ec) { r = ec; });
+    // One rank: nothing to send, yet the handler does not run in the call.
+    EXPECT_FALSE(r.has_value());
     ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
     EXPECT_FALSE(*r);
     EXPECT_EQ(v[0], 5);
+    // Many in a row from a coroutine: no recursion.
+    std::optional<int> rounds;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            int i = 0;
+            for (; i < 100000; ++i)
+                co_await g.async_allreduce(std::span<int>(v), ucx::reduce_op::max,
+                                           asio::use_awaitable);
+            rounds = i;
+        },
+        asio::detached);
+    ASSERT_TRUE(run_until(io, [&] { return rounds.has_value(); }));
+    EXPECT_EQ(*rounds, 100000);
 }
