@@ -8,6 +8,7 @@
 #include <ucx/tcp_store.hpp>
 
 #include "child_process.hpp"
+#include "store_support.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
@@ -28,6 +29,8 @@
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using ucx_test::child_process;
+using ucx_test::pump;
+using ucx_test::python_with_torch;
 
 namespace {
 
@@ -35,39 +38,6 @@ constexpr int world_size = 4;
 
 bool contains(const std::string& s, const std::string& what) {
     return s.find(what) != std::string::npos;
-}
-
-/// A Python that imports torch.distributed, or empty. Debian's python3-torch
-/// is for /usr/bin/python3, which comes first.
-std::string python_with_torch() {
-    std::vector<std::string> candidates{"/usr/bin/python3"};
-    if (const char* path = std::getenv("PATH")) {
-        std::stringstream ss(path);
-        for (std::string dir; std::getline(ss, dir, ':');)
-            if (!dir.empty())
-                candidates.push_back(dir + "/python3");
-    }
-    for (const auto& py : candidates) {
-        if (::access(py.c_str(), X_OK) != 0)
-            continue;
-        const std::string cmd = "'" + py + "' -c 'import torch.distributed' >/dev/null 2>&1";
-        if (std::system(cmd.c_str()) == 0)
-            return py;
-    }
-    return {};
-}
-
-/// Runs `ioc` until `f` is ready; its value (rethrows its exception).
-template <class T>
-T pump(asio::io_context& ioc, std::future<T> f, std::chrono::milliseconds limit = 60s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (f.wait_for(0s) != std::future_status::ready) {
-        if (std::chrono::steady_clock::now() > end)
-            throw std::runtime_error("the operation did not complete");
-        ioc.restart();
-        ioc.run_one_for(10ms);
-    }
-    return f.get();
 }
 
 /// How long a job of `world_size` ranks may take, joining to exit.

@@ -4,6 +4,8 @@
 #include <ucx/file_store.hpp>
 #include <ucx/tcp_store.hpp>
 
+#include "store_support.hpp"
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>
@@ -28,52 +30,9 @@ using namespace std::chrono_literals;
 using ucx::error_code;
 using value_type = ucx::store::value_type;
 
-namespace {
-
-/// A completion token: a std::future of the completion's arguments as a
-/// tuple (errors included).
-struct tuple_future_t {};
-constexpr tuple_future_t tuple_future{};
-
-} // namespace
-
-template <class... Args>
-struct boost::asio::async_result<tuple_future_t, void(Args...)> {
-    using result = std::tuple<std::decay_t<Args>...>;
-    using return_type = std::future<result>;
-    template <class Initiation, class... InitArgs>
-    static return_type initiate(Initiation&& init, tuple_future_t, InitArgs&&... args) {
-        auto p = std::make_shared<std::promise<result>>();
-        auto f = p->get_future();
-        std::move(init)([p](Args... a) { p->set_value(result(std::move(a)...)); },
-                        std::forward<InitArgs>(args)...);
-        return f;
-    }
-};
+using namespace ucx_test;
 
 namespace {
-
-value_type bytes(std::string_view s) {
-    const auto* p = reinterpret_cast<const std::byte*>(s.data());
-    return value_type(p, p + s.size());
-}
-
-std::string text(const value_type& v) {
-    return std::string(reinterpret_cast<const char*>(v.data()), v.size());
-}
-
-/// Runs `ioc` until `f` is ready (at most `limit`).
-template <class F>
-auto pump(asio::io_context& ioc, F&& f, std::chrono::milliseconds limit = 30s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (f.wait_for(0s) != std::future_status::ready) {
-        if (std::chrono::steady_clock::now() > end)
-            throw std::runtime_error("the operation did not complete");
-        ioc.restart();
-        ioc.run_one_for(10ms);
-    }
-    return f.get();
-}
 
 /// Runs `ioc` until `pred()` (at most `limit`); says whether it became true.
 bool pump_until(asio::io_context& ioc, const std::function<bool()>& pred,

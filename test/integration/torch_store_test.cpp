@@ -4,6 +4,7 @@
 #include <ucx/tcp_store.hpp>
 
 #include "child_process.hpp"
+#include "store_support.hpp"
 
 #include <boost/asio/io_context.hpp>
 
@@ -21,71 +22,9 @@ using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 using value_type = ucx::store::value_type;
 
-namespace {
-
-/// A completion token: a std::future of the completion's arguments as a
-/// tuple (errors included).
-struct tuple_future_t {};
-constexpr tuple_future_t tuple_future{};
-
-} // namespace
-
-template <class... Args>
-struct boost::asio::async_result<tuple_future_t, void(Args...)> {
-    using result = std::tuple<std::decay_t<Args>...>;
-    using return_type = std::future<result>;
-    template <class Initiation, class... InitArgs>
-    static return_type initiate(Initiation&& init, tuple_future_t, InitArgs&&... args) {
-        auto p = std::make_shared<std::promise<result>>();
-        auto f = p->get_future();
-        std::move(init)([p](Args... a) { p->set_value(result(std::move(a)...)); },
-                        std::forward<InitArgs>(args)...);
-        return f;
-    }
-};
+using namespace ucx_test;
 
 namespace {
-
-value_type bytes(std::string_view s) {
-    const auto* p = reinterpret_cast<const std::byte*>(s.data());
-    return value_type(p, p + s.size());
-}
-
-std::string text(const value_type& v) {
-    return std::string(reinterpret_cast<const char*>(v.data()), v.size());
-}
-
-template <class F>
-auto pump(asio::io_context& ioc, F&& f, std::chrono::milliseconds limit = 60s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (f.wait_for(0s) != std::future_status::ready) {
-        if (std::chrono::steady_clock::now() > end)
-            throw std::runtime_error("the operation did not complete");
-        ioc.restart();
-        ioc.run_one_for(10ms);
-    }
-    return f.get();
-}
-
-/// A Python that imports torch.distributed, or empty. Debian's python3-torch
-/// is for /usr/bin/python3, which comes first.
-std::string python_with_torch() {
-    std::vector<std::string> candidates{"/usr/bin/python3"};
-    if (const char* path = std::getenv("PATH")) {
-        std::stringstream ss(path);
-        for (std::string dir; std::getline(ss, dir, ':');)
-            if (!dir.empty())
-                candidates.push_back(dir + "/python3");
-    }
-    for (const auto& py : candidates) {
-        if (::access(py.c_str(), X_OK) != 0)
-            continue;
-        const std::string cmd = "'" + py + "' -c 'import torch.distributed' >/dev/null 2>&1";
-        if (std::system(cmd.c_str()) == 0)
-            return py;
-    }
-    return {};
-}
 
 /// The C++ side of the exchange that torch_store_peer.py drives.
 void exchange(asio::io_context& ioc, ucx::tcp_store& s, ucx_test::child_process& py) {
