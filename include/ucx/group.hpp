@@ -69,10 +69,12 @@ struct group_options {
     /// The group's keys in the store live under `name + "/"`: two groups
     /// (or two runs of a job that share a store) need two names.
     std::string name = "ucx-group";
-    /// The deadline of every operation on the group (and of the join): an
-    /// operation not completed by then fails the group with
-    /// `ucx::error::group_timeout`. Zero: none (a peer that stops answering
-    /// is still reported within the worker's `peer_timeout`).
+    /// The deadline of the join and of every collective, counted from when
+    /// the collective starts running: one not completed by then fails the
+    /// group with `ucx::error::group_timeout`. Zero: none (a peer that stops
+    /// answering is still reported within the worker's `peer_timeout`).
+    /// Messages by rank have no deadline; cancel them by failing the group
+    /// (`abort()`) or closing it.
     std::chrono::milliseconds timeout{0};
 };
 
@@ -200,7 +202,8 @@ public:
     executor_type get_executor() const noexcept {
         return impl_ ? detail::group_executor(*impl_) : executor_type();
     }
-    /// The deadline of operations started from now on (zero: none).
+    /// The deadline of the collectives started from now on (zero: none; see
+    /// `group_options::timeout`).
     std::chrono::milliseconds timeout() const noexcept {
         return impl_ ? detail::group_timeout(*impl_) : std::chrono::milliseconds(0);
     }

@@ -23,6 +23,7 @@ void control_message(input data);
 void connection_fsm(input data);
 void stream_fsm(input data);
 void door(input data);
+void tcp_store_protocol(input data);
 
 struct target {
     std::string_view name; ///< also the corpus directory, test/fuzz/corpus/<name>
@@ -30,9 +31,13 @@ struct target {
 };
 
 inline constexpr target targets[] = {
-    {"worker_address", &worker_address},   {"remote_key", &remote_key},
-    {"control_message", &control_message}, {"connection_fsm", &connection_fsm},
-    {"stream_fsm", &stream_fsm},           {"door", &door},
+    {"worker_address", &worker_address},
+    {"remote_key", &remote_key},
+    {"control_message", &control_message},
+    {"connection_fsm", &connection_fsm},
+    {"stream_fsm", &stream_fsm},
+    {"door", &door},
+    {"tcp_store_protocol", &tcp_store_protocol},
 };
 
 /// The events of the state machine targets: one byte each (modulo `count`),

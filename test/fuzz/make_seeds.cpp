@@ -5,6 +5,7 @@
 
 #include "control_message.hpp"
 #include "door_protocol.hpp"
+#include "tcp_store_protocol.hpp"
 
 #include <ucx/remote_key.hpp>
 #include <ucx/worker_address.hpp>
@@ -270,6 +271,79 @@ void door_handshakes() {
     write("door", "client-refused", refused);
 }
 
+// The TCPStore protocol: a genuine client's requests for the server, a
+// genuine server's replies for the client (the first byte: bit 0 client, bit
+// 1 small limits; then the limits, the split point, the client's queries).
+void tcp_store_messages() {
+    namespace proto = ucx::detail::tcp_store_protocol;
+    using proto::query_type;
+    const std::string t = "tcp_store_protocol";
+    const bytes value = pattern(20, 9);
+    const std::string keys[] = {"a", "", "rank/3"};
+    auto text = [](std::string_view s) {
+        const auto* p = reinterpret_cast<const std::byte*>(s.data());
+        return bytes(p, p + s.size());
+    };
+    // The server, default limits, split after the type byte.
+    auto server = [](std::uint64_t split) { return encoder{}.u8(0).uint(split, 2).out; };
+    auto add = [](bytes& to, const bytes& b) { to.insert(to.end(), b.begin(), b.end()); };
+    bytes b = server(1);
+    proto::encode_set(b, "/k", value);
+    write(t, "request-set", b);
+    b = server(1);
+    proto::encode_compare_set(b, "cas", {}, value);
+    write(t, "request-compare-set", b);
+    b = server(1);
+    proto::encode_add(b, "init/", -7);
+    write(t, "request-add", b);
+    b = server(1);
+    proto::encode_wait(b, keys);
+    write(t, "request-wait", b);
+    // Every query in one stream, split inside the second.
+    b = server(12);
+    proto::encode_get(b, "/k");
+    proto::encode_check(b, keys);
+    proto::encode_get_num_keys(b);
+    proto::encode_delete_key(b, "gone");
+    // WATCH_KEY has no encoder: its type, then a key.
+    add(b, encoder{}.u8(static_cast<unsigned>(query_type::watch_key)).uint(1, 8).u8('w').out);
+    proto::encode_set(b, "last", {});
+    write(t, "requests-all", b);
+    // Small limits (key 8, value 16, 3 keys), a SET at the bounds, then a
+    // CHECK over the count.
+    b = encoder{}.u8(2).u8(8).uint(16, 2).u8(3).uint(0, 2).out;
+    proto::encode_set(b, "12345678", pattern(16, 4));
+    const std::string four[] = {"a", "b", "c", "d"};
+    proto::encode_check(b, four);
+    write(t, "requests-at-limits", b);
+
+    // The client: default limits, split in the first reply, the queries
+    // GET ADD CHECK WAIT SET COMPARE_SET GET_NUM_KEYS DELETE_KEY.
+    b = encoder{}.u8(1).uint(5, 2).u8(7).out;
+    for (query_type q :
+         {query_type::get, query_type::add, query_type::check, query_type::wait, query_type::set,
+          query_type::compare_set, query_type::get_num_keys, query_type::delete_key})
+        b.push_back(static_cast<std::byte>(q));
+    proto::encode_value_reply(b, text("hello"));
+    proto::encode_int64_reply(b, -42);
+    proto::encode_byte_reply(b, proto::check_not_ready);
+    proto::encode_byte_reply(b, proto::wait_stop_waiting);
+    proto::encode_value_reply(b, {});
+    proto::encode_int64_reply(b, 3);
+    proto::encode_int64_reply(b, 1);
+    write(t, "replies-all", b);
+    // Small limits (value 4): a value at the bound, then one over it.
+    b = encoder{}.u8(3).u8(0).uint(4, 2).u8(0).uint(0, 2).u8(0).u8(2).out;
+    proto::encode_value_reply(b, text("1234"));
+    add(b, encoder{}.uint(5, 8).out);
+    write(t, "replies-over-limit", b);
+    // A CHECK that says READY, over and over.
+    b = encoder{}.u8(1).uint(0, 2).u8(0).u8(static_cast<unsigned>(query_type::check)).out;
+    for (int i = 0; i < 3; ++i)
+        proto::encode_byte_reply(b, proto::check_ready);
+    write(t, "replies-check-ready", b);
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -284,4 +358,5 @@ int main(int argc, char** argv) {
     connection_sequences();
     stream_sequences();
     door_handshakes();
+    tcp_store_messages();
 }
