@@ -641,14 +641,12 @@ void group_impl::finish_round(const std::shared_ptr<running>& r) {
 }
 
 void group_impl::finish(const std::shared_ptr<running>& r, error_code ec) {
-    if (ec && ec != error::collective_mismatch && ec != boost::asio::error::invalid_argument) {
+    if (ec) {
         // No partial result: the group is unusable after a failed collective.
         if (!fabric_->failed())
             fabric_->fail(ec == error::group_timeout ? ec : make_error_code(error::group_failed));
-        ec = error_ ? error_ : fabric_->failed();
-    } else if (ec) {
-        if (!fabric_->failed())
-            fabric_->fail(make_error_code(error::group_failed));
+        if (ec != error::collective_mismatch)
+            ec = error_ ? error_ : fabric_->failed();
     }
     if (timer_) {
         timer_->cancel();
@@ -773,7 +771,6 @@ void group_join(const std::shared_ptr<worker_impl>& w, store& s, group_options o
     j->options = std::move(options);
     j->handler.swap(h);
     j->addresses.resize(static_cast<std::size_t>(j->options.size));
-    std::vector<worker_address> none;
     j->fab = std::make_shared<fabric>(
         w, j->options.rank, std::vector<worker_address>(static_cast<std::size_t>(j->options.size)));
     error_code ec;
@@ -816,36 +813,41 @@ void group_join(const std::shared_ptr<worker_impl>& w, store& s, group_options o
         }));
 }
 
+namespace {
+
+/// Why a message to or from rank `peer` with `tag` cannot start, if it cannot.
+error_code check_message(const group_impl& g, int peer, std::uint32_t tag) {
+    if (g.error())
+        return g.error();
+    if (peer < 0 || peer >= g.size())
+        return make_error_code(error::invalid_rank);
+    if (tag > group_max_tag)
+        return make_error_code(boost::asio::error::invalid_argument);
+    return {};
+}
+
+/// A fabric step completing `h`.
+step_handler completing(group_bytes_handler h) {
+    auto hp = std::make_shared<group_bytes_handler>(std::move(h));
+    return [hp](error_code ec, std::size_t n) {
+        boost::asio::dispatch(boost::asio::append(std::move(*hp), ec, n));
+    };
+}
+
+} // namespace
+
 void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, std::size_t size,
                 std::uint32_t tag, group_bytes_handler h) {
-    if (g->error())
-        return g->post(std::move(h), g->error(), std::size_t{0});
-    if (to < 0 || to >= g->size())
-        return g->post(std::move(h), make_error_code(error::invalid_rank), std::size_t{0});
-    if (tag > group_max_tag)
-        return g->post(std::move(h), make_error_code(boost::asio::error::invalid_argument),
-                       std::size_t{0});
-    auto hp = std::make_shared<group_bytes_handler>(std::move(h));
-    g->fab()->send(g->member(to), data, size, user_tag(g->id(), tag),
-                   [hp](error_code ec, std::size_t n) {
-                       boost::asio::dispatch(boost::asio::append(std::move(*hp), ec, n));
-                   });
+    if (auto ec = check_message(*g, to, tag))
+        return g->post(std::move(h), ec, std::size_t{0});
+    g->fab()->send(g->member(to), data, size, user_tag(g->id(), tag), completing(std::move(h)));
 }
 
 void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
                 std::uint32_t tag, group_bytes_handler h) {
-    if (g->error())
-        return g->post(std::move(h), g->error(), std::size_t{0});
-    if (from < 0 || from >= g->size())
-        return g->post(std::move(h), make_error_code(error::invalid_rank), std::size_t{0});
-    if (tag > group_max_tag)
-        return g->post(std::move(h), make_error_code(boost::asio::error::invalid_argument),
-                       std::size_t{0});
-    auto hp = std::make_shared<group_bytes_handler>(std::move(h));
-    g->fab()->recv(g->member(from), data, size, user_tag(g->id(), tag),
-                   [hp](error_code ec, std::size_t n) {
-                       boost::asio::dispatch(boost::asio::append(std::move(*hp), ec, n));
-                   });
+    if (auto ec = check_message(*g, from, tag))
+        return g->post(std::move(h), ec, std::size_t{0});
+    g->fab()->recv(g->member(from), data, size, user_tag(g->id(), tag), completing(std::move(h)));
 }
 
 void group_collective(const std::shared_ptr<group_impl>& g, collective_args args,
