@@ -227,9 +227,20 @@ bool descriptors_free(int n) noexcept {
 
 } // namespace
 
+void listener_impl::restore_reserve() noexcept {
+    // The reserve is given up for one accept at the limit and reopened at
+    // once; if another descriptor was taken meanwhile (by UCX, by another
+    // thread of the application) the reopen fails. Without this the
+    // listener would stay without a reserve, and every later client at the
+    // limit would wait for its deadline instead of being refused.
+    if (spare_fd_ < 0)
+        spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 void listener_impl::on_tcp_accept(const error_code& ec, boost::asio::ip::tcp::socket socket) {
     if (!door_attached_ || ec == boost::asio::error::operation_aborted)
         return;
+    restore_reserve();
     if (out_of_descriptors(ec)) {
         // Linux fails accept() with EMFILE before it looks for a waiting
         // client, so this says nothing about one: wait until a client is
@@ -266,6 +277,7 @@ void listener_impl::take_client_out_of_descriptors() {
     // A client is waiting. Descriptors may have been freed meanwhile: take it
     // as usual; if not, give up the reserve for the one accept and refuse it
     // at once with a clear answer instead of leaving it to its deadline.
+    restore_reserve();
     error_code ec;
     acceptor_->non_blocking(true, ec);
     boost::asio::ip::tcp::socket client(worker_->get_executor());

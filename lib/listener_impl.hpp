@@ -124,6 +124,8 @@ private:
     /// client: UCX's own for the connection (a TCP socket; one held for a
     /// moment to map a shared-memory peer).
     static constexpr int connection_descriptors = 2;
+    /// Reopens the reserve descriptor if it is missing.
+    void restore_reserve() noexcept;
     void await_client_out_of_descriptors();
     void take_client_out_of_descriptors();
     void take_door_client(boost::asio::ip::tcp::socket socket);

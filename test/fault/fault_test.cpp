@@ -250,9 +250,10 @@ TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
         "UCX_NET_DEVICES=lo", "UCX_TLS=sm,self", UCX_ASIO_FAULT_PEER, "server",
         "--address",          "127.0.0.1",       "--peer-timeout-ms", "5000"};
     child_process server(server_argv);
-    const std::string line = server.read_line();
-    ASSERT_EQ(line.rfind("listening ", 0), 0u) << line;
-    const std::string port = line.substr(10);
+    ASSERT_TRUE(pair::wait_for(server, "\n", 30s)) << server.output();
+    const std::string& out = server.output();
+    ASSERT_EQ(out.rfind("listening ", 0), 0u) << out;
+    const std::string port = out.substr(10, out.find('\n') - 10);
     auto client = [&] {
         return std::make_unique<child_process>(std::vector<std::string>{
             "/usr/bin/env", "UCX_NET_DEVICES=lo", "UCX_TLS=sm,self", UCX_ASIO_FAULT_PEER, "client",
@@ -270,21 +271,26 @@ TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
         ASSERT_TRUE(pair::wait_for(server, "failed", 10s))
             << "the server did not see its first client die";
     }
-    // Connect clients until one is refused (each costs the server a descriptor).
+    // Connect clients until one is refused (each costs the server a
+    // descriptor). Each client is followed to its outcome: connected, or
+    // failed; its handshake deadline (10 s) bounds the wait, so a client
+    // the server neither takes nor refuses fails the test with what it
+    // printed instead of hanging it.
     std::vector<std::unique_ptr<child_process>> clients;
     bool refused = false;
     for (int i = 0; i < 60 && !refused; ++i) {
         clients.push_back(client());
-        const auto deadline = clock_type::now() + 10s;
-        while (clock_type::now() < deadline) {
-            if (clients.back()->output_contains("connected"))
-                break;
-            if (clients.back()->output_contains("failed")) {
-                refused = true;
-                break;
-            }
-            std::this_thread::sleep_for(2ms);
+        child_process& c = *clients.back();
+        const auto deadline = clock_type::now() + 30s;
+        bool connected = false;
+        while (!connected && !refused && clock_type::now() < deadline) {
+            connected = c.output_contains("connected");
+            refused = !connected && c.output_contains("failed");
+            if (!connected && !refused)
+                std::this_thread::sleep_for(2ms);
         }
+        ASSERT_TRUE(connected || refused)
+            << "client " << i << " was neither taken nor refused; it printed: " << c.output();
     }
     ASSERT_TRUE(refused) << "no client was refused with " << clients.size() << " connected";
     EXPECT_TRUE(clients.back()->output_contains("failed Connection refused"))
