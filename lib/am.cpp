@@ -3,6 +3,7 @@
 #include <ucx/log.hpp>
 
 #include "am_registry.hpp"
+#include "context_impl.hpp"
 #include "endpoint_impl.hpp"
 #include "intrusive_list.hpp"
 #include "request_param.hpp"
@@ -58,7 +59,9 @@ am_registry::am_registry(worker_impl& w)
     : worker_component(component_kind::service), worker_(&w), executor_(w.get_executor()),
       bound_(w.options().am_queue_bytes) {
     allocators_[type_index(memory_type::host)] = std::make_shared<pooled_host_allocator>();
-    if (built_with_cuda())
+    if (const auto& pool = w.context().cuda_pool())
+        allocators_[type_index(memory_type::cuda)] = pool;
+    else if (built_with_cuda())
         allocators_[type_index(memory_type::cuda)] = std::make_shared<cuda_am_allocator>();
 }
 

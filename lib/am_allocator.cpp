@@ -4,8 +4,12 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "memory_arena.hpp"
+
 #include <bit>
+#include <mutex>
 #include <new>
+#include <optional>
 
 namespace ucx {
 
@@ -80,5 +84,107 @@ void* cuda_am_allocator::allocate(std::size_t) noexcept {
 void cuda_am_allocator::deallocate(void*, std::size_t) noexcept {}
 
 #endif
+
+struct cuda_pool_allocator::state {
+    std::mutex mutex;
+    std::size_t size;
+    std::byte* base = nullptr;
+    bool tried = false;
+    std::optional<detail::memory_arena> arena;
+    std::size_t fallbacks = 0;
+
+    explicit state(std::size_t n) : size(n) {}
+
+    /// Allocates the pool on first use (under the mutex).
+    void ensure_pool() noexcept {
+        if (tried)
+            return;
+        tried = true;
+#ifdef UCX_ASIO_HAS_CUDA
+        void* p = nullptr;
+        if (size == 0 || cudaMalloc(&p, size) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return;
+        }
+        try {
+            arena.emplace(size);
+            base = static_cast<std::byte*>(p);
+        } catch (...) {
+            (void)cudaFree(p);
+        }
+#endif
+    }
+
+    bool in_pool(const void* p) const noexcept {
+        const auto* b = static_cast<const std::byte*>(p);
+        return base != nullptr && b >= base && b < base + size;
+    }
+};
+
+cuda_pool_allocator::cuda_pool_allocator(std::size_t pool_size)
+    : state_(std::make_unique<state>(pool_size)) {}
+
+cuda_pool_allocator::~cuda_pool_allocator() {
+#ifdef UCX_ASIO_HAS_CUDA
+    if (state_->base)
+        (void)cudaFree(state_->base);
+#endif
+}
+
+void* cuda_pool_allocator::allocate(std::size_t size) noexcept {
+    std::lock_guard lock(state_->mutex);
+    state_->ensure_pool();
+    if (state_->arena) {
+        try {
+            if (const auto offset = state_->arena->allocate(size))
+                return state_->base + *offset;
+        } catch (...) {
+        }
+    }
+#ifdef UCX_ASIO_HAS_CUDA
+    void* p = nullptr;
+    if (cudaMalloc(&p, size == 0 ? 1 : size) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return nullptr;
+    }
+    ++state_->fallbacks;
+    return p;
+#else
+    return nullptr;
+#endif
+}
+
+void cuda_pool_allocator::deallocate(void* p, std::size_t) noexcept {
+    if (p == nullptr)
+        return;
+    std::lock_guard lock(state_->mutex);
+    if (state_->in_pool(p)) {
+        try {
+            state_->arena->deallocate(
+                static_cast<std::size_t>(static_cast<std::byte*>(p) - state_->base));
+        } catch (...) {
+            // Merging free blocks allocates; without memory the block stays
+            // taken (the pool shrinks) rather than the process failing.
+        }
+        return;
+    }
+#ifdef UCX_ASIO_HAS_CUDA
+    (void)cudaFree(p);
+#endif
+}
+
+std::size_t cuda_pool_allocator::pool_size() const noexcept {
+    return state_->size;
+}
+
+std::size_t cuda_pool_allocator::bytes_in_use() const noexcept {
+    std::lock_guard lock(state_->mutex);
+    return state_->arena ? state_->arena->in_use() : 0;
+}
+
+std::size_t cuda_pool_allocator::fallbacks() const noexcept {
+    std::lock_guard lock(state_->mutex);
+    return state_->fallbacks;
+}
 
 } // namespace ucx

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -49,6 +50,31 @@ std::optional<std::size_t> parse_size(std::string_view value) {
     return n;
 }
 
+/// A byte count: a number with an optional binary unit, `k`, `m` or `g`
+/// (any case, optionally followed by `b` or `ib`: "512M", "1GiB", "64kb").
+std::optional<std::size_t> parse_bytes(std::string_view value) {
+    value = trim(value);
+    std::size_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end == value.data())
+        return std::nullopt;
+    const std::string unit = lower(value.substr(static_cast<std::size_t>(end - value.data())));
+    unsigned shift = 0;
+    if (unit.empty() || unit == "b")
+        shift = 0;
+    else if (unit == "k" || unit == "kb" || unit == "kib")
+        shift = 10;
+    else if (unit == "m" || unit == "mb" || unit == "mib")
+        shift = 20;
+    else if (unit == "g" || unit == "gb" || unit == "gib")
+        shift = 30;
+    else
+        return std::nullopt;
+    if (shift != 0 && n > (std::numeric_limits<std::size_t>::max() >> shift))
+        return std::nullopt;
+    return n << shift;
+}
+
 constexpr std::string_view environment_prefix = "environment__";
 
 } // namespace
@@ -79,6 +105,7 @@ error_code set_context_option(context_options& options, std::string_view name,
          [](context_options& o) -> bool& { return o.shared_memory_error_handling; }},
         {"ucx_keepalive", [](context_options& o) -> bool& { return o.ucx_keepalive; }},
         {"multi_threaded", [](context_options& o) -> bool& { return o.multi_threaded; }},
+        {"create_cuda_context", [](context_options& o) -> bool& { return o.cuda.create_context; }},
     };
     bool* flag = nullptr;
     for (const auto& [n, of] : flags)
@@ -112,6 +139,20 @@ error_code set_context_option(context_options& options, std::string_view name,
         if (!n || *n < min_shared_memory_segment_size || *n > max_shared_memory_segment_size)
             return error::invalid_option;
         options.shared_memory_segment_size = *n;
+        return {};
+    }
+    if (key == "cuda_device") {
+        const auto n = parse_size(value);
+        if (!n || *n > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+            return error::invalid_option;
+        options.cuda.device = static_cast<int>(*n);
+        return {};
+    }
+    if (key == "cuda_pool_size") {
+        const auto n = parse_bytes(value);
+        if (!n)
+            return error::invalid_option;
+        options.cuda.pool_size = *n;
         return {};
     }
     if (key == "estimated_endpoints") {

@@ -1,5 +1,6 @@
 #include <ucx/context.hpp>
 #include <ucx/log.hpp>
+#include <ucx/memory_type.hpp>
 
 #include "context_impl.hpp"
 
@@ -160,6 +161,19 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
 
     features_ = options.features | feature::wakeup;
     multi_threaded_ = options.multi_threaded;
+    cuda_ = options.cuda;
+    if (built_with_cuda() && options.cuda.pool_size != 0)
+        cuda_pool_ = std::make_shared<cuda_pool_allocator>(options.cuda.pool_size);
+    // UCX looks for CUDA devices when it initialises: the process's device
+    // must be current (and its context made) by then.
+    if (options.cuda.create_context) {
+        if (ec = make_cuda_context(options.cuda.device); ec) {
+            log::write(log::severity::error, "cuda_options::create_context on device " +
+                                                 std::to_string(options.cuda.device) + ": " +
+                                                 ec.message());
+            return;
+        }
+    }
 
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -176,6 +190,11 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
         ec = make_error_code(st);
         return;
     }
+
+    ucp_context_attr_t attr{};
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(handle_, &attr) == UCS_OK)
+        ucx_cuda_memory_ = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 
     char* buf = nullptr;
     std::size_t len = 0;
@@ -234,6 +253,15 @@ feature context::features() const noexcept {
 
 bool context::supports_atomics() const noexcept {
     return impl_ && impl_->atomics_supported();
+}
+
+bool context::ucx_supports_cuda_memory() const noexcept {
+    return impl_ && impl_->ucx_cuda_memory();
+}
+
+const cuda_options& context::cuda() const noexcept {
+    static const cuda_options none{};
+    return impl_ ? impl_->cuda() : none;
 }
 
 std::optional<std::string> context::config_value(const std::string& name) const {

@@ -1,8 +1,10 @@
 // Internal: the shared state behind ucx::context.
 #pragma once
 
+#include <ucx/am_allocator.hpp>
 #include <ucx/context.hpp>
 
+#include <memory>
 #include <string>
 
 namespace ucx::detail {
@@ -25,6 +27,12 @@ public:
     /// Whether UCX performs atomics on endpoints in peer error mode (false
     /// with UCX 1.16 and later and their protocol layer; lib/context.cpp).
     bool atomics_supported() const noexcept { return atomics_supported_; }
+    /// Whether UCX's memory types include CUDA device memory.
+    bool ucx_cuda_memory() const noexcept { return ucx_cuda_memory_; }
+    const cuda_options& cuda() const noexcept { return cuda_; }
+    /// The device memory pool of active-message receives shared by the
+    /// context's workers (`cuda_options::pool_size`); null without one.
+    const std::shared_ptr<cuda_pool_allocator>& cuda_pool() const noexcept { return cuda_pool_; }
 
 private:
     ucp_context_h handle_ = nullptr;
@@ -33,6 +41,13 @@ private:
     std::string printed_config_;
     bool tcp_prefers_ipv6_ = false;
     bool atomics_supported_ = true;
+    bool ucx_cuda_memory_ = false;
+    cuda_options cuda_{};
+    std::shared_ptr<cuda_pool_allocator> cuda_pool_;
 };
+
+/// Makes the CUDA primary context of `device` current on this thread
+/// (lib/memory_type.cpp): `cuda_unavailable` or `cuda_error` on failure.
+error_code make_cuda_context(int device) noexcept;
 
 } // namespace ucx::detail

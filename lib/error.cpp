@@ -99,6 +99,9 @@ constexpr detail::error_row<error> library_errors[] = {
     {error::collective_mismatch, "ranks called different collectives or arguments",
      std_errc::protocol_error},
     {error::group_timeout, "group operation timed out", std_errc::timed_out},
+    {error::cuda_unavailable, "no usable CUDA device (or built without CUDA)",
+     std_errc::no_such_device},
+    {error::cuda_error, "a CUDA runtime call failed", std_errc::io_error},
 };
 
 } // namespace

@@ -196,6 +196,11 @@ int main(int argc, char** argv) {
         std::printf(" %s=%s", name, value ? value->c_str() : "?");
     }
     std::printf("\n");
+    std::printf("  cuda: built=%s devices=%d ucx_moves_cuda_memory=%s create_context=%s "
+                "device=%d pool_size=%zu\n",
+                yes_no(ucx::built_with_cuda()).c_str(), ucx::cuda_device_count(),
+                yes_no(ctx.ucx_supports_cuda_memory()).c_str(),
+                yes_no(ctx.cuda().create_context).c_str(), ctx.cuda().device, ctx.cuda().pool_size);
 
     std::printf("== resources (UCX's listing)\n");
     std::fflush(stdout);

@@ -68,4 +68,39 @@ public:
     void deallocate(void* p, std::size_t size) noexcept override;
 };
 
+/// CUDA device memory carved out of one pool: the pool (`pool_size` bytes)
+/// is allocated with `cudaMalloc` on the first `allocate`, on the device
+/// current then, and blocks of it (256-byte aligned, best fit, neighbours
+/// merged on release) serve the messages. Mapping new device memory can take
+/// up to ~100 ms, which a pool pays once instead of per message. A message
+/// the pool cannot hold now gets its own `cudaMalloc` (counted by
+/// `fallbacks()`); `allocate` returns null only when that fails too, or
+/// always in a library built without CUDA. Thread-safe: workers of one
+/// context share the context's pool (`cuda_options::pool_size`). Every block
+/// must be returned before the allocator is destroyed.
+class cuda_pool_allocator final : public am_allocator {
+public:
+    /// A pool of `pool_size` bytes (allocated on first use).
+    explicit cuda_pool_allocator(std::size_t pool_size);
+    ~cuda_pool_allocator() override;
+    cuda_pool_allocator(const cuda_pool_allocator&) = delete;
+    cuda_pool_allocator& operator=(const cuda_pool_allocator&) = delete;
+
+    ucx::memory_type memory_type() const noexcept override { return memory_type::cuda; }
+    void* allocate(std::size_t size) noexcept override;
+    void deallocate(void* p, std::size_t size) noexcept override;
+
+    /// The pool's size in bytes, as given.
+    std::size_t pool_size() const noexcept;
+    /// Bytes of the pool in blocks now.
+    std::size_t bytes_in_use() const noexcept;
+    /// Allocations served by their own `cudaMalloc` because the pool could
+    /// not hold them (or could not be allocated).
+    std::size_t fallbacks() const noexcept;
+
+private:
+    struct state;
+    std::unique_ptr<state> state_;
+};
+
 } // namespace ucx

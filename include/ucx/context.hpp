@@ -52,6 +52,28 @@ struct transports {
     bool nvlink = true;        ///< CUDA IPC over NVLink/PCIe ("cuda_ipc").
 };
 
+/// GPU settings of a context. They take effect only in a library built with
+/// CUDA (`built_with_cuda()`); elsewhere only `create_context` is looked at
+/// (and fails).
+struct cuda_options {
+    /// Make the CUDA primary context of `device` current on the constructing
+    /// thread before UCX initialises (`cudaSetDevice`, then a call that
+    /// creates the context), so that UCX's CUDA transports find the device
+    /// the process uses instead of none or device 0. Constructing the context
+    /// then fails with `ucx::error::cuda_unavailable` when the library has no
+    /// CUDA support, no driver or device is present, or `device` is not
+    /// below the number of devices, and with `ucx::error::cuda_error` when
+    /// the CUDA runtime refuses.
+    bool create_context = false;
+    /// The device `create_context` makes current.
+    int device = 0;
+    /// Bytes of device memory allocated once, on first use, and carved up for
+    /// active messages received into CUDA memory (`cuda_pool_allocator`):
+    /// mapping new device memory can cost up to ~100 ms, a pool pays it once.
+    /// 0: each such message gets its own `cudaMalloc`.
+    std::size_t pool_size = 0;
+};
+
 /// Bounds of `context_options::shared_memory_segment_size` (bytes).
 inline constexpr std::size_t min_shared_memory_segment_size = 1024;
 inline constexpr std::size_t max_shared_memory_segment_size = 65535;
@@ -107,6 +129,8 @@ struct context_options {
     /// this library (`UCS_THREAD_MODE_SERIALIZED`). Workers of one context may
     /// always run on different threads.
     bool multi_threaded = false;
+    /// GPU settings (see `cuda_options`).
+    cuda_options cuda{};
 };
 
 /// The settings a `context_options` turns into, in the order they are applied
@@ -149,6 +173,12 @@ public:
     /// fail the whole endpoint. The atomics then complete with
     /// `ucx::error::atomics_unsupported` without reaching UCX.
     bool supports_atomics() const noexcept;
+    /// Whether UCX itself moves CUDA device memory with this context (its
+    /// build has CUDA transports, such as `cuda_copy`, and they are
+    /// enabled). Debian's UCX 1.13 has none.
+    bool ucx_supports_cuda_memory() const noexcept;
+    /// The context's GPU settings.
+    const cuda_options& cuda() const noexcept;
 
 private:
     friend struct detail::access;

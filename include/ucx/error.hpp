@@ -161,6 +161,13 @@ enum class error : int {
     /// A group operation or join did not complete within its deadline; the
     /// group is failed.
     group_timeout,
+    /// The context was asked to make a CUDA context (`cuda_options::create_context`)
+    /// but the library was built without CUDA, no CUDA driver or device is
+    /// present, or the device number is not below the number of devices.
+    cuda_unavailable,
+    /// The CUDA runtime failed an operation of the library (making the
+    /// context, allocating device or pinned memory, an asynchronous copy).
+    cuda_error,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

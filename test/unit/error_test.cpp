@@ -166,6 +166,8 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::group_failed,
     ucx::error::collective_mismatch,
     ucx::error::group_timeout,
+    ucx::error::cuda_unavailable,
+    ucx::error::cuda_error,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {
