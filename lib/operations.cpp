@@ -10,6 +10,7 @@
 #include <ucx/ucxio.hpp>
 
 #include "address_acceptor.hpp"
+#include "device_staging.hpp"
 #include "endpoint_impl.hpp"
 #include "listener_impl.hpp"
 #include "stream_impl.hpp"
@@ -41,12 +42,19 @@ void cancel(operation* op) noexcept {
 
 // --- tag messaging ---
 
+// A device buffer where UCX cannot move device memory goes through the
+// worker's staging (lib/device_staging.hpp); elsewhere `staging()` is null.
+
 void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               tag_t tag) noexcept {
+    if (device_staging* s = ep.worker()->staging(); s && s->takes_send(ep, data)) [[unlikely]]
+        return s->tag_send(ep, op, data, size, tag);
     ep.tag_send(op, data, size, tag);
 }
 void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
               tag_t mask) noexcept {
+    if (device_staging* s = w.staging(); s && s->must_stage(data)) [[unlikely]]
+        return s->tag_recv(op, data, size, tag, mask);
     w.tag_recv(op, data, size, tag, mask);
 }
 
@@ -54,10 +62,14 @@ void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag
 
 void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                    std::uint32_t tag) noexcept {
+    if (device_staging* s = ep.worker()->staging(); s && s->takes_send(ep, data)) [[unlikely]]
+        return s->endpoint_send(ep, op, data, size, tag);
     ep.send(op, data, size, tag);
 }
 void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                    std::uint32_t tag, std::uint32_t mask) noexcept {
+    if (device_staging* s = ep.worker()->staging(); s && s->must_stage(data)) [[unlikely]]
+        return s->endpoint_recv(ep, op, data, size, tag, mask);
     ep.recv(op, data, size, tag, mask);
 }
 void endpoint_wait_error(endpoint_impl& ep, operation* op) noexcept {

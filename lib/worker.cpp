@@ -1,7 +1,9 @@
 #include <ucx/log.hpp>
+#include <ucx/memory_type.hpp>
 #include <ucx/worker.hpp>
 
 #include "context_impl.hpp"
+#include "device_staging.hpp"
 #include "intrusive_list.hpp"
 #include "request_param.hpp"
 #include "worker_impl.hpp"
@@ -156,6 +158,10 @@ void worker_impl::open() {
     // Active messages carry the control channel, and the registry on top.
     if ((context_->features() & feature::am) == feature::am && channel_.open())
         am_ = make_am_registry(*this);
+    // Device buffers go through host memory where UCX cannot move them.
+    if (built_with_cuda() && cuda_device_count() > 0 && !context_->ucx_cuda_memory())
+        staging_ =
+            std::make_shared<device_staging>(*this, nullptr, nullptr, device_staging::settings{});
     // An io_context (plain or behind a strand): its work count.
     if (native_executor_)
         work_context_ = &native_executor_->context();
@@ -676,7 +682,14 @@ bool worker::is_open() const noexcept {
 }
 
 worker_stats worker::stats() const noexcept {
-    return impl_ ? impl_->stats() : worker_stats{};
+    if (!impl_)
+        return worker_stats{};
+    worker_stats s = impl_->stats();
+    if (const detail::device_staging* staging = impl_->staging()) {
+        s.staged_operations = staging->staged_operations();
+        s.staged_bytes = staging->staged_bytes();
+    }
+    return s;
 }
 
 std::size_t worker::pending_operations() const noexcept {

@@ -26,6 +26,7 @@
 namespace ucx::detail {
 
 class am_registry;
+class device_staging;
 class context_impl;
 class endpoint_impl;
 
@@ -169,6 +170,14 @@ public:
     // --- active messages (owner thread only) ---
     /// The active-message receive side; null without the AM feature.
     am_registry* am() const noexcept { return am_.get(); }
+
+    // --- device buffers (owner thread only) ---
+    /// The staging of device buffers (lib/device_staging.hpp): present only
+    /// where a device exists and the context's UCX cannot move device
+    /// memory, so elsewhere an operation pays one test of a null pointer.
+    device_staging* staging() const noexcept { return staging_.get(); }
+    /// Installs (or, with null, removes) the staging of device buffers.
+    void set_staging(std::shared_ptr<device_staging> s) noexcept { staging_ = std::move(s); }
     /// Starts a receive of one active message on `id` (from `from` only, if set).
     void am_recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept;
 
@@ -262,6 +271,7 @@ private:
     std::array<worker_component*, component_kind_count> heads_{};
     control_channel channel_{*this};
     std::shared_ptr<am_registry> am_;
+    std::shared_ptr<device_staging> staging_;
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{std::random_device{}()};
     bool arm_error_logged_ = false;

@@ -27,7 +27,7 @@ inline constexpr std::string_view default_environment_prefix = "UCXASIO_";
 /// | `multi_threaded` | boolean | the same member |
 /// | `create_cuda_context` | boolean | `cuda.create_context` |
 /// | `cuda_device` | a device number | `cuda.device` |
-/// | `cuda_pool_size` | bytes, with an optional unit `k`, `m`, `g` (`KiB`, `MB`, ...: binary) | `cuda.pool_size` |
+/// | `cuda_pool_size` | bytes, optional unit `k`, `m`, `g` (binary) | `cuda.pool_size` |
 /// | `environment__NAME` | any text | `config["NAME"]`: UCX setting `UCX_NAME` |
 ///
 /// A boolean is `true`/`false`, `yes`/`no`, `on`/`off` or `1`/`0` (any

@@ -116,6 +116,9 @@ public:
     /// Sends `data` to this endpoint's peer, where only a receive on the
     /// matching endpoint (`async_recv`) gets it, tagged with a 32-bit `tag`.
     /// Connected endpoints only (`ucx::error::not_connected` otherwise).
+    /// `data` (and the buffer of `async_recv`) may be CUDA device memory: as
+    /// for `async_tag_send` and `async_tag_recv`, with their added errors
+    /// where UCX cannot move device memory (docs/gpu.md).
     /// Completion signature: `void(error_code, std::size_t bytes_sent)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto

@@ -41,6 +41,14 @@ void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag
 /// the send is in flight. Sends cannot be cancelled individually (UCX does not
 /// support it); the cancellation slot is ignored.
 ///
+/// `data` may be CUDA device memory. Where UCX cannot move device memory,
+/// the worker copies it into pinned host memory and sends it from there as
+/// one message (docs/gpu.md); then also `ucx::error::cuda_error` (the copy
+/// failed, nothing was sent), `ucx::error::allocation_failed` (no pinned
+/// memory left), `ucx::error::cuda_unavailable` (no copy engine), and the
+/// send can be cancelled while it is still being copied. Sends on one
+/// endpoint reach UCX in the order they were made either way.
+///
 /// Throws `boost::system::system_error` if `ep` was never connected.
 template <class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 auto async_tag_send(
@@ -67,6 +75,12 @@ auto async_tag_send(
 /// through the handler's associated cancellation slot; the operation then
 /// completes with `asio::error::operation_aborted` once UCX has released the
 /// buffer. Emit cancellation from the worker's executor.
+///
+/// `data` may be CUDA device memory. Where UCX cannot move device memory,
+/// the message is received into pinned host memory and its bytes are copied
+/// to `data` before the handler runs (docs/gpu.md); then also
+/// `ucx::error::cuda_error`, `ucx::error::allocation_failed` and
+/// `ucx::error::cuda_unavailable`.
 ///
 /// Throws `boost::system::system_error` if `w` was moved from.
 template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>

@@ -136,6 +136,10 @@ struct worker_stats {
     std::size_t parks = 0;
     std::size_t safety_timer_passes = 0; ///< passes started by the safety timer
     std::size_t completions = 0;         ///< operations delivered
+    /// Operations whose device buffer went through pinned host memory
+    /// because UCX cannot move device memory (docs/gpu.md), and their bytes.
+    std::size_t staged_operations = 0;
+    std::size_t staged_bytes = 0;
 };
 
 namespace detail {

@@ -1,0 +1,138 @@
+// Internal: device buffers of tag operations when UCX cannot move device
+// memory itself (a UCX without CUDA transports, such as Debian's 1.13).
+//
+// A worker has this component only where it is needed: a library built with
+// CUDA, a device present, and a context whose UCX has no CUDA memory type
+// (or a test that installs it with a classifier and a fake copy engine).
+// Then the submit functions of tag sends and receives ask it about the
+// buffer (`must_stage`: its memory type, found once per operation); a device
+// buffer goes through a `staging_operation` (lib/staging.hpp): copied into a
+// pinned host buffer and sent from there as one message, or received into a
+// pinned host buffer and copied to the device. The user's operation waits,
+// library-owned, until the staged one completes; its handler then gets the
+// bytes (and the sender's tag) as a direct operation would give them.
+#pragma once
+
+#include "copy_engine.hpp"
+#include "pinned_pool.hpp"
+#include "staging.hpp"
+#include "worker_component.hpp"
+
+#include <ucx/memory_type.hpp>
+
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace ucx::detail {
+
+class worker_impl;
+class endpoint_impl;
+class operation;
+struct transfer_op;
+struct tag_recv_op;
+
+/// The staging of one worker's device buffers.
+class device_staging final : public worker_component {
+public:
+    /// Says where a buffer lives (`detect_memory_type` by default).
+    using classifier = std::function<memory_type(const void*)>;
+
+    /// Settings of the staging.
+    struct settings {
+        /// Bytes of a pinned buffer, and of a chunk of a copy.
+        std::size_t chunk = 1u << 20;
+        /// Copies in flight at once per operation.
+        unsigned slots = 4;
+        /// Pinned buffers at most (a whole message takes as many as it
+        /// spans): 256 MiB of pinned memory with the default chunk.
+        std::size_t max_buffers = 256;
+    };
+
+    /// Staging for `w`, with `engine` (a CUDA engine when null: made on the
+    /// first staged operation) and `classify`.
+    device_staging(worker_impl& w, classifier classify, std::shared_ptr<copy_engine> engine,
+                   settings s);
+    ~device_staging();
+
+    /// Whether the buffer at `p` must be staged: it is device memory.
+    bool must_stage(const void* p) const { return classify_(p) == memory_type::cuda; }
+
+    /// Whether a send on `ep` must go through here: its buffer is device
+    /// memory, or an earlier staged send on `ep` has not reached UCX yet (a
+    /// later send waits for it: messages keep their order).
+    bool takes_send(const endpoint_impl& ep, const void* data) const {
+        return must_stage(data) || (!send_queues_.empty() && send_queues_.contains(&ep));
+    }
+
+    /// A tag send of `size` bytes at `data` on `ep` (`tag` is UCX's full
+    /// tag); `op` as `endpoint_impl::tag_send` takes it. Device memory is
+    /// staged; a host buffer waits for the staged sends before it, then goes
+    /// to UCX directly.
+    void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+                  ucp_tag_t tag) noexcept;
+    /// A per-endpoint send (`endpoint_impl::send`), as `tag_send`.
+    void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+                       std::uint32_t tag) noexcept;
+    /// A worker-wide tag receive into device memory.
+    void tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
+                  ucp_tag_t mask) noexcept;
+    /// A per-endpoint receive (`endpoint_impl::recv`) into device memory.
+    void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
+                       std::uint32_t tag, std::uint32_t mask) noexcept;
+
+    /// Operations that went through staging, and their bytes.
+    std::size_t staged_operations() const noexcept { return staged_; }
+    std::size_t staged_bytes() const noexcept { return staged_bytes_; }
+
+    void shutdown() noexcept override;
+    std::size_t run_deferred(deferred_stage) noexcept override { return 0; }
+    bool keeps_worker_running() const noexcept override { return false; }
+
+private:
+    struct entry;
+    /// Starts the internal transfer of a staged operation: a UCX operation
+    /// on `data` whose completion reports `(ec, bytes, sender tag)`.
+    using submit_fn = std::function<void(entry&, void* data, std::size_t length,
+                                         staging_operation::transfer_completion done)>;
+
+    void stage(operation* op, tag_recv_op* recv, staging_direction direction, void* device,
+               std::size_t size, submit_fn submit, endpoint_impl* ordered) noexcept;
+    /// A host-buffer send behind staged ones on `ep`: `submit` hands `op`
+    /// to UCX when its turn comes.
+    void queue_direct(endpoint_impl& ep, transfer_op* op, std::function<void()> submit) noexcept;
+    /// Hands the sends at the head of `ep`'s queue whose turn it is to UCX.
+    void pump(const endpoint_impl* ep) noexcept;
+    void done(const std::shared_ptr<entry>& e, const error_code& ec, std::size_t bytes) noexcept;
+    static void cancel_hook(operation* op);
+    /// The copy engine and the pinned pool (made on first use); false with
+    /// `ec` set when there is no engine.
+    bool ready(error_code& ec) noexcept;
+
+    worker_impl* worker_;
+    classifier classify_;
+    std::shared_ptr<copy_engine> engine_;
+    std::shared_ptr<pinned_pool> pool_;
+    settings settings_;
+    std::vector<std::shared_ptr<entry>> entries_;
+    /// Per endpoint, its sends not yet handed to UCX, in the order they
+    /// were made (only while one of them is staged).
+    std::unordered_map<const endpoint_impl*, std::deque<std::shared_ptr<entry>>> send_queues_;
+    std::size_t staged_ = 0;
+    std::size_t staged_bytes_ = 0;
+    bool attached_ = false;
+};
+
+/// Makes `w` stage device buffers whatever its context's UCX supports, with
+/// `classify` saying where a buffer lives and `engine` copying (tests: a
+/// fake engine over host memory marked as device memory).
+void use_device_staging(worker_impl& w, device_staging::classifier classify,
+                        std::shared_ptr<copy_engine> engine,
+                        device_staging::settings s = device_staging::settings{});
+
+} // namespace ucx::detail
