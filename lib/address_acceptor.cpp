@@ -49,6 +49,8 @@ void take_hello(worker_impl& w, control_channel& channel, ucp_ep_h reply_ep,
                 refuse(w, own, true);
                 return;
             }
+            if (acceptor->fabric_ids())
+                e->mark_fabric();
             e->accept_address(own, hello, acceptor->timeouts(), ec);
             if (!ec) {
                 acceptor->offer(std::move(e), peer, ticket);

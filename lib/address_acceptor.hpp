@@ -57,6 +57,8 @@ public:
     bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer,
                std::span<const std::byte> ticket) noexcept override;
     void channel_gone() noexcept override;
+    /// Its connections get fabric ids (see hello_taker::fabric_ids).
+    bool fabric_ids() const noexcept override { return true; }
 
 private:
     std::shared_ptr<worker_impl> worker_;

@@ -91,6 +91,13 @@ void connect_to_address(worker_impl& w, endpoint_op* op, const worker_address& t
         ep->connect_address(to, op);
 }
 
+void connect_fabric(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept {
+    if (auto ep = connecting_endpoint(w.shared_from_this(), op)) {
+        ep->mark_fabric();
+        ep->connect_address(to, op);
+    }
+}
+
 bool ucx_connects_over(const context_impl& ctx, const boost::asio::ip::address& a) noexcept {
     // UCX's connection manager makes the connection over `a`, then the TCP
     // transport's endpoints connect back over the address family of the

@@ -295,7 +295,11 @@ endpoint_impl::connection_params(role r, bool by_address, bool listener,
     auto ms = [](std::chrono::milliseconds d) {
         return d.count() > 0 ? static_cast<std::uint64_t>(d.count()) : std::uint64_t{0};
     };
-    connection_fsm::start_params p{r, by_address, listener, worker_->random_tag()};
+    // A connection made by a group's fabric, or accepted by the worker's
+    // address acceptor (which the fabric holds while the worker has a
+    // group), gets a fabric id (see worker_impl::fabric_tag).
+    connection_fsm::start_params p{r, by_address, listener,
+                                   fabric_ ? worker_->fabric_tag() : worker_->random_tag()};
     p.handshake_timeout_ms = ms(t.handshake_timeout);
     // A peer silent for `silent_ticks_limit` ticks fails: the silence lasts
     // between the timeout and a quarter more.

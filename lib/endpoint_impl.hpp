@@ -73,6 +73,10 @@ public:
     /// (`connection_refused`) or the connection fails.
     void connect_address(const worker_address& address, endpoint_op* op,
                          std::span<const std::byte> ticket = {}) noexcept;
+    /// Makes the connection one of a group's fabric: its id gets the fabric
+    /// bit (worker_impl::fabric_tag). Before `connect_address` or
+    /// `accept_address`.
+    void mark_fabric() noexcept { fabric_ = true; }
     /// Wraps a UCP endpoint that UCX owns (the reply endpoint of an active
     /// message): usable for sends; closing it only forgets it.
     void adopt(ucp_ep_h ep) noexcept;
@@ -241,6 +245,7 @@ private:
     // The connection protocol: role, handshake, error, graceful close.
     connection_fsm fsm_;
     bool registered_ = false;
+    bool fabric_ = false;
     bool mapped_ = false;
     void watch_lifeline() noexcept;
     void close_lifeline() noexcept;

@@ -14,20 +14,47 @@
 // (0 for the joined group, a fresh one for each split); bits 17 to 0 the
 // application's tag, or the collective's sequence number. Messages between
 // two ranks arrive in order, so the rounds of a collective need no tag of
-// their own. Tag 0xFFFFFFFF (id 8191) carries the identification, 0xFFFFFFFE
-// the abort notice.
+// their own. Tag 0xFFFFFFFF (id 8191) carries the identification (the
+// connecting rank's, then the accepting rank's answer), 0xFFFFFFFE the abort
+// notice.
+//
+// Receives from any rank. Underneath, a connection's message is a UCX tag
+// message with the receiving endpoint's random id in the high 32 bits of the
+// UCX tag and the 32-bit tag above in the low half; the ids of the fabric's
+// connections, and only theirs, have bit 63 set (worker_impl::fabric_tag).
+// An any-source receive is one UCX receive on the worker whose mask covers
+// the low half and that bit: UCX
+// matches each arriving message against the posted receives in the order they
+// were posted (this one beside the per-rank receives), or keeps it for the
+// first receive posted later, so each message is taken by exactly one receive,
+// in the order its sender sent it, as for any receive. No message is received
+// to be given back: the rejected alternative, a receive on every peer's
+// connection with the others cancelled once one completed, loses the message
+// that a cancelled receive had already matched (UCX cannot cancel those), and
+// duplicates its buffer. The sender is the connection whose id is in the high
+// half of the received UCX tag: each side learns the id of its endpoint to
+// each peer from the first message the peer sends on it (the identification
+// and its answer), which precedes every other message of that peer. The low
+// half holds the group's id, so the group's own members are the only senders
+// that can match (a rank has one group per id, and its peers send with that
+// id only to members of it), and no connection outside the fabric can match
+// whatever its tag.
 #include <ucx/acceptor.hpp>
 #include <ucx/connect.hpp>
+#include <ucx/detail/results.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/group.hpp>
 #include <ucx/log.hpp>
+#include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 
 #include "collective_plan.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/append.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -72,6 +99,22 @@ bool is_leave(const error_code& ec) noexcept {
     return ec == boost::asio::error::eof;
 }
 
+/// The endpoint's id in a received UCX tag (its high half).
+std::uint32_t inbox_of(tag_t t) noexcept {
+    return static_cast<std::uint32_t>(t >> 32);
+}
+
+/// Receives the message with `tag` on `ep` as `endpoint::async_recv` does,
+/// completing `void(error_code, std::size_t, tag_t)` with the whole UCX tag.
+template <class Handler>
+void recv_whole_tag(const endpoint& ep, void* data, std::size_t size, std::uint32_t tag,
+                    Handler h) {
+    initiate<void(error_code, std::size_t, tag_t), tag_recv_result>(
+        checked(ep), std::move(h), [data, size, tag](endpoint_impl& e, tag_recv_op* op) {
+            endpoint_recv(e, op, data, size, tag, ~std::uint32_t{0});
+        });
+}
+
 } // namespace
 
 class group_impl;
@@ -87,6 +130,25 @@ public:
     int size() const noexcept { return static_cast<int>(peers_.size()); }
     const boost::asio::any_io_executor& executor() const noexcept { return ex_; }
     const error_code& failed() const noexcept { return failed_; }
+    const std::shared_ptr<worker_impl>& worker() const noexcept { return w_; }
+
+    /// The fabric rank whose connection has the endpoint id `inbox` here, or -1.
+    int peer_of_inbox(std::uint32_t inbox) const noexcept {
+        for (int j = 0; j < size(); ++j)
+            if (peers_[j].has_inbox && peers_[j].inbox == inbox)
+                return j;
+        return -1;
+    }
+    /// Whether the endpoint id of every connection that may still bring a
+    /// message is known.
+    bool knows_every_inbox() const noexcept {
+        for (int j = 0; j < size(); ++j)
+            if (j != rank_ && !peers_[j].has_inbox && peers_[j].state != peer::done)
+                return false;
+        return true;
+    }
+    /// Whether fabric rank `who` closed its side gracefully.
+    bool has_left(int who) const noexcept { return peers_[who].left; }
 
     void open(error_code& ec) { acceptor_ = open_address_acceptor(w_, 64, ec); }
     void set_addresses(std::vector<worker_address> a) { addresses_ = std::move(a); }
@@ -160,7 +222,17 @@ private:
         std::vector<ready_handler> waiting;
         std::shared_ptr<boost::asio::steady_timer> timer;
         std::uint32_t abort_word = 0;
+        /// The id of this side's endpoint (see above), once known.
+        std::uint32_t inbox = 0;
+        bool has_inbox = false;
+        /// The peer closed gracefully.
+        bool left = false;
     };
+
+    /// This side's endpoint to `who` has the id in the high half of `t`.
+    void learned(int who, tag_t t);
+    /// Fabric rank `who` closed gracefully.
+    void peer_left(int who);
 
     void post_step(step_handler h, error_code ec) {
         boost::asio::post(ex_, [h = std::move(h), ec] { h(ec, 0); });
@@ -230,6 +302,16 @@ private:
                     self->flush(p.waiting, ec);
                     return self->fail(make_error_code(error::group_failed));
                 }
+                // The accepting rank's answer, its first message here, tells
+                // this endpoint's id.
+                auto answer = std::make_shared<std::array<std::uint32_t, 2>>();
+                recv_whole_tag(ep, answer->data(), sizeof(*answer), intro_tag,
+                               [self, to, answer](error_code ec, std::size_t n, tag_t t) {
+                                   if (ec || n != sizeof(*answer) || (*answer)[0] != intro_magic ||
+                                       (*answer)[1] != static_cast<std::uint32_t>(to))
+                                       return;
+                                   self->learned(to, t);
+                               });
                 // Who this is, as the connection's first message.
                 auto intro =
                     std::make_shared<std::array<std::uint32_t, 2>>(std::array<std::uint32_t, 2>{
@@ -239,7 +321,7 @@ private:
                 self->ready(to, std::move(ep));
             },
             [address = addresses_[static_cast<std::size_t>(to)]](worker_impl& w, endpoint_op* op) {
-                connect_to_address(w, op, address);
+                connect_fabric(w, op, address);
             });
     }
 
@@ -252,7 +334,7 @@ private:
                 return;
             if (is_leave(ec)) {
                 say(log::severity::debug, "group: rank ", who, " left");
-                return;
+                return self->peer_left(who);
             }
             say(log::severity::info, "group: rank ", who, " failed: ", ec.message());
             // Nothing more goes to a failed peer (no abort notice, no
@@ -286,9 +368,9 @@ private:
     void identify(endpoint ep) {
         auto held = std::make_shared<endpoint>(std::move(ep));
         auto word = std::make_shared<std::array<std::uint32_t, 2>>();
-        held->async_recv(
-            boost::asio::buffer(*word), intro_tag, ~std::uint32_t{0},
-            [self = shared_from_this(), held, word](error_code ec, std::size_t n, std::uint32_t) {
+        recv_whole_tag(
+            *held, word->data(), sizeof(*word), intro_tag,
+            [self = shared_from_this(), held, word](error_code ec, std::size_t n, tag_t t) {
                 const int who = static_cast<int>((*word)[1]);
                 if (ec || n != sizeof(*word) || (*word)[0] != intro_magic || who < 0 ||
                     who >= self->rank_ || self->peers_[who].state == peer::ready || self->failed_ ||
@@ -299,7 +381,14 @@ private:
                     held->close();
                     return;
                 }
+                // The answer: the connecting rank learns its endpoint's id.
+                auto answer =
+                    std::make_shared<std::array<std::uint32_t, 2>>(std::array<std::uint32_t, 2>{
+                        intro_magic, static_cast<std::uint32_t>(self->rank_)});
+                held->async_send(boost::asio::buffer(*answer), intro_tag,
+                                 [answer](error_code, std::size_t) {});
                 self->ready(who, std::move(*held));
+                self->learned(who, t);
             });
     }
 
@@ -362,6 +451,23 @@ public:
             post(std::move(h), ec);
         if (timer_)
             timer_->cancel();
+        for (const auto& r : std::vector<std::shared_ptr<any_recv>>(any_))
+            stop_any(r, ec);
+    }
+
+    void recv_any(void* data, std::size_t size, std::uint32_t tag, group_from_handler h);
+    /// A member may have closed: once all others have, any-source receives end.
+    void peer_left() {
+        if (!others_left())
+            return;
+        for (const auto& r : std::vector<std::shared_ptr<any_recv>>(any_))
+            stop_any(r, boost::asio::error::eof);
+    }
+    /// An endpoint's id became known: parked any-source receives resolve.
+    void inboxes_changed() {
+        for (const auto& r : std::vector<std::shared_ptr<any_recv>>(any_))
+            if (r->parked)
+                resolve_any(r);
     }
 
     /// Closed or destroyed here: operations fail with operation_aborted.
@@ -406,6 +512,50 @@ private:
         return nullptr;
     }
 
+    /// A pending any-source receive.
+    struct any_recv {
+        explicit any_recv(group_from_handler h) : handler(std::move(h)) {}
+        group_from_handler handler;
+        void* data = nullptr;
+        std::size_t size = 0;
+        std::uint32_t tag = 0;
+        /// Cancels the worker's receive.
+        boost::asio::cancellation_signal signal;
+        /// The worker's receive is in flight.
+        bool posted = false;
+        /// Its handler's slot asked for cancellation.
+        bool cancelled = false;
+        /// Why it must end (the group's end, eof), once it must.
+        error_code stop;
+        /// A message came whose connection's id is not known yet.
+        bool parked = false;
+        std::size_t parked_bytes = 0;
+        tag_t parked_tag = 0;
+        bool done = false;
+    };
+
+    /// Whether every other member closed gracefully (true in a group of one).
+    bool others_left() const noexcept {
+        for (int j = 0; j < size(); ++j)
+            if (j != rank_ && !fabric_->has_left(member(j)))
+                return false;
+        return true;
+    }
+    /// The rank in this group of the member whose connection has the id
+    /// `inbox` here, or -1.
+    int rank_of_inbox(std::uint32_t inbox) const noexcept {
+        const int who = fabric_->peer_of_inbox(inbox);
+        if (who < 0)
+            return -1;
+        const auto it = std::find(members_.begin(), members_.end(), who);
+        return it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
+    }
+    void post_any(const std::shared_ptr<any_recv>& r);
+    void any_done(const std::shared_ptr<any_recv>& r, error_code ec, std::size_t n, tag_t t);
+    void resolve_any(const std::shared_ptr<any_recv>& r);
+    void stop_any(const std::shared_ptr<any_recv>& r, error_code why);
+    void finish_any(const std::shared_ptr<any_recv>& r, error_code ec, int from, std::size_t n);
+
     error_code validate(const collective_args& a, coll::plan& p) const;
     void start_next();
     void run_round(const std::shared_ptr<running>& r);
@@ -423,6 +573,7 @@ private:
     bool busy_ = false;
     std::uint32_t seq_ = 0;
     std::shared_ptr<boost::asio::steady_timer> timer_;
+    std::vector<std::shared_ptr<any_recv>> any_;
     bool released_ = false;
     /// Inside `collective()`: completions are posted.
     bool initiating_ = false;
@@ -453,6 +604,22 @@ void fabric::fail(error_code ec) {
         }
         p.state = peer::done;
     }
+}
+
+void fabric::learned(int who, tag_t t) {
+    peer& p = peers_[who];
+    p.inbox = inbox_of(t);
+    p.has_inbox = true;
+    for (auto& wg : groups_)
+        if (auto g = wg.lock())
+            g->inboxes_changed();
+}
+
+void fabric::peer_left(int who) {
+    peers_[who].left = true;
+    for (auto& wg : groups_)
+        if (auto g = wg.lock())
+            g->peer_left();
 }
 
 void fabric::leave(std::function<void()> done) {
@@ -661,6 +828,125 @@ void group_impl::finish(const std::shared_ptr<running>& r, error_code ec) {
     start_next();
 }
 
+// --- receives from any rank ---
+
+void group_impl::recv_any(void* data, std::size_t size, std::uint32_t tag, group_from_handler h) {
+    if (error_)
+        return post(std::move(h), error_, any_rank, std::size_t{0});
+    if (tag > group_max_tag)
+        return post(std::move(h), make_error_code(boost::asio::error::invalid_argument), any_rank,
+                    std::size_t{0});
+    auto r = std::make_shared<any_recv>(std::move(h));
+    r->data = data;
+    r->size = size;
+    r->tag = user_tag(id_, tag);
+    auto slot = boost::asio::get_associated_cancellation_slot(r->handler);
+    if (slot.is_connected())
+        slot.assign([weak = std::weak_ptr<any_recv>(r)](boost::asio::cancellation_type type) {
+            using ct = boost::asio::cancellation_type;
+            auto r = weak.lock();
+            if (!r || r->done || (type & (ct::terminal | ct::partial | ct::total)) == ct::none)
+                return;
+            r->cancelled = true;
+            if (r->posted)
+                r->signal.emit(ct::terminal);
+        });
+    any_.push_back(r);
+    post_any(r);
+    // No other member can send any more: messages they sent before are
+    // taken by the receive just posted, else it ends (after the submission,
+    // which may have been dispatched).
+    if (others_left())
+        boost::asio::post(executor(), [self = shared_from_this(), r] {
+            if (self->others_left())
+                self->stop_any(r, boost::asio::error::eof);
+        });
+}
+
+void group_impl::post_any(const std::shared_ptr<any_recv>& r) {
+    r->posted = true;
+    initiate<void(error_code, std::size_t, tag_t), tag_recv_result>(
+        fabric_->worker(),
+        boost::asio::bind_cancellation_slot(
+            r->signal.slot(),
+            [self = shared_from_this(), r](error_code ec, std::size_t n, tag_t t) {
+                self->any_done(r, ec, n, t);
+            }),
+        [data = r->data, size = r->size, tag = r->tag](worker_impl& w, tag_recv_op* op) {
+            // The group's tag in the low half, from any of the fabric's
+            // connections (the fabric bit in the high half).
+            w.tag_recv(op, data, size, worker_impl::fabric_tag_bit | tag,
+                       worker_impl::fabric_tag_bit | tag_t{0xFFFFFFFFu});
+        });
+}
+
+void group_impl::any_done(const std::shared_ptr<any_recv>& r, error_code ec, std::size_t n,
+                          tag_t t) {
+    r->posted = false;
+    if (!ec) {
+        r->parked = true;
+        r->parked_bytes = n;
+        r->parked_tag = t;
+        return resolve_any(r);
+    }
+    // The group's end wins over what its cancellation caused; after eof, a
+    // message that was consumed (too large) is still reported.
+    if (r->stop &&
+        (r->stop != boost::asio::error::eof || ec == boost::asio::error::operation_aborted))
+        ec = r->stop;
+    finish_any(r, ec, any_rank, 0);
+}
+
+void group_impl::resolve_any(const std::shared_ptr<any_recv>& r) {
+    const bool ended = r->stop && r->stop != boost::asio::error::eof;
+    const int from = rank_of_inbox(inbox_of(r->parked_tag));
+    if (from >= 0) {
+        // A member's message: delivered, even when cancelled meanwhile (it
+        // matched first), or after every other rank left (sent before).
+        r->parked = false;
+        if (ended)
+            return finish_any(r, r->stop, any_rank, 0);
+        return finish_any(r, {}, from, r->parked_bytes);
+    }
+    // A connection whose id is still to come (its first message, which
+    // tells it, precedes this one) waits for it, unless the receive ends.
+    if (!fabric_->knows_every_inbox() && !r->stop)
+        return;
+    r->parked = false;
+    if (!r->stop)
+        say(log::severity::warning,
+            "group: a receive from any rank took a message of a connection of no member; "
+            "dropped");
+    if (r->stop)
+        return finish_any(r, r->stop, any_rank, 0);
+    if (r->cancelled)
+        return finish_any(r, make_error_code(boost::asio::error::operation_aborted), any_rank, 0);
+    post_any(r);
+}
+
+void group_impl::stop_any(const std::shared_ptr<any_recv>& r, error_code why) {
+    if (r->done || r->stop)
+        return;
+    r->stop = why;
+    if (r->posted)
+        r->signal.emit(boost::asio::cancellation_type::terminal);
+    else if (r->parked)
+        resolve_any(r);
+}
+
+void group_impl::finish_any(const std::shared_ptr<any_recv>& r, error_code ec, int from,
+                            std::size_t n) {
+    r->done = true;
+    std::erase(any_, r);
+    auto slot = boost::asio::get_associated_cancellation_slot(r->handler);
+    if (slot.is_connected())
+        slot.clear();
+    // Posted: this may run inside failed(), called from an initiating
+    // function (abort) or from the fabric's failure.
+    auto h = std::move(r->handler);
+    post(std::move(h), ec, from, n);
+}
+
 // --- split ---
 
 void group_impl::split(int color, int key, group_new_handler h) {
@@ -848,6 +1134,11 @@ void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std:
     if (auto ec = check_message(*g, from, tag))
         return g->post(std::move(h), ec, std::size_t{0});
     g->fab()->recv(g->member(from), data, size, user_tag(g->id(), tag), completing(std::move(h)));
+}
+
+void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size,
+                    std::uint32_t tag, group_from_handler h) {
+    g->recv_any(data, size, tag, std::move(h));
 }
 
 void group_collective(const std::shared_ptr<group_impl>& g, collective_args args,

@@ -47,6 +47,9 @@ void counted_send_finished(operation* op) noexcept;
 /// Creates and opens the active-message registry of `w` (registered with
 /// it); null when it cannot be opened. Defined with the registry.
 std::shared_ptr<am_registry> make_am_registry(worker_impl& w);
+/// Connects `op`'s new endpoint to the worker at `to` as a connection of a
+/// group's fabric (lib/connect.cpp; see worker_impl::fabric_tag).
+void connect_fabric(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept;
 /// Hands the stream data UCX queued after a progress call to the streams it
 /// is for, which take it out of UCX's queues: UCX discards what is queued
 /// for an endpoint when the endpoint fails, before it reports the failure,
@@ -158,8 +161,15 @@ public:
     /// when it is closed, `error::feature_not_enabled` without the control
     /// channel (the context has no active messages).
     error_code accept_support() const noexcept;
-    /// A fresh random tag for per-endpoint receives.
-    std::uint64_t random_tag() { return rng_(); }
+    /// Bit 63 of an endpoint's id (the high half of its receive tags) is set
+    /// for the connections of a group's fabric only (`fabric_tag`), so a
+    /// group's receive from any rank can match the fabric's messages and
+    /// never another connection's, whatever their 32-bit tags.
+    static constexpr std::uint64_t fabric_tag_bit = std::uint64_t{1} << 63;
+    /// A fresh random tag for per-endpoint receives (bit 63 clear).
+    std::uint64_t random_tag() { return rng_() & ~fabric_tag_bit; }
+    /// A fresh random tag for a fabric connection (bit 63 set).
+    std::uint64_t fabric_tag() { return rng_() | fabric_tag_bit; }
     /// A stream starts (`true`) or stops waiting for data with no read
     /// pending: while any does, each progress call that found events hands
     /// out stream data (a stream with reads pending looks after each pass).

@@ -110,6 +110,7 @@ struct collective_args {
 using group_done_handler = boost::asio::any_completion_handler<void(error_code)>;
 using group_bytes_handler = boost::asio::any_completion_handler<void(error_code, std::size_t)>;
 using group_new_handler = boost::asio::any_completion_handler<void(error_code, group)>;
+using group_from_handler = boost::asio::any_completion_handler<void(error_code, int, std::size_t)>;
 
 // The group's functions (lib/group.cpp). Each completes its handler once,
 // never inside the call.
@@ -119,6 +120,8 @@ void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, 
                 std::uint32_t tag, group_bytes_handler h);
 void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
                 std::uint32_t tag, group_bytes_handler h);
+void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size,
+                    std::uint32_t tag, group_from_handler h);
 void group_collective(const std::shared_ptr<group_impl>& g, collective_args args,
                       group_done_handler h);
 void group_split(const std::shared_ptr<group_impl>& g, int color, int key, group_new_handler h);
@@ -134,8 +137,13 @@ void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept;
 std::chrono::milliseconds group_timeout(const group_impl& g) noexcept;
 } // namespace detail
 
-/// The largest tag of `group::async_send` and `group::async_recv`.
+/// The largest tag of `group::async_send`, `group::async_recv` and
+/// `group::async_recv_any`.
 inline constexpr std::uint32_t group_max_tag = (std::uint32_t{1} << 18) - 1;
+
+/// No rank in particular: the `from` that `group::async_recv_any` reports
+/// when it fails (as `MPI_ANY_SOURCE` names no rank).
+inline constexpr int any_rank = -1;
 
 /// A group of processes (ranks `0` to `size() - 1`) that message each other
 /// by rank and run collectives, all as asynchronous operations on the
@@ -244,6 +252,57 @@ public:
                 detail::group_recv(impl, from, data.data(), data.size(), tag, std::move(h));
             },
             token, from, data, tag);
+    }
+
+    /// Receives the next message with `tag` from any other rank of this group
+    /// (as `MPI_ANY_SOURCE`), and says which rank sent it.
+    ///
+    /// - It matches the first message sent to this rank with `async_send` and
+    ///   this `tag` by a member of this group, whichever rank sent it; never a
+    ///   message with another tag, of another group (a split, its parent) or
+    ///   of a collective. Messages from one rank with one tag still arrive in
+    ///   the order sent, and each is received once: by this receive or by
+    ///   another receive that matches it (`async_recv` from its sender or
+    ///   `async_recv_any`), whichever was started first (an `async_recv`
+    ///   started before its connection is up counts from when it comes up).
+    /// - A larger message than `data` fails the receive with
+    ///   `errc::message_truncated` and is consumed (the group stays usable).
+    /// - Cancellable through the handler's cancellation slot (`terminal`,
+    ///   `partial`, `total`): it then completes with
+    ///   `asio::error::operation_aborted`, unless a message matched it first.
+    /// - A rank that closed its group is not waited for: messages it sent
+    ///   before are still received, then only the other ranks are; once every
+    ///   other rank has closed and none of their messages is left, the receive
+    ///   completes with `asio::error::eof` (at once in a group of one rank).
+    /// - It is a receive on the whole worker that only the group's
+    ///   connections can match (their ids carry a bit no other connection's
+    ///   has): the worker's other connections may use any tags. A message
+    ///   that came over a connection of no member (a process that connected
+    ///   to the worker's address without joining) is dropped, with a warning
+    ///   in the log, and the receive goes on.
+    ///
+    /// A separate operation rather than `async_recv(any_rank, ...)`: its
+    /// completion reports the sender, which `async_recv`'s does not (as
+    /// Asio's `async_receive_from` beside `async_receive`).
+    ///
+    /// Completion signature:
+    /// `void(error_code, int from, std::size_t bytes_received)`; `from` is
+    /// the sender's rank in this group, `any_rank` on error.
+    /// Errors: `asio::error::invalid_argument` (a tag above `group_max_tag`),
+    /// `errc::message_truncated`, `asio::error::operation_aborted` (cancelled,
+    /// or the group was closed, destroyed or aborted here),
+    /// `asio::error::eof` (every other rank closed its group),
+    /// `ucx::error::group_failed` and `ucx::error::group_timeout` (the group
+    /// failed).
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    auto async_recv_any(
+        boost::asio::mutable_buffer data, std::uint32_t tag,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, int, std::size_t)>(
+            [impl = checked()](auto h, boost::asio::mutable_buffer data, std::uint32_t tag) {
+                detail::group_recv_any(impl, data.data(), data.size(), tag, std::move(h));
+            },
+            token, data, tag);
     }
 
     /// Completes once every rank has called it. Algorithm: dissemination

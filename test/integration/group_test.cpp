@@ -1,12 +1,14 @@
 // ucx::group between workers of one process (one io_context, a memory_store):
 // joining, messaging by rank, every collective on every type checked against a
 // local computation, over TCP and shared memory, with 2, 3, 4 and 8 ranks;
-// split; two groups at once; failure of a rank; bad arguments. The groups of
-// separate processes are in group_process_test.cpp.
+// split; two groups at once; failure of a rank; bad arguments; receives from
+// any rank. The groups of separate processes are in group_process_test.cpp.
 #include "test_support.hpp"
 
 #include <ucx/asio.hpp>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -513,4 +515,423 @@ TEST(group, JoinErrors) {
         asio::detached);
     ASSERT_TRUE(run_until(io, [&] { return rounds.has_value(); }));
     EXPECT_EQ(*rounds, 100000);
+}
+
+namespace {
+
+/// The result of one `async_recv_any`.
+struct any_result {
+    std::optional<ucx::error_code> ec;
+    int from = -2;
+    std::size_t n = 0;
+    std::vector<char> data;
+
+    explicit any_result(std::size_t size = 64) : data(size) {}
+    auto handler() {
+        return [this](ucx::error_code e, int f, std::size_t k) {
+            ec = e;
+            from = f;
+            n = k;
+        };
+    }
+    std::string text() const { return std::string(data.data(), n); }
+};
+
+std::string message_of(int rank, int k) {
+    return "rank " + std::to_string(rank) + " message " + std::to_string(k);
+}
+
+} // namespace
+
+TEST(group, ReceiveFromAnyRankTakesEachSendersMessagesInOrder) {
+    ranks_fixture f(transport::tcp, 4);
+    // Receives posted before anything was sent (and before some connections
+    // exist), more than there are messages at first.
+    constexpr int per_sender = 5;
+    std::vector<std::unique_ptr<any_result>> r;
+    for (int k = 0; k < 3 * per_sender; ++k) {
+        r.push_back(std::make_unique<any_result>());
+        f.groups[0].async_recv_any(asio::buffer(r.back()->data), 5, r.back()->handler());
+    }
+    std::vector<std::string> sent;
+    sent.reserve(3 * per_sender); // no reallocation while sends are in flight
+    int sends = 0;
+    for (int k = 0; k < per_sender; ++k)
+        for (int s = 1; s < 4; ++s) {
+            sent.push_back(message_of(s, k));
+            f.groups[s].async_send(0, asio::buffer(sent.back()), 5,
+                                   [&](ucx::error_code ec, std::size_t) {
+                                       EXPECT_FALSE(ec) << ec.message();
+                                       ++sends;
+                                   });
+        }
+    ASSERT_TRUE(run_until(f.io, [&] {
+        return sends == 3 * per_sender &&
+               std::all_of(r.begin(), r.end(), [](auto& x) { return x->ec.has_value(); });
+    }));
+    // The receives match in the order posted: per sender, its messages in
+    // the order sent.
+    std::vector<int> next(4, 0);
+    for (auto& x : r) {
+        ASSERT_FALSE(*x->ec) << x->ec->message();
+        ASSERT_GE(x->from, 1);
+        ASSERT_LE(x->from, 3);
+        EXPECT_EQ(x->text(), message_of(x->from, next[x->from]));
+        ++next[x->from];
+    }
+    EXPECT_EQ(next, (std::vector<int>{0, per_sender, per_sender, per_sender}));
+}
+
+// The worker's other connections cannot feed a receive from any rank, even
+// with the very tag the group's messages carry on the wire: an application's
+// listener connection on rank 0's worker sends with tag 5 while rank 0 waits
+// for tag 5 from any rank; the application's own receive gets that message,
+// the group's gets rank 1's.
+TEST(group, ReceiveFromAnyRankIgnoresTheWorkersOtherConnections) {
+    ranks_fixture f(transport::tcp, 2);
+    ucx::listener app_listener(*f.workers_[0],
+                               asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    ucx::worker app_client_worker(f.ctx_, f.io, group_worker_options());
+    std::optional<std::pair<ucx::error_code, ucx::endpoint>> accepted, connected;
+    app_listener.async_accept(
+        [&](ucx::error_code ec, ucx::endpoint ep) { accepted.emplace(ec, std::move(ep)); });
+    ucx::async_connect(
+        app_client_worker, "127.0.0.1", std::to_string(app_listener.local_endpoint().port()),
+        [&](ucx::error_code ec, ucx::endpoint ep) { connected.emplace(ec, std::move(ep)); });
+    ASSERT_TRUE(run_until(f.io, [&] { return accepted && connected; }));
+    ASSERT_FALSE(accepted->first) << accepted->first.message();
+    ASSERT_FALSE(connected->first) << connected->first.message();
+
+    any_result group_r;
+    f.groups[0].async_recv_any(asio::buffer(group_r.data), 5, group_r.handler());
+    const std::string app_msg = "the application's own message";
+    std::optional<ucx::error_code> app_sent;
+    connected->second.async_send(asio::buffer(app_msg), 5,
+                                 [&](ucx::error_code ec, std::size_t) { app_sent = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return app_sent.has_value(); }));
+    ASSERT_FALSE(*app_sent);
+    // Time for the message to arrive (and, were it matched, to complete the
+    // group's receive).
+    run_until(
+        f.io, [&] { return group_r.ec.has_value(); }, std::chrono::milliseconds(200));
+    EXPECT_FALSE(group_r.ec) << "the group's receive took another connection's message: "
+                             << group_r.text();
+    std::vector<char> app_in(64);
+    std::optional<ucx::error_code> app_r;
+    std::size_t app_n = 0;
+    accepted->second.async_recv(asio::buffer(app_in), 5, ~std::uint32_t{0},
+                                [&](ucx::error_code ec, std::size_t n, std::uint32_t) {
+                                    app_r = ec;
+                                    app_n = n;
+                                });
+    const std::string group_msg = message_of(1, 0);
+    f.groups[1].async_send(0, asio::buffer(group_msg), 5, [](ucx::error_code, std::size_t) {});
+    ASSERT_TRUE(run_until(f.io, [&] { return app_r && group_r.ec; }));
+    ASSERT_FALSE(*app_r) << app_r->message();
+    EXPECT_EQ(std::string(app_in.data(), app_n), app_msg);
+    ASSERT_FALSE(*group_r.ec) << group_r.ec->message();
+    EXPECT_EQ(group_r.from, 1);
+    EXPECT_EQ(group_r.text(), group_msg);
+}
+
+TEST(group, ReceiveFromAnyRankOfLargeMessagesAndFromACoroutine) {
+    ranks_fixture f(transport::shared_memory, 3);
+    // Rendezvous-sized messages from ranks 1 and 2, received in a loop.
+    constexpr std::size_t big = 1 << 20;
+    std::vector<std::vector<char>> out{{}, pattern(big, 11), pattern(big, 12)};
+    std::vector<std::vector<char>> out2{{}, pattern(big / 2, 21), pattern(big / 2, 22)};
+    int sends = 0;
+    for (int s = 1; s < 3; ++s) {
+        f.groups[s].async_send(0, asio::buffer(out[s]), 1, [&](ucx::error_code ec, std::size_t) {
+            EXPECT_FALSE(ec) << ec.message();
+            ++sends;
+        });
+        f.groups[s].async_send(0, asio::buffer(out2[s]), 1, [&](ucx::error_code ec, std::size_t) {
+            EXPECT_FALSE(ec) << ec.message();
+            ++sends;
+        });
+    }
+    std::vector<std::pair<int, std::vector<char>>> got;
+    bool done = false;
+    asio::co_spawn(
+        f.io,
+        [&]() -> asio::awaitable<void> {
+            std::vector<char> buf(big);
+            for (int k = 0; k < 4; ++k) {
+                auto [from, n] =
+                    co_await f.groups[0].async_recv_any(asio::buffer(buf), 1, asio::use_awaitable);
+                got.emplace_back(from, std::vector<char>(buf.begin(), buf.begin() + n));
+            }
+            done = true;
+        },
+        asio::detached);
+    ASSERT_TRUE(run_until(f.io, [&] { return done && sends == 4; }));
+    std::vector<int> seen(3, 0);
+    for (auto& [from, data] : got) {
+        ASSERT_TRUE(from == 1 || from == 2) << from;
+        EXPECT_EQ(data, seen[from] == 0 ? out[from] : out2[from]) << "from " << from;
+        ++seen[from];
+    }
+    EXPECT_EQ(seen, (std::vector<int>{0, 2, 2}));
+}
+
+TEST(group, ReceiveFromAnyRankTakesOnlyItsTagAndGroup) {
+    ranks_fixture f(transport::tcp, 3);
+    // A second group over the same ranks (its own id): same user tags.
+    std::vector<ucx::group> twin(3);
+    ranks_fixture::expect_ok(f.on_all([&](int i, auto h) {
+        f.groups[i].async_split(0, i, [&, i, h](ucx::error_code ec, ucx::group g) mutable {
+            twin[i] = std::move(g);
+            h(ec);
+        });
+    }));
+    any_result a, b, twin_any;
+    f.groups[0].async_recv_any(asio::buffer(a.data), 5, a.handler());
+    const std::string other_tag = "tag 8 from rank 1", twin_msg = "twin tag 5 from rank 2",
+                      mine = "tag 5 from rank 1";
+    int sends = 0;
+    auto counted = [&](ucx::error_code ec, std::size_t) {
+        EXPECT_FALSE(ec) << ec.message();
+        ++sends;
+    };
+    f.groups[1].async_send(0, asio::buffer(other_tag), 8, counted);
+    twin[2].async_send(0, asio::buffer(twin_msg), 5, counted);
+    ASSERT_TRUE(run_until(f.io, [&] { return sends == 2; }));
+    f.groups[1].async_send(0, asio::buffer(mine), 5, counted);
+    ASSERT_TRUE(run_until(f.io, [&] { return a.ec.has_value() && sends == 3; }));
+    ASSERT_FALSE(*a.ec) << a.ec->message();
+    EXPECT_EQ(a.from, 1);
+    EXPECT_EQ(a.text(), mine);
+    // The other tag's and the other group's messages are still there.
+    std::optional<ucx::error_code> r8;
+    std::size_t n8 = 0;
+    f.groups[0].async_recv(1, asio::buffer(b.data), 8, [&](ucx::error_code ec, std::size_t n) {
+        r8 = ec;
+        n8 = n;
+    });
+    twin[0].async_recv_any(asio::buffer(twin_any.data), 5, twin_any.handler());
+    ASSERT_TRUE(run_until(f.io, [&] { return r8 && twin_any.ec; }));
+    EXPECT_FALSE(*r8);
+    EXPECT_EQ(std::string(b.data.data(), n8), other_tag);
+    ASSERT_FALSE(*twin_any.ec) << twin_any.ec->message();
+    EXPECT_EQ(twin_any.from, 2);
+    EXPECT_EQ(twin_any.text(), twin_msg);
+    // A receive from one rank and one from any rank compete: the first
+    // posted takes the message.
+    any_result later;
+    std::optional<ucx::error_code> first;
+    std::size_t first_n = 0;
+    f.groups[0].async_recv(2, asio::buffer(b.data), 5, [&](ucx::error_code ec, std::size_t n) {
+        first = ec;
+        first_n = n;
+    });
+    f.groups[0].async_recv_any(asio::buffer(later.data), 5, later.handler());
+    const std::string one = "first from rank 2", two = "second from rank 2";
+    f.groups[2].async_send(0, asio::buffer(one), 5, counted);
+    f.groups[2].async_send(0, asio::buffer(two), 5, counted);
+    ASSERT_TRUE(run_until(f.io, [&] { return first && later.ec && sends == 5; }));
+    EXPECT_FALSE(*first);
+    EXPECT_EQ(std::string(b.data.data(), first_n), one);
+    ASSERT_FALSE(*later.ec);
+    EXPECT_EQ(later.from, 2);
+    EXPECT_EQ(later.text(), two);
+    // A tag above the largest is refused; the group stays usable.
+    any_result bad;
+    f.groups[0].async_recv_any(asio::buffer(bad.data), ucx::group_max_tag + 1, bad.handler());
+    ASSERT_TRUE(run_until(f.io, [&] { return bad.ec.has_value(); }));
+    EXPECT_EQ(*bad.ec, asio::error::invalid_argument);
+    EXPECT_EQ(bad.from, ucx::any_rank);
+    EXPECT_TRUE(f.groups[0].is_open());
+}
+
+TEST(group, ReceiveFromAnyRankReportsTruncationAndGoesOn) {
+    ranks_fixture f(transport::tcp, 3);
+    any_result small(10), next;
+    f.groups[0].async_recv_any(asio::buffer(small.data), 3, small.handler());
+    const std::string big(100, 'x'), after = "the next message";
+    int sends = 0;
+    auto counted = [&](ucx::error_code, std::size_t) { ++sends; };
+    f.groups[2].async_send(0, asio::buffer(big), 3, counted);
+    ASSERT_TRUE(run_until(f.io, [&] { return small.ec.has_value(); }));
+    EXPECT_EQ(*small.ec, ucx::errc::message_truncated) << small.ec->message();
+    EXPECT_EQ(small.from, ucx::any_rank);
+    EXPECT_EQ(small.n, 0u);
+    EXPECT_TRUE(f.groups[0].is_open());
+    f.groups[2].async_send(0, asio::buffer(after), 3, counted);
+    f.groups[0].async_recv_any(asio::buffer(next.data), 3, next.handler());
+    ASSERT_TRUE(run_until(f.io, [&] { return next.ec && sends == 2; }));
+    ASSERT_FALSE(*next.ec);
+    EXPECT_EQ(next.from, 2);
+    EXPECT_EQ(next.text(), after);
+}
+
+TEST(group, ReceiveFromAnyRankIsCancellableAndLosesNothing) {
+    ranks_fixture f(transport::tcp, 3);
+    asio::cancellation_signal sig;
+    any_result cancelled, next;
+    f.groups[0].async_recv_any(asio::buffer(cancelled.data), 4,
+                               asio::bind_cancellation_slot(sig.slot(), cancelled.handler()));
+    // It waits (the other ranks are there), until cancelled.
+    asio::post(f.io, [&] { sig.emit(asio::cancellation_type::terminal); });
+    ASSERT_TRUE(run_until(f.io, [&] { return cancelled.ec.has_value(); }));
+    EXPECT_EQ(*cancelled.ec, asio::error::operation_aborted);
+    EXPECT_EQ(cancelled.from, ucx::any_rank);
+    EXPECT_TRUE(f.groups[0].is_open());
+    // A message sent afterwards goes to the next receive.
+    const std::string m = "after the cancel";
+    std::optional<ucx::error_code> sent;
+    f.groups[1].async_send(0, asio::buffer(m), 4,
+                           [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    f.groups[0].async_recv_any(asio::buffer(next.data), 4, next.handler());
+    ASSERT_TRUE(run_until(f.io, [&] { return next.ec && sent; }));
+    ASSERT_FALSE(*next.ec);
+    EXPECT_EQ(next.from, 1);
+    EXPECT_EQ(next.text(), m);
+    // Cancelling after the message came changes nothing.
+    asio::cancellation_signal late;
+    any_result taken;
+    const std::string m2 = "taken before the cancel";
+    sent.reset();
+    f.groups[2].async_send(0, asio::buffer(m2), 4,
+                           [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return sent.has_value(); }));
+    f.groups[0].async_recv_any(asio::buffer(taken.data), 4,
+                               asio::bind_cancellation_slot(late.slot(), taken.handler()));
+    ASSERT_TRUE(run_until(f.io, [&] { return taken.ec.has_value(); }));
+    late.emit(asio::cancellation_type::terminal);
+    ASSERT_FALSE(*taken.ec);
+    EXPECT_EQ(taken.from, 2);
+    EXPECT_EQ(taken.text(), m2);
+}
+
+TEST(group, ReceivesFromAnyRankWaitWhileCollectivesRun) {
+    ranks_fixture f(transport::shared_memory, 4);
+    // Every rank waits for a user message with tag 0 while collectives (whose
+    // sequence numbers start at 0) run.
+    std::vector<std::unique_ptr<any_result>> r;
+    for (int i = 0; i < 4; ++i) {
+        r.push_back(std::make_unique<any_result>());
+        f.groups[i].async_recv_any(asio::buffer(r[i]->data), 0, r[i]->handler());
+    }
+    for (int round = 0; round < 3; ++round) {
+        ranks_fixture::expect_ok(f.on_all([&](int i, auto h) { f.groups[i].async_barrier(h); }));
+        std::vector<std::vector<int>> v(4, std::vector<int>(1000, round));
+        ranks_fixture::expect_ok(f.on_all([&](int i, auto h) {
+            f.groups[i].async_allreduce(std::span<int>(v[i]), ucx::reduce_op::sum, h);
+        }));
+        for (int i = 0; i < 4; ++i)
+            EXPECT_EQ(v[i][999], 4 * round);
+    }
+    for (auto& x : r)
+        EXPECT_FALSE(x->ec.has_value()) << "took a collective's message";
+    // Each rank sends to the next one.
+    std::vector<std::string> msgs;
+    for (int i = 0; i < 4; ++i)
+        msgs.push_back(message_of(i, 0));
+    for (int i = 0; i < 4; ++i)
+        f.groups[i].async_send((i + 1) % 4, asio::buffer(msgs[i]), 0,
+                               [](ucx::error_code ec, std::size_t) { EXPECT_FALSE(ec); });
+    ASSERT_TRUE(run_until(f.io, [&] {
+        return std::all_of(r.begin(), r.end(), [](auto& x) { return x->ec.has_value(); });
+    }));
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_FALSE(*r[i]->ec) << r[i]->ec->message();
+        EXPECT_EQ(r[i]->from, (i + 3) % 4);
+        EXPECT_EQ(r[i]->text(), msgs[(i + 3) % 4]);
+    }
+}
+
+TEST(group, AFailedGroupEndsItsReceivesFromAnyRank) {
+    ranks_fixture f(transport::tcp, 4);
+    ranks_fixture::expect_ok(f.on_all([&](int i, auto h) { f.groups[i].async_barrier(h); }));
+    std::vector<std::unique_ptr<any_result>> r;
+    for (int i = 0; i < 3; ++i) {
+        r.push_back(std::make_unique<any_result>());
+        f.groups[i].async_recv_any(asio::buffer(r[i]->data), 2, r[i]->handler());
+    }
+    // Rank 3 aborts: the others' groups fail. Rank 0 learns it from the
+    // abort notice.
+    f.groups[3].abort();
+    ASSERT_TRUE(run_until(f.io, [&] {
+        return std::all_of(r.begin(), r.end(), [](auto& x) { return x->ec.has_value(); });
+    }));
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(*r[i]->ec, ucx::error::group_failed) << i << ": " << r[i]->ec->message();
+        EXPECT_EQ(r[i]->from, ucx::any_rank);
+    }
+    // Later ones fail at once.
+    any_result later;
+    f.groups[0].async_recv_any(asio::buffer(later.data), 2, later.handler());
+    ASSERT_TRUE(run_until(f.io, [&] { return later.ec.has_value(); }));
+    EXPECT_EQ(*later.ec, ucx::error::group_failed);
+}
+
+TEST(group, AbortingOrClosingHereEndsReceivesFromAnyRank) {
+    // Connections made first: UCX must not tear down a connection whose
+    // wireup is still under way.
+    ranks_fixture f(transport::tcp, 3);
+    ranks_fixture::expect_ok(f.on_all([&](int i, auto h) { f.groups[i].async_barrier(h); }));
+    any_result aborted;
+    f.groups[1].async_recv_any(asio::buffer(aborted.data), 2, aborted.handler());
+    f.groups[1].abort();
+    EXPECT_FALSE(aborted.ec.has_value()); // never inside abort()
+    ASSERT_TRUE(run_until(f.io, [&] { return aborted.ec.has_value(); }));
+    EXPECT_EQ(*aborted.ec, asio::error::operation_aborted);
+
+    ranks_fixture g(transport::tcp, 2, "g2");
+    ranks_fixture::expect_ok(g.on_all([&](int i, auto h) { g.groups[i].async_barrier(h); }));
+    any_result closed, destroyed;
+    g.groups[0].async_recv_any(asio::buffer(closed.data), 2, closed.handler());
+    std::optional<ucx::error_code> close_done;
+    g.groups[0].async_close([&](ucx::error_code ec) { close_done = ec; });
+    ASSERT_TRUE(run_until(g.io, [&] { return closed.ec && close_done; }));
+    EXPECT_EQ(*closed.ec, asio::error::operation_aborted);
+    g.groups[1].async_recv_any(asio::buffer(destroyed.data), 2, destroyed.handler());
+    g.groups[1] = ucx::group();
+    ASSERT_TRUE(run_until(g.io, [&] { return destroyed.ec.has_value(); }));
+    EXPECT_EQ(*destroyed.ec, asio::error::operation_aborted);
+}
+
+TEST(group, ReceiveFromAnyRankWaitsForTheRanksThatStayThenEof) {
+    ranks_fixture f(transport::tcp, 3);
+    ranks_fixture::expect_ok(f.on_all([&](int i, auto h) { f.groups[i].async_barrier(h); }));
+    // Rank 1 sends, then leaves; its message is still received.
+    const std::string last = "rank 1's last word", late = "rank 2, after rank 1 left";
+    std::optional<ucx::error_code> sent, closed1, eof1;
+    f.groups[1].async_send(0, asio::buffer(last), 6,
+                           [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return sent.has_value(); }));
+    f.groups[1].async_close([&](ucx::error_code ec) { closed1 = ec; });
+    std::vector<char> unused(8);
+    f.groups[0].async_recv(1, asio::buffer(unused), 99,
+                           [&](ucx::error_code ec, std::size_t) { eof1 = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return closed1 && eof1; }));
+    EXPECT_EQ(*eof1, asio::error::eof);
+    any_result first, second, third;
+    f.groups[0].async_recv_any(asio::buffer(first.data), 6, first.handler());
+    ASSERT_TRUE(run_until(f.io, [&] { return first.ec.has_value(); }));
+    ASSERT_FALSE(*first.ec) << first.ec->message();
+    EXPECT_EQ(first.from, 1);
+    EXPECT_EQ(first.text(), last);
+    // Rank 2 is still there: the next receive waits for it.
+    f.groups[0].async_recv_any(asio::buffer(second.data), 6, second.handler());
+    sent.reset();
+    f.groups[2].async_send(0, asio::buffer(late), 6,
+                           [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return second.ec && sent; }));
+    ASSERT_FALSE(*second.ec) << second.ec->message();
+    EXPECT_EQ(second.from, 2);
+    EXPECT_EQ(second.text(), late);
+    // Once rank 2 leaves too: eof.
+    f.groups[0].async_recv_any(asio::buffer(third.data), 6, third.handler());
+    std::optional<ucx::error_code> closed2;
+    f.groups[2].async_close([&](ucx::error_code ec) { closed2 = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return third.ec && closed2; }));
+    EXPECT_EQ(*third.ec, asio::error::eof) << third.ec->message();
+    EXPECT_EQ(third.from, ucx::any_rank);
+    // And at once afterwards.
+    any_result fourth;
+    f.groups[0].async_recv_any(asio::buffer(fourth.data), 6, fourth.handler());
+    ASSERT_TRUE(run_until(f.io, [&] { return fourth.ec.has_value(); }));
+    EXPECT_EQ(*fourth.ec, asio::error::eof);
 }
