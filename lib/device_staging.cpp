@@ -224,53 +224,33 @@ void device_staging::cancel_hook(operation* op) {
         e->run->cancel();
 }
 
-void device_staging::tag_send(endpoint_impl& ep, transfer_op* op, const void* data,
-                              std::size_t size, ucp_tag_t tag) noexcept {
+void device_staging::send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+                          std::uint64_t tag, send_fn submit) noexcept {
     if (!must_stage(data))
-        return queue_direct(ep, op, [keep = ep.shared_from_this(), op, data, size, tag] {
-            keep->tag_send(op, data, size, tag);
+        return queue_direct(ep, op, [keep = ep.shared_from_this(), op, data, size, tag, submit] {
+            submit(*keep, op, data, size, tag);
         });
     stage(
         op, nullptr, staging_direction::outgoing, const_cast<void*>(data), size,
-        [keep = ep.shared_from_this(), tag](entry& e, void* host, std::size_t n, completion done) {
-            worker_impl& w = *keep->worker();
+        [keep = ep.shared_from_this(), tag, submit](entry& e, void* host, std::size_t n,
+                                                    completion done) {
             auto* t = internal_op<bytes_result<>>(
-                w, [&e, done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
+                *keep->worker(),
+                [&e, done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
                     e.transfer = nullptr;
                     done(ec, bytes);
                 });
             e.transfer = t;
-            keep->tag_send(t, host, n, tag);
+            submit(*keep, t, host, n, tag);
         },
         &ep);
 }
 
-void device_staging::endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data,
-                                   std::size_t size, std::uint32_t tag) noexcept {
-    if (!must_stage(data))
-        return queue_direct(ep, op, [keep = ep.shared_from_this(), op, data, size, tag] {
-            keep->send(op, data, size, tag);
-        });
-    stage(
-        op, nullptr, staging_direction::outgoing, const_cast<void*>(data), size,
-        [keep = ep.shared_from_this(), tag](entry& e, void* host, std::size_t n, completion done) {
-            worker_impl& w = *keep->worker();
-            auto* t = internal_op<bytes_result<>>(
-                w, [&e, done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
-                    e.transfer = nullptr;
-                    done(ec, bytes);
-                });
-            e.transfer = t;
-            keep->send(t, host, n, tag);
-        },
-        &ep);
-}
-
-void device_staging::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
-                              ucp_tag_t mask) noexcept {
+void device_staging::recv(tag_recv_op* op, void* data, std::size_t size,
+                          std::function<void(tag_recv_op*, void*, std::size_t)> submit) noexcept {
     stage(
         op, op, staging_direction::incoming, data, size,
-        [this, tag, mask](entry& e, void* host, std::size_t n, completion done) {
+        [this, submit = std::move(submit)](entry& e, void* host, std::size_t n, completion done) {
             auto* t = internal_op<tag_recv_result>(
                 *worker_, [&e, done = std::move(done)](const error_code& ec, std::size_t bytes,
                                                        tag_t sender) mutable {
@@ -279,29 +259,40 @@ void device_staging::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp
                     done(ec, bytes);
                 });
             e.transfer = t;
-            worker_->tag_recv(t, host, n, tag, mask);
+            submit(t, host, n);
         },
         nullptr);
 }
 
+void device_staging::tag_send(endpoint_impl& ep, transfer_op* op, const void* data,
+                              std::size_t size, ucp_tag_t tag) noexcept {
+    send(ep, op, data, size, tag,
+         [](endpoint_impl& e, transfer_op* t, const void* p, std::size_t n, std::uint64_t tag) {
+             e.tag_send(t, p, n, tag);
+         });
+}
+
+void device_staging::endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data,
+                                   std::size_t size, std::uint32_t tag) noexcept {
+    send(ep, op, data, size, tag,
+         [](endpoint_impl& e, transfer_op* t, const void* p, std::size_t n, std::uint64_t tag) {
+             e.send(t, p, n, static_cast<std::uint32_t>(tag));
+         });
+}
+
+void device_staging::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
+                              ucp_tag_t mask) noexcept {
+    recv(op, data, size, [this, tag, mask](tag_recv_op* t, void* p, std::size_t n) {
+        worker_->tag_recv(t, p, n, tag, mask);
+    });
+}
+
 void device_staging::endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                                    std::uint32_t tag, std::uint32_t mask) noexcept {
-    stage(
-        op, op, staging_direction::incoming, data, size,
-        [keep = ep.shared_from_this(), tag, mask](entry& e, void* host, std::size_t n,
-                                                  completion done) {
-            worker_impl& w = *keep->worker();
-            auto* t = internal_op<tag_recv_result>(
-                w, [&e, done = std::move(done)](const error_code& ec, std::size_t bytes,
-                                                tag_t sender) mutable {
-                    e.transfer = nullptr;
-                    e.sender_tag = sender;
-                    done(ec, bytes);
-                });
-            e.transfer = t;
-            keep->recv(t, host, n, tag, mask);
-        },
-        nullptr);
+    recv(op, data, size,
+         [keep = ep.shared_from_this(), tag, mask](tag_recv_op* t, void* p, std::size_t n) {
+             keep->recv(t, p, n, tag, mask);
+         });
 }
 
 void device_staging::shutdown() noexcept {

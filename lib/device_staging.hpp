@@ -101,6 +101,15 @@ private:
     using submit_fn = std::function<void(entry&, void* data, std::size_t length,
                                          staging_operation::transfer_completion done)>;
 
+    /// Hands a send's message (`data`, `size`) to UCX on the endpoint.
+    using send_fn = void (*)(endpoint_impl&, transfer_op*, const void* data, std::size_t size,
+                             std::uint64_t tag);
+    /// A send: staged for device memory, else queued behind staged ones.
+    void send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+              std::uint64_t tag, send_fn submit) noexcept;
+    /// A staged receive; `submit` posts the receive into the host buffer.
+    void recv(tag_recv_op* op, void* data, std::size_t size,
+              std::function<void(tag_recv_op*, void*, std::size_t)> submit) noexcept;
     void stage(operation* op, tag_recv_op* recv, staging_direction direction, void* device,
                std::size_t size, submit_fn submit, endpoint_impl* ordered) noexcept;
     /// A host-buffer send behind staged ones on `ep`: `submit` hands `op`

@@ -96,6 +96,25 @@ inline std::vector<char> pattern(std::size_t size, std::uint32_t seed) {
     return v;
 }
 
+/// Connects `client` to `server` (a listener on 127.0.0.1) and accepts the
+/// connection, running `io`: {client's endpoint, server's endpoint}, both
+/// checked (empty endpoints after a failure, which is reported).
+inline std::pair<ucx::endpoint, ucx::endpoint>
+connect_pair(asio::io_context& io, ucx::listener& server, ucx::worker& client) {
+    std::optional<std::pair<ucx::error_code, ucx::endpoint>> accepted, connected;
+    server.async_accept(
+        [&](ucx::error_code ec, ucx::endpoint ep) { accepted.emplace(ec, std::move(ep)); });
+    ucx::async_connect(
+        client, "127.0.0.1", std::to_string(server.local_endpoint().port()),
+        [&](ucx::error_code ec, ucx::endpoint ep) { connected.emplace(ec, std::move(ep)); });
+    EXPECT_TRUE(run_until(io, [&] { return accepted && connected; }));
+    if (!accepted || !connected)
+        return {};
+    EXPECT_FALSE(accepted->first) << accepted->first.message();
+    EXPECT_FALSE(connected->first) << connected->first.message();
+    return {std::move(connected->second), std::move(accepted->second)};
+}
+
 /// Every completion token style a test body runs with.
 enum class style { callback, future, awaitable, deferred };
 

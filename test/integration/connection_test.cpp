@@ -20,18 +20,7 @@ protected:
 
     std::pair<ucx::endpoint, ucx::endpoint> connect_pair() { return connect_pair(client_worker); }
     std::pair<ucx::endpoint, ucx::endpoint> connect_pair(ucx::worker& client) {
-        std::optional<std::pair<ucx::error_code, ucx::endpoint>> accepted, connected;
-        server.async_accept(
-            [&](ucx::error_code ec, ucx::endpoint ep) { accepted.emplace(ec, std::move(ep)); });
-        ucx::async_connect(
-            client, "127.0.0.1", std::to_string(server.local_endpoint().port()),
-            [&](ucx::error_code ec, ucx::endpoint ep) { connected.emplace(ec, std::move(ep)); });
-        EXPECT_TRUE(run_until(io, [&] { return accepted && connected; }));
-        if (!accepted || !connected)
-            return {};
-        EXPECT_FALSE(accepted->first) << accepted->first.message();
-        EXPECT_FALSE(connected->first) << connected->first.message();
-        return {std::move(connected->second), std::move(accepted->second)};
+        return ucx_test::connect_pair(io, server, client);
     }
 
     // Sends on `from`, receives on `to`, checks the content.

@@ -338,17 +338,8 @@ TEST_P(device_staging_connection, endpoint_messages_from_and_into_device_buffers
                                     engine);
     ucx::detail::use_device_staging(*ucx::detail::access::get_impl(client_worker), classify,
                                     engine);
-    std::optional<std::pair<ucx::error_code, ucx::endpoint>> accepted, connected;
-    server.async_accept(
-        [&](ucx::error_code ec, ucx::endpoint ep) { accepted.emplace(ec, std::move(ep)); });
-    ucx::async_connect(
-        client_worker, "127.0.0.1", std::to_string(server.local_endpoint().port()),
-        [&](ucx::error_code ec, ucx::endpoint ep) { connected.emplace(ec, std::move(ep)); });
-    ASSERT_TRUE(run_until(io, [&] { return accepted && connected; }));
-    ASSERT_FALSE(accepted->first);
-    ASSERT_FALSE(connected->first);
-    ucx::endpoint& client = connected->second;
-    ucx::endpoint& peer = accepted->second;
+    auto [client, peer] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open() && peer.is_open());
     for (std::size_t size : {std::size_t(10), std::size_t(3 << 20)}) {
         std::vector<char> out = device.make(size, 21);
         std::vector<char> in = device.make(size, 22);

@@ -592,22 +592,15 @@ TEST(group, ReceiveFromAnyRankIgnoresTheWorkersOtherConnections) {
     ucx::listener app_listener(*f.workers_[0],
                                asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     ucx::worker app_client_worker(f.ctx_, f.io, group_worker_options());
-    std::optional<std::pair<ucx::error_code, ucx::endpoint>> accepted, connected;
-    app_listener.async_accept(
-        [&](ucx::error_code ec, ucx::endpoint ep) { accepted.emplace(ec, std::move(ep)); });
-    ucx::async_connect(
-        app_client_worker, "127.0.0.1", std::to_string(app_listener.local_endpoint().port()),
-        [&](ucx::error_code ec, ucx::endpoint ep) { connected.emplace(ec, std::move(ep)); });
-    ASSERT_TRUE(run_until(f.io, [&] { return accepted && connected; }));
-    ASSERT_FALSE(accepted->first) << accepted->first.message();
-    ASSERT_FALSE(connected->first) << connected->first.message();
+    auto [app_client, app_server] = connect_pair(f.io, app_listener, app_client_worker);
+    ASSERT_TRUE(app_client.is_open() && app_server.is_open());
 
     any_result group_r;
     f.groups[0].async_recv_any(asio::buffer(group_r.data), 5, group_r.handler());
     const std::string app_msg = "the application's own message";
     std::optional<ucx::error_code> app_sent;
-    connected->second.async_send(asio::buffer(app_msg), 5,
-                                 [&](ucx::error_code ec, std::size_t) { app_sent = ec; });
+    app_client.async_send(asio::buffer(app_msg), 5,
+                          [&](ucx::error_code ec, std::size_t) { app_sent = ec; });
     ASSERT_TRUE(run_until(f.io, [&] { return app_sent.has_value(); }));
     ASSERT_FALSE(*app_sent);
     // Time for the message to arrive (and, were it matched, to complete the
@@ -619,11 +612,11 @@ TEST(group, ReceiveFromAnyRankIgnoresTheWorkersOtherConnections) {
     std::vector<char> app_in(64);
     std::optional<ucx::error_code> app_r;
     std::size_t app_n = 0;
-    accepted->second.async_recv(asio::buffer(app_in), 5, ~std::uint32_t{0},
-                                [&](ucx::error_code ec, std::size_t n, std::uint32_t) {
-                                    app_r = ec;
-                                    app_n = n;
-                                });
+    app_server.async_recv(asio::buffer(app_in), 5, ~std::uint32_t{0},
+                          [&](ucx::error_code ec, std::size_t n, std::uint32_t) {
+                              app_r = ec;
+                              app_n = n;
+                          });
     const std::string group_msg = message_of(1, 0);
     f.groups[1].async_send(0, asio::buffer(group_msg), 5, [](ucx::error_code, std::size_t) {});
     ASSERT_TRUE(run_until(f.io, [&] { return app_r && group_r.ec; }));
