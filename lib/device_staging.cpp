@@ -224,12 +224,16 @@ void device_staging::cancel_hook(operation* op) {
         e->run->cancel();
 }
 
-void device_staging::send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+bool device_staging::send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                           std::uint64_t tag, send_fn submit) noexcept {
-    if (!must_stage(data))
-        return queue_direct(ep, op, [keep = ep.shared_from_this(), op, data, size, tag, submit] {
+    if (!must_stage(data)) {
+        if (!send_queues_.contains(&ep))
+            return false;
+        queue_direct(ep, op, [keep = ep.shared_from_this(), op, data, size, tag, submit] {
             submit(*keep, op, data, size, tag);
         });
+        return true;
+    }
     stage(
         op, nullptr, staging_direction::outgoing, const_cast<void*>(data), size,
         [keep = ep.shared_from_this(), tag, submit](entry& e, void* host, std::size_t n,
@@ -244,10 +248,13 @@ void device_staging::send(endpoint_impl& ep, transfer_op* op, const void* data, 
             submit(*keep, t, host, n, tag);
         },
         &ep);
+    return true;
 }
 
-void device_staging::recv(tag_recv_op* op, void* data, std::size_t size,
+bool device_staging::recv(tag_recv_op* op, void* data, std::size_t size,
                           std::function<void(tag_recv_op*, void*, std::size_t)> submit) noexcept {
+    if (!must_stage(data))
+        return false;
     stage(
         op, op, staging_direction::incoming, data, size,
         [this, submit = std::move(submit)](entry& e, void* host, std::size_t n, completion done) {
@@ -262,37 +269,36 @@ void device_staging::recv(tag_recv_op* op, void* data, std::size_t size,
             submit(t, host, n);
         },
         nullptr);
+    return true;
 }
 
-void device_staging::tag_send(endpoint_impl& ep, transfer_op* op, const void* data,
+bool device_staging::tag_send(endpoint_impl& ep, transfer_op* op, const void* data,
                               std::size_t size, ucp_tag_t tag) noexcept {
-    send(ep, op, data, size, tag,
-         [](endpoint_impl& e, transfer_op* t, const void* p, std::size_t n, std::uint64_t tag) {
-             e.tag_send(t, p, n, tag);
-         });
+    return send(ep, op, data, size, tag,
+                [](endpoint_impl& e, transfer_op* t, const void* p, std::size_t n,
+                   std::uint64_t tag) { e.tag_send(t, p, n, tag); });
 }
 
-void device_staging::endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data,
+bool device_staging::endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data,
                                    std::size_t size, std::uint32_t tag) noexcept {
-    send(ep, op, data, size, tag,
-         [](endpoint_impl& e, transfer_op* t, const void* p, std::size_t n, std::uint64_t tag) {
-             e.send(t, p, n, static_cast<std::uint32_t>(tag));
-         });
+    return send(ep, op, data, size, tag,
+                [](endpoint_impl& e, transfer_op* t, const void* p, std::size_t n,
+                   std::uint64_t tag) { e.send(t, p, n, static_cast<std::uint32_t>(tag)); });
 }
 
-void device_staging::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
+bool device_staging::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
                               ucp_tag_t mask) noexcept {
-    recv(op, data, size, [this, tag, mask](tag_recv_op* t, void* p, std::size_t n) {
+    return recv(op, data, size, [this, tag, mask](tag_recv_op* t, void* p, std::size_t n) {
         worker_->tag_recv(t, p, n, tag, mask);
     });
 }
 
-void device_staging::endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
+bool device_staging::endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                                    std::uint32_t tag, std::uint32_t mask) noexcept {
-    recv(op, data, size,
-         [keep = ep.shared_from_this(), tag, mask](tag_recv_op* t, void* p, std::size_t n) {
-             keep->recv(t, p, n, tag, mask);
-         });
+    return recv(op, data, size,
+                [keep = ep.shared_from_this(), tag, mask](tag_recv_op* t, void* p, std::size_t n) {
+                    keep->recv(t, p, n, tag, mask);
+                });
 }
 
 void device_staging::shutdown() noexcept {

@@ -4,8 +4,9 @@
 // A worker has this component only where it is needed: a library built with
 // CUDA, a device present, and a context whose UCX has no CUDA memory type
 // (or a test that installs it with a classifier and a fake copy engine).
-// Then the submit functions of tag sends and receives ask it about the
-// buffer (`must_stage`: its memory type, found once per operation); a device
+// Then the submit functions of tag sends and receives hand it the operation
+// first, and it takes what it must (the buffer's memory type is found once
+// per operation); a device
 // buffer goes through a `staging_operation` (lib/staging.hpp): copied into a
 // pinned host buffer and sent from there as one message, or received into a
 // pinned host buffer and copied to the device. The user's operation waits,
@@ -63,27 +64,25 @@ public:
     /// Whether the buffer at `p` must be staged: it is device memory.
     bool must_stage(const void* p) const { return classify_(p) == memory_type::cuda; }
 
-    /// Whether a send on `ep` must go through here: its buffer is device
-    /// memory, or an earlier staged send on `ep` has not reached UCX yet (a
-    /// later send waits for it: messages keep their order).
-    bool takes_send(const endpoint_impl& ep, const void* data) const {
-        return must_stage(data) || (!send_queues_.empty() && send_queues_.contains(&ep));
-    }
+    // Each entry point below finds the buffer's memory type once and returns
+    // whether it took the operation; false leaves it to the caller's direct
+    // path, untouched.
 
     /// A tag send of `size` bytes at `data` on `ep` (`tag` is UCX's full
-    /// tag); `op` as `endpoint_impl::tag_send` takes it. Device memory is
-    /// staged; a host buffer waits for the staged sends before it, then goes
-    /// to UCX directly.
-    void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+    /// tag); `op` as `endpoint_impl::tag_send` takes it. Taken when the
+    /// buffer is device memory (staged), or when an earlier staged send on
+    /// `ep` has not reached UCX yet (the send waits for it, then goes to UCX
+    /// directly: messages keep their order).
+    bool tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                   ucp_tag_t tag) noexcept;
     /// A per-endpoint send (`endpoint_impl::send`), as `tag_send`.
-    void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+    bool endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                        std::uint32_t tag) noexcept;
-    /// A worker-wide tag receive into device memory.
-    void tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
+    /// A worker-wide tag receive: taken (staged) when `data` is device memory.
+    bool tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
                   ucp_tag_t mask) noexcept;
-    /// A per-endpoint receive (`endpoint_impl::recv`) into device memory.
-    void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
+    /// A per-endpoint receive (`endpoint_impl::recv`), as `tag_recv`.
+    bool endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                        std::uint32_t tag, std::uint32_t mask) noexcept;
 
     /// Operations that went through staging, and their bytes.
@@ -104,11 +103,13 @@ private:
     /// Hands a send's message (`data`, `size`) to UCX on the endpoint.
     using send_fn = void (*)(endpoint_impl&, transfer_op*, const void* data, std::size_t size,
                              std::uint64_t tag);
-    /// A send: staged for device memory, else queued behind staged ones.
-    void send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+    /// A send: staged for device memory, queued behind staged ones, or not
+    /// taken (see `tag_send`).
+    bool send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               std::uint64_t tag, send_fn submit) noexcept;
-    /// A staged receive; `submit` posts the receive into the host buffer.
-    void recv(tag_recv_op* op, void* data, std::size_t size,
+    /// A receive, staged when `data` is device memory; `submit` posts the
+    /// receive into the host buffer.
+    bool recv(tag_recv_op* op, void* data, std::size_t size,
               std::function<void(tag_recv_op*, void*, std::size_t)> submit) noexcept;
     void stage(operation* op, tag_recv_op* recv, staging_direction direction, void* device,
                std::size_t size, submit_fn submit, endpoint_impl* ordered) noexcept;

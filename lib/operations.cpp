@@ -47,14 +47,15 @@ void cancel(operation* op) noexcept {
 
 void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               tag_t tag) noexcept {
-    if (device_staging* s = ep.worker()->staging(); s && s->takes_send(ep, data)) [[unlikely]]
-        return s->tag_send(ep, op, data, size, tag);
+    if (device_staging* s = ep.worker()->staging(); s && s->tag_send(ep, op, data, size, tag))
+        [[unlikely]]
+        return;
     ep.tag_send(op, data, size, tag);
 }
 void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
               tag_t mask) noexcept {
-    if (device_staging* s = w.staging(); s && s->must_stage(data)) [[unlikely]]
-        return s->tag_recv(op, data, size, tag, mask);
+    if (device_staging* s = w.staging(); s && s->tag_recv(op, data, size, tag, mask)) [[unlikely]]
+        return;
     w.tag_recv(op, data, size, tag, mask);
 }
 
@@ -62,14 +63,16 @@ void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag
 
 void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                    std::uint32_t tag) noexcept {
-    if (device_staging* s = ep.worker()->staging(); s && s->takes_send(ep, data)) [[unlikely]]
-        return s->endpoint_send(ep, op, data, size, tag);
+    if (device_staging* s = ep.worker()->staging(); s && s->endpoint_send(ep, op, data, size, tag))
+        [[unlikely]]
+        return;
     ep.send(op, data, size, tag);
 }
 void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                    std::uint32_t tag, std::uint32_t mask) noexcept {
-    if (device_staging* s = ep.worker()->staging(); s && s->must_stage(data)) [[unlikely]]
-        return s->endpoint_recv(ep, op, data, size, tag, mask);
+    if (device_staging* s = ep.worker()->staging();
+        s && s->endpoint_recv(ep, op, data, size, tag, mask)) [[unlikely]]
+        return;
     ep.recv(op, data, size, tag, mask);
 }
 void endpoint_wait_error(endpoint_impl& ep, operation* op) noexcept {
