@@ -24,6 +24,7 @@ void connection_fsm(input data);
 void stream_fsm(input data);
 void door(input data);
 void tcp_store_protocol(input data);
+void staging_plan(input data);
 
 struct target {
     std::string_view name; ///< also the corpus directory, test/fuzz/corpus/<name>
@@ -38,6 +39,7 @@ inline constexpr target targets[] = {
     {"stream_fsm", &stream_fsm},
     {"door", &door},
     {"tcp_store_protocol", &tcp_store_protocol},
+    {"staging_plan", &staging_plan},
 };
 
 /// The events of the state machine targets: one byte each (modulo `count`),
@@ -67,6 +69,17 @@ enum class stream_event : std::uint8_t {
     send_ack, ///< when one is due
     peer_end, ///< total, goodbye
     reset,
+    count
+};
+
+enum class staging_event : std::uint8_t {
+    start,           ///< (after the plan's parameters: total, chunk, slots, incoming, whole)
+    copy_ok,         ///< which in-flight copy
+    copy_failed,     ///< which in-flight copy
+    transfer_ok,     ///< which in-flight transfer, bytes (whole incoming)
+    transfer_failed, ///< which in-flight transfer
+    cancel,
+    stray_completion, ///< chunk: a completion of something not in flight
     count
 };
 

@@ -22,6 +22,7 @@ namespace {
 using bytes = std::vector<std::byte>;
 namespace fs = std::filesystem;
 using ucx::fuzz::connection_event;
+using ucx::fuzz::staging_event;
 using ucx::fuzz::stream_event;
 
 fs::path root;
@@ -54,6 +55,7 @@ struct encoder {
     }
     encoder& event(connection_event e) { return u8(static_cast<unsigned>(e)); }
     encoder& event(stream_event e) { return u8(static_cast<unsigned>(e)); }
+    encoder& event(staging_event e) { return u8(static_cast<unsigned>(e)); }
     encoder& start(unsigned role, bool by_address, bool listener, bool timers = false) {
         return event(connection_event::start)
             .u8(role)
@@ -230,6 +232,41 @@ void stream_sequences() {
               .out);
 }
 
+// The staging plan: total, chunk, slots, incoming, whole; then events. Each
+// seed completes in order what comes first (the pick byte 0).
+void staging_sequences() {
+    const std::string t = "staging_plan";
+    auto config = [](unsigned total, unsigned chunk, unsigned slots, bool incoming, bool whole) {
+        return encoder{}.uint(total, 2).uint(chunk, 2).u8(slots).u8(incoming).u8(whole);
+    };
+    for (const bool incoming : {false, true}) {
+        for (const bool whole : {false, true}) {
+            const std::string name =
+                std::string(incoming ? "in" : "out") + (whole ? "-whole" : "-chunked");
+            encoder happy = config(1000, 300, 2, incoming, whole).event(staging_event::start);
+            for (int i = 0; i < 8; ++i) {
+                happy.event(staging_event::transfer_ok).uint(1000, 2).u8(0);
+                happy.event(staging_event::copy_ok).u8(0);
+            }
+            write(t, name, happy.out);
+            encoder failing = config(900, 256, 3, incoming, whole).event(staging_event::start);
+            failing.event(staging_event::copy_ok).u8(0);
+            failing.event(staging_event::transfer_ok).uint(700, 2).u8(0);
+            failing.event(staging_event::copy_failed).u8(1).u8(0);
+            failing.event(staging_event::transfer_failed).u8(0).uint(0, 2).u8(0);
+            failing.event(staging_event::stray_completion).uint(7, 2);
+            write(t, name + "-fails", failing.out);
+            encoder cancelled = config(5000, 1000, 4, incoming, whole).event(staging_event::start);
+            cancelled.event(staging_event::copy_ok).u8(0);
+            cancelled.event(staging_event::cancel);
+            cancelled.event(staging_event::transfer_ok).uint(5000, 2).u8(0);
+            write(t, name + "-cancelled", cancelled.out);
+        }
+    }
+    write(t, "empty-whole", config(0, 0, 1, false, true).event(staging_event::start).out);
+    write(t, "cancel-before-start", config(10, 4, 2, true, false).event(staging_event::cancel).out);
+}
+
 // The door: a genuine peer's messages, for each side, with and without the
 // secret (the mode byte: bit 0 server, bit 1 secret, bit 2 admit).
 void door_handshakes() {
@@ -359,4 +396,5 @@ int main(int argc, char** argv) {
     stream_sequences();
     door_handshakes();
     tcp_store_messages();
+    staging_sequences();
 }
