@@ -301,6 +301,42 @@ bool device_staging::endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* dat
                 });
 }
 
+void device_staging::copy_through(staging_direction direction, void* device, std::size_t size,
+                                  buffer_step step,
+                                  std::function<void(const error_code&)> handler) noexcept {
+    worker_impl& w = *worker_;
+    auto fail = [&w, &handler](const error_code& ec) {
+        boost::asio::post(w.get_executor(), [h = std::move(handler), ec] { h(ec); });
+    };
+    error_code ec;
+    if (!w.is_open())
+        return fail(boost::asio::error::operation_aborted);
+    if (!ready(ec))
+        return fail(ec);
+    try {
+        staging_config config;
+        config.total = size;
+        config.chunk = settings_.chunk;
+        config.slots = settings_.slots;
+        config.direction = direction;
+        config.mode = staging_mode::whole;
+        auto run = staging_operation::create(
+            w.get_executor(), config, device, engine_, pool_,
+            [step = std::move(step)](const staging_operation::transfer_request& r,
+                                     completion done) { step(r.data, r.length, std::move(done)); });
+        run->async_run([self = std::weak_ptr<device_staging*>(self_),
+                        h = std::move(handler)](const error_code& ec, std::size_t n) {
+            if (const auto s = self.lock()) {
+                ++(*s)->staged_;
+                (*s)->staged_bytes_ += ec ? 0 : n;
+            }
+            h(ec);
+        });
+    } catch (const std::exception&) {
+        fail(make_error_code(error::allocation_failed));
+    }
+}
+
 void device_staging::shutdown() noexcept {
     // The users' operations end now, as every operation of a worker that
     // shuts down; the internal transfers are aborted by the worker after

@@ -1,10 +1,13 @@
 // Internal: device buffers of tag operations when UCX cannot move device
 // memory itself (a UCX without CUDA transports, such as Debian's 1.13).
 //
-// A worker has this component only where it is needed: a library built with
-// CUDA, a device present, and a context whose UCX has no CUDA memory type
-// (or a test that installs it with a classifier and a fake copy engine).
-// Then the submit functions of tag sends and receives hand it the operation
+// A worker has this component only where a device may be used: a library
+// built with CUDA and a device present (or a test that installs it with a
+// classifier and a fake copy engine). It stages messages only when the
+// context's UCX has no CUDA memory type; in every case it copies the device
+// buffers of a group's collectives to host memory and back (`copy_through`),
+// since their arithmetic runs on the host. When it stages messages, the
+// submit functions of tag sends and receives hand it the operation
 // first, and it takes what it must (the buffer's memory type is found once
 // per operation); a device
 // buffer goes through a `staging_operation` (lib/staging.hpp): copied into a
@@ -53,6 +56,10 @@ public:
         /// Pinned buffers at most (a whole message takes as many as it
         /// spans): 256 MiB of pinned memory with the default chunk.
         std::size_t max_buffers = 256;
+        /// Whether messages (tag and endpoint operations) are staged: false
+        /// where UCX moves device memory itself, and the staging only serves
+        /// what UCX never does (the arithmetic of a group's collectives).
+        bool messages = true;
     };
 
     /// Staging for `w`, with `engine` (a CUDA engine when null: made on the
@@ -61,8 +68,24 @@ public:
                    settings s);
     ~device_staging();
 
-    /// Whether the buffer at `p` must be staged: it is device memory.
-    bool must_stage(const void* p) const { return classify_(p) == memory_type::cuda; }
+    /// Whether the buffer at `p` of a message must be staged: it is device
+    /// memory, and messages are staged.
+    bool must_stage(const void* p) const { return settings_.messages && is_device(p); }
+    /// Whether the buffer at `p` is device memory.
+    bool is_device(const void* p) const { return classify_(p) == memory_type::cuda; }
+
+    /// The bytes of a staged copy: `(staging memory, bytes)`, then the
+    /// callback (see `staging_operation::transfer_completion`).
+    using buffer_step = std::function<void(void* host, std::size_t size,
+                                           staging_operation::transfer_completion done)>;
+    /// Moves `size` bytes of the device memory at `device` through pinned host
+    /// memory as one block, with copies on the copy engine: `outgoing` copies
+    /// them to the host, then hands them to `step`; `incoming` has `step`
+    /// fill the host memory, then copies it to the device. `handler` gets
+    /// the result (on the worker's executor, never inside this call); an
+    /// operation of the staging's statistics.
+    void copy_through(staging_direction direction, void* device, std::size_t size, buffer_step step,
+                      std::function<void(const error_code&)> handler) noexcept;
 
     // Each entry point below finds the buffer's memory type once and returns
     // whether it took the operation; false leaves it to the caller's direct
@@ -136,6 +159,8 @@ private:
     std::size_t staged_ = 0;
     std::size_t staged_bytes_ = 0;
     bool attached_ = false;
+    /// Held by the callbacks of `copy_through`, which may outlive this.
+    std::shared_ptr<device_staging*> self_ = std::make_shared<device_staging*>(this);
 };
 
 /// Makes `w` stage device buffers whatever its context's UCX supports, with

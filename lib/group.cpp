@@ -45,10 +45,12 @@
 #include <ucx/endpoint.hpp>
 #include <ucx/group.hpp>
 #include <ucx/log.hpp>
+#include <ucx/tag.hpp>
 #include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 
 #include "collective_plan.hpp"
+#include "device_staging.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/append.hpp>
@@ -263,6 +265,22 @@ private:
         }
     }
 
+    /// Sends the abort notice on `ep`, then force-closes it.
+    static void send_abort(endpoint ep) {
+        static const std::uint32_t word = 1;
+        auto held = std::make_shared<endpoint>(std::move(ep));
+        held->async_send(boost::asio::buffer(&word, sizeof(word)), abort_tag,
+                         [held](error_code, std::size_t) { held->close(); });
+    }
+    /// A connection made after this rank failed: the accepting rank learns
+    /// who made it (the first message of every connection), then the abort.
+    static void introduce_and_abort(int rank, endpoint ep) {
+        auto intro = std::make_shared<std::array<std::uint32_t, 2>>(
+            std::array<std::uint32_t, 2>{intro_magic, static_cast<std::uint32_t>(rank)});
+        ep.async_send(boost::asio::buffer(*intro), intro_tag, [intro](error_code, std::size_t) {});
+        send_abort(std::move(ep));
+    }
+
     void flush(std::vector<ready_handler>& waiting, error_code ec) {
         auto list = std::move(waiting);
         waiting.clear();
@@ -290,6 +308,12 @@ private:
             w_,
             [self, to](error_code ec, endpoint ep) {
                 peer& p = self->peers_[to];
+                if (!ec && self->failed_) {
+                    // Failed meanwhile: the peer still learns it now (who
+                    // this is, then the abort notice), not at its deadline.
+                    p.state = peer::done;
+                    return introduce_and_abort(self->rank_, std::move(ep));
+                }
                 if (self->failed_ || self->leaving_) {
                     ep.close();
                     p.state = peer::done;
@@ -497,7 +521,27 @@ private:
         error_code ec;
         group_done_handler handler;
         std::uint32_t seq = 0;
+        /// Device buffers go through host memory (the arithmetic runs on
+        /// the host): the user's `out` when it is device memory, and the
+        /// host buffers that stand for `in` and `out` meanwhile.
+        void* device_out = nullptr;
+        std::size_t device_out_bytes = 0;
+        std::vector<std::byte> host_in, host_out;
+        /// False while device input is copied to the host: the collective
+        /// waits at the head of the queue, so every rank runs them in order.
+        bool ready = true;
+        /// That copy failed: the collective fails with it.
+        error_code local_error;
     };
+
+    /// Makes `r` run on host copies of its device buffers: the input is
+    /// copied now (`r` is ready once it arrives), the result after the
+    /// collective (`stage_out`).
+    void stage_in(const std::shared_ptr<running>& r, device_staging& s, bool device_in,
+                  bool device_out);
+    void input_ready(const std::shared_ptr<running>& r, const error_code& ec);
+    /// Copies the result to the user's device `out`, then completes `h`.
+    void stage_out(const std::shared_ptr<running>& r, group_done_handler h);
 
     std::byte* region_ptr(running& r, const coll::region& g) {
         switch (g.buf) {
@@ -597,10 +641,7 @@ void fabric::fail(error_code ec) {
             // Tell the peer (its failure reaches the ranks it talks to in
             // turn), then force-close: the operations pending on the
             // endpoint end at once, whatever the peer does.
-            static const std::uint32_t word = 1;
-            auto ep = std::make_shared<endpoint>(std::move(p.ep));
-            ep->async_send(boost::asio::buffer(&word, sizeof(word)), abort_tag,
-                           [ep](error_code, std::size_t) { ep->close(); });
+            send_abort(std::move(p.ep));
         }
         p.state = peer::done;
     }
@@ -710,9 +751,16 @@ void group_impl::collective(collective_args a, group_done_handler h) {
     auto r = std::make_shared<running>();
     if (auto ec = validate(a, r->plan))
         return post(std::move(h), ec);
+    // Device memory (where the library was built with CUDA and a device
+    // exists): the memory type of each buffer, found once.
+    device_staging* staging = fabric_->worker()->staging();
+    const bool device_in = staging && a.in_bytes > 0 && staging->is_device(a.in);
+    const bool device_out = staging && a.out_bytes > 0 && staging->is_device(a.out);
     r->args = std::move(a);
     r->handler.swap(h);
     r->seq = seq_++;
+    if (device_in || device_out) [[unlikely]]
+        stage_in(r, *staging, device_in, device_out);
     queue_.push_back(std::move(r));
     if (!busy_) {
         // A collective with nothing to send (one rank) ends in here: its
@@ -724,7 +772,7 @@ void group_impl::collective(collective_args a, group_done_handler h) {
 }
 
 void group_impl::start_next() {
-    if (queue_.empty()) {
+    if (queue_.empty() || !queue_.front()->ready) {
         busy_ = false;
         return;
     }
@@ -732,6 +780,8 @@ void group_impl::start_next() {
     auto r = queue_.front();
     if (error_)
         return finish(r, error_);
+    if (r->local_error)
+        return finish(r, r->local_error);
     r->scratch.resize(r->plan.scratch_bytes);
     // A rank whose `out` is not part of the result (a reduce's non-root)
     // works in a buffer of its own.
@@ -814,6 +864,8 @@ void group_impl::finish(const std::shared_ptr<running>& r, error_code ec) {
             fabric_->fail(ec == error::group_timeout ? ec : make_error_code(error::group_failed));
         if (ec != error::collective_mismatch)
             ec = error_ ? error_ : fabric_->failed();
+        if (r->local_error)
+            ec = r->local_error;
     }
     if (timer_) {
         timer_->cancel();
@@ -821,11 +873,85 @@ void group_impl::finish(const std::shared_ptr<running>& r, error_code ec) {
     }
     queue_.pop_front();
     auto h = std::move(r->handler);
-    if (initiating_)
+    if (!ec && r->device_out)
+        stage_out(r, std::move(h));
+    else if (initiating_)
         boost::asio::post(executor(), boost::asio::append(std::move(h), ec));
     else
         boost::asio::dispatch(boost::asio::append(std::move(h), ec));
     start_next();
+}
+
+// --- device buffers ---
+
+void group_impl::stage_in(const std::shared_ptr<running>& r, device_staging& s, bool device_in,
+                          bool device_out) {
+    collective_args& a = r->args;
+    const bool in_place = a.in == a.out;
+    void* const user_in = const_cast<void*>(a.in);
+    if (device_out) {
+        r->device_out = a.out;
+        r->device_out_bytes = a.out_bytes;
+        r->host_out.resize(a.out_bytes);
+        a.out = r->host_out.data();
+    }
+    // What the collective reads: `in`, or a broadcast root's `out`.
+    void* from = nullptr;
+    std::size_t bytes = 0;
+    std::byte* to = nullptr;
+    if (device_in) {
+        if (in_place && device_out) {
+            to = r->host_out.data();
+        } else {
+            r->host_in.resize(a.in_bytes);
+            to = r->host_in.data();
+        }
+        a.in = to;
+        from = user_in;
+        bytes = a.in_bytes;
+    } else if (device_out && a.kind == collective_args::broadcast && a.root == rank_) {
+        from = r->device_out;
+        bytes = r->device_out_bytes;
+        to = r->host_out.data();
+    }
+    if (!from)
+        return;
+    r->ready = false;
+    s.copy_through(
+        staging_direction::outgoing, from, bytes,
+        [to](void* host, std::size_t n, staging_operation::transfer_completion done) {
+            std::memcpy(to, host, n);
+            done(error_code(), n);
+        },
+        [self = shared_from_this(), r](const error_code& ec) { self->input_ready(r, ec); });
+}
+
+void group_impl::input_ready(const std::shared_ptr<running>& r, const error_code& ec) {
+    r->ready = true;
+    if (ec) {
+        say(log::severity::warning, "group: collective ", r->seq,
+            ": copying device input failed: ", ec.message());
+        r->local_error = ec;
+    }
+    if (!busy_ && !queue_.empty() && queue_.front() == r)
+        start_next();
+}
+
+void group_impl::stage_out(const std::shared_ptr<running>& r, group_done_handler h) {
+    auto hp = std::make_shared<group_done_handler>(std::move(h));
+    auto complete = [hp](const error_code& ec) {
+        boost::asio::dispatch(boost::asio::append(std::move(*hp), ec));
+    };
+    device_staging* s = fabric_->worker()->staging();
+    if (!s)
+        return post(std::move(*hp), error_code(boost::asio::error::operation_aborted));
+    s->copy_through(
+        staging_direction::incoming, r->device_out, r->device_out_bytes,
+        [r](void* host, std::size_t n, staging_operation::transfer_completion done) {
+            std::memcpy(host, r->host_out.data(), n);
+            done(error_code(), n);
+        },
+        std::move(complete));
 }
 
 // --- receives from any rank ---
@@ -875,8 +1001,9 @@ void group_impl::post_any(const std::shared_ptr<any_recv>& r) {
         [data = r->data, size = r->size, tag = r->tag](worker_impl& w, tag_recv_op* op) {
             // The group's tag in the low half, from any of the fabric's
             // connections (the fabric bit in the high half).
-            w.tag_recv(op, data, size, worker_impl::fabric_tag_bit | tag,
-                       worker_impl::fabric_tag_bit | tag_t{0xFFFFFFFFu});
+            // Through the submit function: a device buffer is staged.
+            detail::tag_recv(w, op, data, size, worker_impl::fabric_tag_bit | tag,
+                             worker_impl::fabric_tag_bit | tag_t{0xFFFFFFFFu});
         });
 }
 

@@ -43,7 +43,8 @@ void cancel(operation* op) noexcept {
 // --- tag messaging ---
 
 // A device buffer where UCX cannot move device memory goes through the
-// worker's staging (lib/device_staging.hpp); elsewhere `staging()` is null.
+// worker's staging (lib/device_staging.hpp); without a device `staging()` is
+// null, and where UCX moves device memory the staging takes no message.
 
 void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               tag_t tag) noexcept {

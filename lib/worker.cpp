@@ -158,10 +158,13 @@ void worker_impl::open() {
     // Active messages carry the control channel, and the registry on top.
     if ((context_->features() & feature::am) == feature::am && channel_.open())
         am_ = make_am_registry(*this);
-    // Device buffers go through host memory where UCX cannot move them.
-    if (built_with_cuda() && cuda_device_count() > 0 && !context_->ucx_cuda_memory())
-        staging_ =
-            std::make_shared<device_staging>(*this, nullptr, nullptr, device_staging::settings{});
+    // Device buffers go through host memory where UCX cannot move them;
+    // where it can, only the collectives' arithmetic needs host copies.
+    if (built_with_cuda() && cuda_device_count() > 0) {
+        device_staging::settings settings;
+        settings.messages = !context_->ucx_cuda_memory();
+        staging_ = std::make_shared<device_staging>(*this, nullptr, nullptr, settings);
+    }
     // An io_context (plain or behind a strand): its work count.
     if (native_executor_)
         work_context_ = &native_executor_->context();

@@ -183,8 +183,9 @@ public:
 
     // --- device buffers (owner thread only) ---
     /// The staging of device buffers (lib/device_staging.hpp): present only
-    /// where a device exists and the context's UCX cannot move device
-    /// memory, so elsewhere an operation pays one test of a null pointer.
+    /// where a device exists (it stages messages only where the context's
+    /// UCX cannot move device memory), so elsewhere an operation pays one
+    /// test of a null pointer.
     device_staging* staging() const noexcept { return staging_.get(); }
     /// Installs (or, with null, removes) the staging of device buffers.
     void set_staging(std::shared_ptr<device_staging> s) noexcept { staging_ = std::move(s); }

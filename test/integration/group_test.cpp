@@ -3,7 +3,12 @@
 // local computation, over TCP and shared memory, with 2, 3, 4 and 8 ranks;
 // split; two groups at once; failure of a rank; bad arguments; receives from
 // any rank. The groups of separate processes are in group_process_test.cpp.
+#include "fake_device.hpp"
 #include "test_support.hpp"
+
+#include "copy_engine.hpp"
+#include "device_staging.hpp"
+#include "worker_impl.hpp"
 
 #include <ucx/asio.hpp>
 
@@ -927,4 +932,159 @@ TEST(group, ReceiveFromAnyRankWaitsForTheRanksThatStayThenEof) {
     f.groups[0].async_recv_any(asio::buffer(fourth.data), 6, fourth.handler());
     ASSERT_TRUE(run_until(f.io, [&] { return fourth.ec.has_value(); }));
     EXPECT_EQ(*fourth.ec, asio::error::eof);
+}
+
+// ---- device buffers ----
+//
+// Where the library is built with CUDA and a device exists, a collective on
+// device memory runs on host copies of it (its arithmetic is the host's):
+// here a classifier calls some host buffers device memory and a fake copy
+// engine copies them, so the whole path runs without a GPU.
+
+namespace {
+
+/// Every rank of `f` stages the buffers `device` calls device memory, with
+/// an engine of its own.
+std::vector<std::shared_ptr<ucx::detail::fake_copy_engine>> use_fake_device(ranks_fixture& f,
+                                                                            fake_device& device) {
+    std::vector<std::shared_ptr<ucx::detail::fake_copy_engine>> engines;
+    ucx::detail::device_staging::settings s;
+    s.chunk = 4096; // several copies per buffer
+    for (auto& w : f.workers_) {
+        engines.push_back(std::make_shared<ucx::detail::fake_copy_engine>());
+        ucx::detail::use_device_staging(
+            *ucx::detail::access::get_impl(*w),
+            [&device](const void* p) { return device.classify(p); }, engines.back(), s);
+    }
+    return engines;
+}
+
+} // namespace
+
+TEST(group, CollectivesOnDeviceBuffersRunOnHostCopiesOfThem) {
+    for (transport t : {transport::tcp, transport::shared_memory}) {
+        SCOPED_TRACE(to_string(t));
+        ranks_fixture f(t, 3);
+        fake_device device;
+        const auto engines = use_fake_device(f, device);
+        const int n = f.size();
+        constexpr std::size_t count = 3000; // 12 KB of floats: several copies each way
+
+        // Allreduce in place on device memory, and from host into device memory.
+        std::vector<std::vector<float>> data(n, std::vector<float>(count));
+        std::vector<std::vector<float>> host_in(n, std::vector<float>(count)),
+            device_out(n, std::vector<float>(count, -1.0f));
+        std::vector<float> expected(count, 0.0f);
+        for (int i = 0; i < n; ++i) {
+            for (std::size_t k = 0; k < count; ++k) {
+                data[i][k] = value_for<float>(i, k);
+                host_in[i][k] = data[i][k];
+                expected[k] += data[i][k];
+            }
+            device.mark(data[i]);
+            device.mark(device_out[i]);
+        }
+        ranks_fixture::expect_ok(f.on_all([&](int i, auto h) {
+            f.groups[i].async_allreduce(std::span<float>(data[i]), ucx::reduce_op::sum, h);
+        }));
+        ranks_fixture::expect_ok(f.on_all([&](int i, auto h) {
+            f.groups[i].async_allreduce(std::span<const float>(host_in[i]),
+                                        std::span<float>(device_out[i]), ucx::reduce_op::sum, h);
+        }));
+        for (int i = 0; i < n; ++i) {
+            EXPECT_EQ(data[i], expected) << "rank " << i;
+            EXPECT_EQ(device_out[i], expected) << "rank " << i;
+        }
+
+        // Broadcast from a device buffer into device buffers.
+        std::vector<std::vector<char>> bcast;
+        for (int i = 0; i < n; ++i)
+            bcast.push_back(device.make(10000, i == 1 ? 77 : 5));
+        const std::vector<char> root_data = bcast[1];
+        ranks_fixture::expect_ok(f.on_all(
+            [&](int i, auto h) { f.groups[i].async_broadcast(asio::buffer(bcast[i]), 1, h); }));
+        for (int i = 0; i < n; ++i)
+            EXPECT_EQ(bcast[i], root_data) << "rank " << i;
+
+        // Allgather from device memory into host (rank 0) or device memory.
+        std::vector<std::vector<char>> blocks, gathered;
+        std::vector<char> all;
+        for (int i = 0; i < n; ++i) {
+            blocks.push_back(device.make(5000, 200 + i));
+            all.insert(all.end(), blocks.back().begin(), blocks.back().end());
+        }
+        for (int i = 0; i < n; ++i)
+            gathered.push_back(i == 0 ? std::vector<char>(all.size()) : device.make(all.size(), 0));
+        ranks_fixture::expect_ok(f.on_all([&](int i, auto h) {
+            f.groups[i].async_allgather(asio::buffer(blocks[i]), asio::buffer(gathered[i]), h);
+        }));
+        for (int i = 0; i < n; ++i)
+            EXPECT_EQ(gathered[i], all) << "rank " << i;
+
+        // Every engine copied both ways: the host copies were really used.
+        for (int i = 0; i < n; ++i) {
+            EXPECT_GT(engines[i]->device_to_host(), 0u) << "rank " << i;
+            EXPECT_GT(engines[i]->host_to_device(), 0u) << "rank " << i;
+            EXPECT_GT(f.workers_[i]->stats().staged_operations, 0u) << "rank " << i;
+        }
+    }
+}
+
+// A rank whose device input cannot be copied fails its collective with the
+// copy's error; the group fails, and every other rank learns it, no one
+// waits for the missing contribution.
+TEST(group, AFailedDeviceCopyFailsTheCollectiveOnEveryRank) {
+    ranks_fixture f(transport::tcp, 3);
+    fake_device device;
+    const auto engines = use_fake_device(f, device);
+    engines[1]->fail_start(0, ucx::make_error_code(ucx::error::cuda_error));
+    std::vector<std::vector<double>> data(3, std::vector<double>(100, 1.0));
+    device.mark(data[1]);
+    const auto r = f.on_all([&](int i, auto h) {
+        f.groups[i].async_allreduce(std::span<double>(data[i]), ucx::reduce_op::sum, h);
+    });
+    EXPECT_EQ(r[1], ucx::error::cuda_error) << r[1].message();
+    EXPECT_EQ(r[0], ucx::error::group_failed) << r[0].message();
+    EXPECT_EQ(r[2], ucx::error::group_failed) << r[2].message();
+    // Nothing half-done is reported as a result.
+    EXPECT_EQ(data[1], std::vector<double>(100, 1.0));
+}
+
+// Messages by rank into and from device memory, from any rank too.
+TEST(group, MessagesByRankFromAndIntoDeviceBuffers) {
+    ranks_fixture f(transport::shared_memory, 3);
+    fake_device device;
+    const auto engines = use_fake_device(f, device);
+    std::vector<char> from1 = device.make(20000, 1), from2 = device.make(300, 2);
+    std::vector<char> into = device.make(20000, 0), any = device.make(300, 0);
+    std::optional<ucx::error_code> sent1, sent2, got, got_any;
+    std::size_t n = 0, n_any = 0;
+    int from = -1;
+    f.groups[0].async_recv(1, asio::buffer(into), 4, [&](ucx::error_code ec, std::size_t len) {
+        got = ec;
+        n = len;
+    });
+    f.groups[0].async_recv_any(asio::buffer(any), 5,
+                               [&](ucx::error_code ec, int who, std::size_t len) {
+                                   got_any = ec;
+                                   from = who;
+                                   n_any = len;
+                               });
+    f.groups[1].async_send(0, asio::buffer(from1), 4,
+                           [&](ucx::error_code ec, std::size_t) { sent1 = ec; });
+    f.groups[2].async_send(0, asio::buffer(from2), 5,
+                           [&](ucx::error_code ec, std::size_t) { sent2 = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return sent1 && sent2 && got && got_any; }));
+    ASSERT_FALSE(*got) << got->message();
+    ASSERT_FALSE(*got_any) << got_any->message();
+    EXPECT_FALSE(*sent1);
+    EXPECT_FALSE(*sent2);
+    EXPECT_EQ(n, from1.size());
+    EXPECT_EQ(into, from1);
+    EXPECT_EQ(from, 2);
+    EXPECT_EQ(n_any, from2.size());
+    EXPECT_EQ(any, from2);
+    EXPECT_GT(engines[0]->host_to_device(), 0u);
+    EXPECT_GT(engines[1]->device_to_host(), 0u);
+    EXPECT_GT(engines[2]->device_to_host(), 0u);
 }
