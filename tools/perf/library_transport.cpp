@@ -213,8 +213,10 @@ struct rma_client_state {
     const ucx::remote_key& key;
     bool put = find_test(s.test)->name == std::string("put_bw");
     std::size_t slots = rma_slots(s);
-    std::vector<std::vector<std::byte>> bufs =
-        std::vector<std::vector<std::byte>>(slots, std::vector<std::byte>(s.size));
+    // With --memory cuda the local buffers are device memory; the server's
+    // region stays host memory (registering device memory needs a UCX with
+    // CUDA transports).
+    std::vector<buffer> bufs = std::vector<buffer>(slots, buffer(s.size, s.memory));
     std::vector<std::size_t> free_slots{}; // --check: slots that may be used
     std::vector<std::size_t> written{};    // --check, put: slots awaiting verification
     std::vector<std::uint64_t> last_seq = std::vector<std::uint64_t>(slots);
@@ -223,7 +225,7 @@ struct rma_client_state {
     rma_client_state(const settings& st, control& c, ucx::endpoint& e, const ucx::remote_key& k)
         : s(st), ctl(c), ep(e), key(k) {
         if (!s.check)
-            fill(bufs[0], 0);
+            bufs[0].fill(0);
         for (std::size_t j = slots; j > 0; --j)
             free_slots.push_back(j - 1);
         written.reserve(slots);
@@ -234,10 +236,10 @@ struct rma_client_state {
         if (!s.check)
             return;
         if (put) {
-            fill(bufs[slot], seq);
+            bufs[slot].fill(seq);
             last_seq[slot] = seq;
         } else {
-            std::fill(bufs[slot].begin(), bufs[slot].end(), std::byte{0});
+            bufs[slot].clear();
         }
     }
     // After it completed (a get's slot is free again; the caller returns it).
@@ -247,7 +249,7 @@ struct rma_client_state {
         if (put)
             written.push_back(slot);
         else
-            check(bufs[slot], slot, "get");
+            check_any(bufs[slot].view(), slot, "get");
     }
     // After a flush: the server checks the slots written since the last one.
     void verify_written() {
@@ -307,9 +309,9 @@ struct rma_client_cb {
             issue();
         };
         if (st.put)
-            ucx::async_put(st.ep, asio::buffer(st.bufs[slot]), st.address(slot), st.key, done);
+            ucx::async_put(st.ep, st.bufs[slot].view(), st.address(slot), st.key, done);
         else
-            ucx::async_get(st.ep, asio::buffer(st.bufs[slot]), st.address(slot), st.key, done);
+            ucx::async_get(st.ep, st.bufs[slot].view(), st.address(slot), st.key, done);
     }
     void flush() {
         ucx::async_flush(st.ep, [this](ucx::error_code ec) {
@@ -343,11 +345,11 @@ awaitable<void> rma_loop_co(session<peer>& ss, rma_client_state& st, rma_wave& w
         st.prepare(slot, seq);
         std::size_t n = 0;
         if (st.put)
-            n = co_await ucx::async_put(ss.ops.ep, asio::buffer(st.bufs[slot]), st.address(slot),
-                                        st.key, use_awaitable);
+            n = co_await ucx::async_put(ss.ops.ep, st.bufs[slot].view(), st.address(slot), st.key,
+                                        use_awaitable);
         else
-            n = co_await ucx::async_get(ss.ops.ep, asio::buffer(st.bufs[slot]), st.address(slot),
-                                        st.key, use_awaitable);
+            n = co_await ucx::async_get(ss.ops.ep, st.bufs[slot].view(), st.address(slot), st.key,
+                                        use_awaitable);
         if (n != ss.s.size)
             throw failure("RMA operation of the wrong size");
         st.completed(slot);
@@ -506,7 +508,13 @@ auto with_kind(const settings& s, control& ctl, bool server, F f) {
     library_side l(s);
     l.connect(ctl, server);
     const peer p{l.w, l.ep};
-    return find_test(s.test)->api == api::am ? f(l.io, am_ops{p}) : f(l.io, tag_ops{p});
+    if (find_test(s.test)->api != api::am)
+        return f(l.io, tag_ops{p});
+    // Device memory: the data of rendezvous messages lands in device memory
+    // (eager ones stay in host memory, where UCX delivers them).
+    if (s.memory == memory::cuda)
+        ucx::set_am_memory_type(l.w, am_ops::data_id, ucx::memory_type::cuda);
+    return f(l.io, am_ops{p});
 }
 
 } // namespace

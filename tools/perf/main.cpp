@@ -9,6 +9,7 @@
 // to the server over a TCP control connection; UCX settings come from each
 // process's environment (UCX_TLS, UCX_NET_DEVICES, ...).
 #include "common.hpp"
+#include "memory.hpp"
 #include "report.hpp"
 
 #include <ucx/context.hpp>
@@ -19,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -183,6 +185,13 @@ int main(int argc, char** argv) {
                      s.test.c_str());
         return 2;
     }
+    if (!s.server && s.memory == perf::memory::cuda) {
+        if (const std::string why = perf::cuda_unavailable_reason(); !why.empty()) {
+            // 77: the test cannot run on this machine (ctest's skip code).
+            std::fprintf(stderr, "ucx-asio-perf: --memory cuda: %s\n", why.c_str());
+            return 77;
+        }
+    }
     try {
         if (s.server) {
             run_server(s);
@@ -200,7 +209,13 @@ int main(int argc, char** argv) {
         int rc = 0;
         try {
             const perf::result r = run_client(s, host, port);
-            perf::print(stdout, s, perf::summarise(s, r));
+            perf::summary sum = perf::summarise(s, r);
+            if (s.memory == perf::memory::cuda) {
+                // After the run, so the copies do not compete with it.
+                const perf::copy_ceiling c = perf::measure_copy_ceiling(s.size);
+                sum.ceiling_mib_per_s = std::min(c.device_to_host_mib_s, c.host_to_device_mib_s);
+            }
+            perf::print(stdout, s, sum);
             if (s.count_allocations)
                 std::printf("heap allocations (operator new) in the measured phase: %zu in %zu "
                             "operations, client and server together\n",

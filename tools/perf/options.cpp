@@ -76,6 +76,7 @@ constexpr named<progress> progress_modes[] = {
 constexpr named<style> styles[] = {{style::callback, "callback"}, {style::coroutine, "coroutine"}};
 constexpr named<format> formats[] = {
     {format::table, "table"}, {format::csv, "csv"}, {format::json, "json"}};
+constexpr named<memory> memories[] = {{memory::host, "host"}, {memory::cuda, "cuda"}};
 
 template <class E, std::size_t N>
 const char* name_of(const named<E> (&table)[N], E e) {
@@ -112,6 +113,10 @@ const char* to_string(progress p) {
 
 const char* to_string(style s) {
     return name_of(styles, s);
+}
+
+const char* to_string(memory m) {
+    return name_of(memories, m);
 }
 
 namespace {
@@ -182,14 +187,15 @@ std::string parse(int argc, const char* const* argv, settings& s) {
                 return "unknown test '" + v + "'";
             s.test = v;
         } else if (arg == "--transport" || arg == "--progress" || arg == "--style" ||
-                   arg == "--format") {
+                   arg == "--format" || arg == "-m" || arg == "--memory") {
             if (!value(v))
                 return arg + " needs a value";
             const std::string err =
                 arg == "--transport"  ? choose(transports, "transport", v, s.transport)
                 : arg == "--progress" ? choose(progress_modes, "progress mode", v, s.progress)
                 : arg == "--style"    ? choose(styles, "completion style", v, s.style)
-                                      : choose(formats, "format", v, s.format);
+                : arg == "--format"   ? choose(formats, "format", v, s.format)
+                                      : choose(memories, "memory", v, s.memory);
             if (!err.empty())
                 return err;
         } else if (arg == "--error-handling") {
@@ -244,6 +250,11 @@ std::string parse(int argc, const char* const* argv, settings& s) {
         return "--check needs --size of at least 8";
     if (!s.server && !s.local && s.host.empty())
         return "give a server host, --local or --server";
+    if (s.memory == memory::cuda && s.transport != transport::library)
+        return "--memory cuda runs with --transport library (compare raw UCX with "
+               "ucx_perftest -m cuda)";
+    if (s.memory == memory::cuda && t->kind != kind::bandwidth)
+        return "--memory cuda runs the bandwidth tests (tag_bw am_bw stream_bw put_bw get_bw)";
     return "";
 }
 
@@ -256,6 +267,8 @@ std::string wire_form(const settings& s) {
         << s.spin_us;
     if (s.max_steps != 0)
         out << " --max-steps " << s.max_steps;
+    if (s.memory != memory::host)
+        out << " --memory " << to_string(s.memory);
     if (s.check)
         out << " --check";
     if (s.ucx_defaults)
@@ -297,6 +310,10 @@ const char* usage() {
            "  -n, --iters N          measured iterations (depends on test and size)\n"
            "  -w, --warmup N         warm-up iterations (iters/10)\n"
            "  --window N             bandwidth tests: sends (puts, gets) in flight (64)\n"
+           "  -m, --memory M         host or cuda: the messages in device memory on both sides\n"
+           "                         (bandwidth tests, --transport library; prints the\n"
+           "                         cudaMemcpy bandwidth of the size beside: the ceiling of\n"
+           "                         device memory staged through host memory) (host)\n"
            "  --check                verify the content of every message\n"
            "  --format F             table, csv or json (table)\n"
            "  --no-header            leave out the table or csv header\n"

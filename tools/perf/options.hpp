@@ -40,6 +40,8 @@ enum class transport {
 enum class progress { event, poll, hybrid };
 enum class style { callback, coroutine };
 enum class format { table, csv, json };
+/// Where the messages live: host memory, or CUDA device memory on both sides.
+enum class memory { host, cuda };
 
 /// Everything a run needs; the client sends the test part to the server.
 struct settings {
@@ -48,6 +50,7 @@ struct settings {
     perf::transport transport = perf::transport::library;
     perf::progress progress = perf::progress::event;
     perf::style style = perf::style::callback;
+    perf::memory memory = perf::memory::host;
     std::size_t size = 8;
     std::size_t iters = 0;  ///< 0: a default that depends on the test and size
     std::size_t warmup = 0; ///< 0: a default (iters / 10, at least 1)
@@ -80,6 +83,7 @@ struct settings {
 const char* to_string(transport t);
 const char* to_string(progress p);
 const char* to_string(style s);
+const char* to_string(memory m);
 
 /// Parses the command line into `s`; returns an error message or "".
 std::string parse(int argc, const char* const* argv, settings& s);

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "common.hpp"
+#include "memory.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -54,13 +55,18 @@ void expect(const settings& s, const typename Ops::message& m, std::uint64_t seq
     if (p.size() != s.size)
         throw failure(std::string(what) + " of the wrong size");
     if (s.check)
-        check({static_cast<const std::byte*>(p.data()), p.size()}, seq, what);
+        check_any(p, seq, what);
 }
 
-/// A receive buffer of `n` bytes where the kind receives into the caller's.
+/// A receive buffer of the test's size and memory where the kind receives
+/// into the caller's (else an empty one).
 template <class Ops>
-std::vector<std::byte> recv_buffer(std::size_t n) {
-    return std::vector<std::byte>(Ops::own_buffers ? n : 0);
+buffer recv_buffer(const settings& s, std::size_t n) {
+    return buffer(Ops::own_buffers ? n : 0, s.memory);
+}
+template <class Ops>
+buffer recv_buffer(const settings& s) {
+    return recv_buffer<Ops>(s, s.size);
 }
 
 /// Everything one side of a run needs.
@@ -102,8 +108,8 @@ template <class Ops>
 struct lat_client_cb {
     session<Ops>& ss;
     result& r;
-    std::vector<std::byte> out = std::vector<std::byte>(ss.s.size);
-    std::vector<std::byte> in = recv_buffer<Ops>(ss.s.size);
+    buffer out = buffer(ss.s.size, ss.s.memory);
+    buffer in = recv_buffer<Ops>(ss.s);
     std::uint64_t i = 0;
     int pending = 0;
     clock_type::time_point t0{}, t_recv{};
@@ -112,7 +118,7 @@ struct lat_client_cb {
         if (i == ss.warmup)
             ss.begin_measuring();
         if (ss.s.check)
-            fill(out, i);
+            out.fill(i);
         pending = 2;
         t0 = clock_type::now();
         // Send first, then post the receive, as ucx_perftest does: nothing
@@ -126,16 +132,16 @@ struct lat_client_cb {
             recv_reply();
     }
     void send_ping() {
-        ss.ops.send_ping(i, asio::buffer(out), [this](error_code ec, std::size_t) {
+        ss.ops.send_ping(i, out.view(), [this](error_code ec, std::size_t) {
             throw_if(ec, Ops::send_what);
             done_one();
         });
     }
     void recv_reply() {
-        ss.ops.recv_reply(i, asio::buffer(in), [this](error_code ec, auto&&... got) {
+        ss.ops.recv_reply(i, in.view(), [this](error_code ec, auto&&... got) {
             t_recv = clock_type::now();
             throw_if(ec, Ops::recv_what);
-            const auto m = Ops::received(asio::buffer(in), std::move(got)...);
+            const auto m = Ops::received(in.view(), std::move(got)...);
             if (Ops::numbered && Ops::seq(m) != i)
                 throw failure("reply out of order");
             expect<Ops>(ss.s, m, i, "reply");
@@ -158,8 +164,8 @@ struct lat_server_cb {
     session<Ops>& ss;
     // Two of each: the reply to one ping may be in flight when the next
     // arrives (one at a time: one buffer).
-    std::vector<std::byte> buf[2] = {recv_buffer<Ops>(ss.s.size),
-                                     recv_buffer<Ops>(Ops::one_at_a_time ? 0 : ss.s.size)};
+    buffer buf[2] = {recv_buffer<Ops>(ss.s),
+                     recv_buffer<Ops>(ss.s, Ops::one_at_a_time ? 0 : ss.s.size)};
     typename Ops::message held[2]{};
     std::uint64_t seq[2] = {0, 0};
     std::size_t received = 0, sent = 0;
@@ -167,9 +173,9 @@ struct lat_server_cb {
     void start() { post_recv(); }
     void post_recv() {
         const std::size_t k = Ops::one_at_a_time ? 0 : received % 2;
-        ss.ops.recv_ping(asio::buffer(buf[k]), [this, k](error_code ec, auto&&... got) {
+        ss.ops.recv_ping(buf[k].view(), [this, k](error_code ec, auto&&... got) {
             throw_if(ec, Ops::recv_what);
-            held[k] = Ops::received(asio::buffer(buf[k]), std::move(got)...);
+            held[k] = Ops::received(buf[k].view(), std::move(got)...);
             seq[k] = Ops::numbered ? Ops::seq(held[k]) : received;
             expect<Ops>(ss.s, held[k], seq[k], "ping");
             if (++received == ss.warmup)
@@ -197,7 +203,7 @@ struct bw_client_cb {
     session<Ops>& ss;
     result& r;
     std::size_t slots = Ops::one_at_a_time ? 1 : ss.s.check ? buffer_slots(ss.s) : ss.s.window;
-    std::vector<std::vector<std::byte>> bufs{};
+    std::vector<buffer> bufs{};
     std::vector<std::uint64_t> seqs{}; // each slot's message number (headers)
     std::vector<std::size_t> free_slots{};
     std::uint64_t next = 0;
@@ -208,10 +214,10 @@ struct bw_client_cb {
     clock_type::time_point t0{};
 
     void start() {
-        bufs.resize(ss.s.check ? slots : 1, std::vector<std::byte>(ss.s.size));
+        bufs.resize(ss.s.check ? slots : 1, buffer(ss.s.size, ss.s.memory));
         seqs.resize(slots);
         if (!ss.s.check)
-            fill(bufs[0], 0);
+            bufs[0].fill(0);
         for (std::size_t k = 0; k < slots; ++k)
             free_slots.push_back(k);
         start_round(ss.warmup);
@@ -247,8 +253,8 @@ struct bw_client_cb {
         ++inflight;
         auto& b = bufs[ss.s.check ? slot : 0];
         if (ss.s.check)
-            fill(b, seqs[slot]);
-        ss.ops.send_data(seqs[slot], asio::buffer(b), [this, slot](error_code ec, std::size_t) {
+            b.fill(seqs[slot]);
+        ss.ops.send_data(seqs[slot], b.view(), [this, slot](error_code ec, std::size_t) {
             throw_if(ec, Ops::send_what);
             --inflight;
             free_slots.push_back(slot);
@@ -275,7 +281,7 @@ struct bw_server_cb {
     // As many receives as the sender keeps sends in flight (with --check
     // fewer, one buffer each, within 64 MiB).
     std::size_t slots = Ops::receivers(ss.s);
-    std::vector<std::vector<std::byte>> bufs{};
+    std::vector<buffer> bufs{};
     std::vector<std::uint64_t> seqs{}; // the message each slot's receive gets
     std::size_t posted = 0, received = 0;
     std::uint64_t ack = 0;
@@ -283,7 +289,7 @@ struct bw_server_cb {
     void start() {
         // Without --check every receive lands in one buffer, as in
         // ucx_perftest (and as the sender sends from one buffer).
-        bufs.resize(ss.s.check ? slots : 1, recv_buffer<Ops>(ss.s.size));
+        bufs.resize(ss.s.check ? slots : 1, recv_buffer<Ops>(ss.s));
         seqs.resize(slots);
         for (std::size_t k = 0; k < slots && posted < ss.total; ++k)
             post_recv(k);
@@ -291,10 +297,10 @@ struct bw_server_cb {
     void post_recv(std::size_t slot) {
         seqs[slot] = posted++;
         ss.ops.recv_data(
-            asio::buffer(bufs[ss.s.check ? slot : 0]), [this, slot](error_code ec, auto&&... got) {
+            bufs[ss.s.check ? slot : 0].view(), [this, slot](error_code ec, auto&&... got) {
                 throw_if(ec, Ops::recv_what);
                 auto& b = bufs[ss.s.check ? slot : 0];
-                auto m = Ops::received(asio::buffer(b), std::move(got)...);
+                auto m = Ops::received(b.view(), std::move(got)...);
                 expect<Ops>(ss.s, m, Ops::numbered_data ? Ops::seq(m) : seqs[slot], "data");
                 m = {};
                 ++received;
@@ -324,17 +330,17 @@ struct bw_server_cb {
 template <class Ops>
 awaitable<void> lat_client_co(session<Ops>& ss, result& r) {
     const settings& s = ss.s;
-    std::vector<std::byte> out(s.size), in = recv_buffer<Ops>(s.size);
+    buffer out(s.size, s.memory), in = recv_buffer<Ops>(s);
     for (std::uint64_t i = 0; i < ss.total; ++i) {
         if (i == ss.warmup)
             ss.begin_measuring();
         if (s.check)
-            fill(out, i);
+            out.fill(i);
         const auto t0 = clock_type::now();
-        co_await ss.ops.send_ping(i, asio::buffer(out), use_awaitable);
-        auto got = co_await ss.ops.recv_reply(i, asio::buffer(in), use_awaitable);
+        co_await ss.ops.send_ping(i, out.view(), use_awaitable);
+        auto got = co_await ss.ops.recv_reply(i, in.view(), use_awaitable);
         const auto t1 = clock_type::now();
-        const auto m = Ops::received(asio::buffer(in), std::move(got));
+        const auto m = Ops::received(in.view(), std::move(got));
         if (Ops::numbered && Ops::seq(m) != i)
             throw failure("reply out of order");
         expect<Ops>(s, m, i, "reply");
@@ -346,10 +352,10 @@ awaitable<void> lat_client_co(session<Ops>& ss, result& r) {
 
 template <class Ops>
 awaitable<void> lat_server_co(session<Ops>& ss) {
-    std::vector<std::byte> buf = recv_buffer<Ops>(ss.s.size);
+    buffer buf = recv_buffer<Ops>(ss.s);
     for (std::size_t i = 0; i < ss.total; ++i) {
-        const auto m = Ops::received(asio::buffer(buf),
-                                     co_await ss.ops.recv_ping(asio::buffer(buf), use_awaitable));
+        const auto m =
+            Ops::received(buf.view(), co_await ss.ops.recv_ping(buf.view(), use_awaitable));
         std::uint64_t seq = Ops::numbered ? Ops::seq(m) : i;
         expect<Ops>(ss.s, m, seq, "ping");
         if (i + 1 == ss.warmup)
@@ -367,13 +373,13 @@ struct bw_round {
 };
 
 template <class Ops>
-awaitable<void> bw_sender_co(session<Ops>& ss, bw_round& round, std::vector<std::byte>& buf) {
+awaitable<void> bw_sender_co(session<Ops>& ss, bw_round& round, buffer& buf) {
     while (round.remaining > 0) {
         --round.remaining;
         std::uint64_t seq = round.next++;
         if (ss.s.check)
-            fill(buf, seq);
-        co_await ss.ops.send_data(seq, asio::buffer(buf), use_awaitable);
+            buf.fill(seq);
+        co_await ss.ops.send_data(seq, buf.view(), use_awaitable);
     }
 }
 
@@ -381,9 +387,9 @@ template <class Ops>
 awaitable<void> bw_client_co(session<Ops>& ss, result& r) {
     const settings& s = ss.s;
     const std::size_t senders = Ops::one_at_a_time ? 1 : s.check ? buffer_slots(s) : s.window;
-    std::vector<std::vector<std::byte>> bufs(s.check ? senders : 1, std::vector<std::byte>(s.size));
+    std::vector<buffer> bufs(s.check ? senders : 1, buffer(s.size, s.memory));
     if (!s.check)
-        fill(bufs[0], 0);
+        bufs[0].fill(0);
     bw_round round;
     std::uint64_t ack = 0;
     for (int k = 0; k < 2; ++k) {
@@ -418,12 +424,11 @@ awaitable<void> bw_client_co(session<Ops>& ss, result& r) {
 
 template <class Ops>
 awaitable<void> bw_receiver_co(session<Ops>& ss, std::size_t& posted, std::size_t& received,
-                               std::vector<std::byte>& buf) {
+                               buffer& buf) {
     std::uint64_t ack = 0;
     while (posted < ss.total) {
         const std::uint64_t seq = posted++;
-        auto m = Ops::received(asio::buffer(buf),
-                               co_await ss.ops.recv_data(asio::buffer(buf), use_awaitable));
+        auto m = Ops::received(buf.view(), co_await ss.ops.recv_data(buf.view(), use_awaitable));
         expect<Ops>(ss.s, m, Ops::numbered_data ? Ops::seq(m) : seq, "data");
         m = {};
         ++received;
@@ -461,7 +466,7 @@ void run_receivers(session<Ops>& ss) {
     const settings& s = ss.s;
     const std::size_t count = Ops::receivers(s);
     // One buffer for every receive without --check, as in ucx_perftest.
-    std::vector<std::vector<std::byte>> bufs(s.check ? count : 1, recv_buffer<Ops>(s.size));
+    std::vector<buffer> bufs(s.check ? count : 1, recv_buffer<Ops>(s));
     std::size_t posted = 0, received = 0, active = 0;
     for (std::size_t j = 0; j < count; ++j) {
         ++active;

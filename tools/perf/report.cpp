@@ -50,15 +50,23 @@ void print(std::FILE* out, const settings& s, const summary& m) {
                 to_string(s.transport), s.test.c_str(), to_string(s.progress), style, s.size,
                 s.measured_iters(), "-", "-", m.average_us, m.mib_per_s, m.messages_per_s,
                 m.allocations_per_op, s.label.c_str());
+        if (s.memory == memory::cuda)
+            std::fprintf(out,
+                         "memory cuda: cudaMemcpy ceiling %.1f MiB/s (the slower way between "
+                         "device and pinned host memory); this run %.2f of it\n",
+                         m.ceiling_mib_per_s,
+                         m.ceiling_mib_per_s > 0 ? m.mib_per_s / m.ceiling_mib_per_s : 0.0);
         break;
     case format::csv:
         if (s.header)
             std::fprintf(out, "transport,test,progress,style,size,iters,window,median_us,p99_us,"
-                              "avg_us,mib_per_s,msg_per_s,allocs_per_op,label\n");
-        std::fprintf(out, "%s,%s,%s,%s,%zu,%zu,%zu,%.4f,%.4f,%.4f,%.2f,%.1f,%.4f,%s\n",
+                              "avg_us,mib_per_s,msg_per_s,allocs_per_op,label,memory,"
+                              "ceiling_mib_per_s\n");
+        std::fprintf(out, "%s,%s,%s,%s,%zu,%zu,%zu,%.4f,%.4f,%.4f,%.2f,%.1f,%.4f,%s,%s,%.2f\n",
                      to_string(s.transport), s.test.c_str(), to_string(s.progress), style, s.size,
                      s.measured_iters(), s.window, m.median_us, m.p99_us, m.average_us, m.mib_per_s,
-                     m.messages_per_s, m.allocations_per_op, s.label.c_str());
+                     m.messages_per_s, m.allocations_per_op, s.label.c_str(), to_string(s.memory),
+                     m.ceiling_mib_per_s);
         break;
     case format::json:
         std::fprintf(out,
@@ -66,10 +74,11 @@ void print(std::FILE* out, const settings& s, const summary& m) {
                      "\"style\": \"%s\", \"size\": %zu, \"iters\": %zu, \"window\": %zu, "
                      "\"median_us\": %.4f, \"p99_us\": %.4f, \"avg_us\": %.4f, "
                      "\"mib_per_s\": %.2f, \"msg_per_s\": %.1f, \"allocs_per_op\": %.4f, "
-                     "\"label\": \"%s\"}\n",
+                     "\"label\": \"%s\", \"memory\": \"%s\", \"ceiling_mib_per_s\": %.2f}\n",
                      to_string(s.transport), s.test.c_str(), to_string(s.progress), style, s.size,
                      s.measured_iters(), s.window, m.median_us, m.p99_us, m.average_us, m.mib_per_s,
-                     m.messages_per_s, m.allocations_per_op, s.label.c_str());
+                     m.messages_per_s, m.allocations_per_op, s.label.c_str(), to_string(s.memory),
+                     m.ceiling_mib_per_s);
         break;
     }
 }

@@ -13,6 +13,10 @@ struct summary {
     double mib_per_s = 0;                             ///< payload bandwidth
     double messages_per_s = 0;                        ///< message rate
     double allocations_per_op = 0; ///< operator new calls per operation, both sides
+    /// --memory cuda: the slower way of plain cudaMemcpy between device and
+    /// pinned host memory at the test's size (MiB/s), the ceiling of a
+    /// transfer staged through host memory; 0 otherwise.
+    double ceiling_mib_per_s = 0;
 };
 
 /// Summarises a client's measurements.

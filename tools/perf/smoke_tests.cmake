@@ -53,6 +53,24 @@ add_test(NAME perf_smoke.bad_connect COMMAND ucx-asio-perf --local --connect ip)
 set_tests_properties(perf_smoke.bad_connect PROPERTIES
   PASS_REGULAR_EXPRESSION "--connect takes address or sockaddr")
 
+# Device memory on both sides (--memory cuda), content checked, sizes of one
+# chunk and of several: skipped (exit status 77, the reason printed) where
+# the machine has no GPU or the build no CUDA.
+foreach(test tag_bw am_bw stream_bw put_bw get_bw)
+  foreach(size 300000 3000000)
+    set(_name perf_smoke.library.${test}.cuda.${size})
+    add_test(NAME ${_name}
+      COMMAND ucx-asio-perf --local --check --memory cuda --test ${test} --size ${size}
+              --iters 20 --warmup 2 --window 4)
+    set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 120
+      SKIP_RETURN_CODE 77)
+  endforeach()
+endforeach()
+add_test(NAME perf_smoke.cuda_needs_library COMMAND ucx-asio-perf --local --transport ucp
+  --memory cuda --test tag_bw)
+set_tests_properties(perf_smoke.cuda_needs_library PROPERTIES
+  PASS_REGULAR_EXPRESSION "--memory cuda runs with --transport library")
+
 # RMA over Asio TCP: refused with a clear message and exit status 2.
 add_test(NAME perf_smoke.tcp.rma_refused COMMAND ucx-asio-perf --local --transport tcp --test put_bw)
 set_tests_properties(perf_smoke.tcp.rma_refused PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}"
