@@ -387,10 +387,12 @@ bool device_staging::send(endpoint_impl& ep, transfer_op* op, const void* data, 
         op, nullptr, staging_direction::outgoing, const_cast<void*>(data), size,
         [keep = ep.shared_from_this(), tag, submit](entry& e, void* host, std::size_t n,
                                                     completion done) {
+            // A shutdown may end the entry before UCX ends the transfer.
             auto* t = internal_op<bytes_result<>>(
-                *keep->worker(),
-                [&e, done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
-                    e.transfer = nullptr;
+                *keep->worker(), [weak = e.weak_from_this(), done = std::move(done)](
+                                     const error_code& ec, std::size_t bytes) mutable {
+                    if (const auto e = weak.lock())
+                        e->transfer = nullptr;
                     done(ec, bytes);
                 });
             e.transfer = t;
@@ -408,10 +410,12 @@ bool device_staging::recv(tag_recv_op* op, void* data, std::size_t size,
         op, op, staging_direction::incoming, data, size,
         [this, submit = std::move(submit)](entry& e, void* host, std::size_t n, completion done) {
             auto* t = internal_op<tag_recv_result>(
-                *worker_, [&e, done = std::move(done)](const error_code& ec, std::size_t bytes,
-                                                       tag_t sender) mutable {
-                    e.transfer = nullptr;
-                    e.sender_tag = sender;
+                *worker_, [weak = e.weak_from_this(), done = std::move(done)](
+                              const error_code& ec, std::size_t bytes, tag_t sender) mutable {
+                    if (const auto e = weak.lock()) {
+                        e->transfer = nullptr;
+                        e->sender_tag = sender;
+                    }
                     done(ec, bytes);
                 });
             e.transfer = t;
