@@ -678,11 +678,17 @@ TEST_P(device_staging_am, shutdown_ends_staged_active_messages) {
                        rendezvous(), [&](ucx::error_code ec, std::size_t) { s2 = ec; });
     ucx::async_am_send(a_to_b, host_id, asio::const_buffer(), asio::buffer(out),
                        [&](ucx::error_code ec, std::size_t) { s1 = ec; });
+    // A staged tag receive waits meanwhile.
+    std::vector<char> tag_in = device.make(4096, 51);
+    std::optional<ucx::error_code> t;
+    ucx::async_tag_recv(b, asio::buffer(tag_in), 98, ucx::tag_mask_full,
+                        [&](ucx::error_code ec, std::size_t, ucx::tag_t) { t = ec; });
     ASSERT_TRUE(run_until(io, [&] { return engine_b->held() > 0 && engine_a->held() > 0; }));
     EXPECT_FALSE(r.ec);
     a.close();
     b.close();
-    ASSERT_TRUE(run_until(io, [&] { return s1 && s2 && r.ec; }));
+    ASSERT_TRUE(run_until(io, [&] { return s1 && s2 && r.ec && t; }));
+    EXPECT_EQ(*t, asio::error::operation_aborted);
     EXPECT_TRUE(*s1) << "the send succeeded with its copies held";
     EXPECT_EQ(*r.ec, asio::error::operation_aborted) << r.ec->message();
     EXPECT_EQ(alloc->live, 1u); // still written by a held copy
