@@ -490,6 +490,26 @@ TEST_P(device_staging_am, a_buffer_sequence_with_device_buffers_is_gathered) {
         // p2 spans two chunks, p4 one: at least three copies from the device.
         EXPECT_GE(engine_a->device_to_host() - to_host0, 3u);
     }
+    // A device copy of the gather that fails: nothing is sent.
+    // The second chunk copies the rest of p2, then p4: fail the first or
+    // the second of these when it starts, or the second when it ends.
+    for (int how = 0; how < 3; ++how) {
+        SCOPED_TRACE(how);
+        const auto ec = ucx::make_error_code(ucx::error::cuda_error);
+        if (how < 2)
+            engine_a->fail_start(engine_a->started() + 1 + static_cast<std::size_t>(how), ec);
+        else
+            engine_a->fail_completion(engine_a->started() + 2, ec);
+        std::optional<ucx::error_code> s;
+        ucx::async_am_send(a_to_b, host_id, asio::buffer("seq", 3), seq,
+                           [&](ucx::error_code e, std::size_t) { s = e; });
+        ASSERT_TRUE(run_until(io, [&] { return s.has_value(); }));
+        EXPECT_EQ(*s, ucx::error::cuda_error) << s->message();
+    }
+    run_until(
+        io, [] { return false; }, std::chrono::milliseconds(50));
+    EXPECT_EQ(ucx::am_queue(b, host_id).messages, 0u) << "a message arrived from a failed send";
+    EXPECT_EQ(engine_a->outstanding(), 0u);
 }
 
 // Staged and host active messages and tag messages on one endpoint reach
