@@ -683,6 +683,26 @@ TEST_P(device_staging_am, a_failed_copy_to_the_device_gives_the_receiver_the_err
     EXPECT_EQ(alloc->allocations, 2u);
 }
 
+// A message larger than all the pinned memory of the receiver: it comes
+// with allocation_failed and no data; the next one arrives.
+TEST_P(device_staging_am, a_fetch_without_pinned_memory_fails_that_message) {
+    const std::vector<char> big = pattern(33u << 20, 52), small = pattern(100 * 1024, 53);
+    std::optional<ucx::error_code> s1, s2;
+    am_received r1, r2;
+    recv(device_id, r1);
+    recv(device_id, r2);
+    ucx::async_am_send(a_to_b, device_id, asio::const_buffer(), asio::buffer(big), rendezvous(),
+                       [&](ucx::error_code ec, std::size_t) { s1 = ec; });
+    ucx::async_am_send(a_to_b, device_id, asio::const_buffer(), asio::buffer(small), rendezvous(),
+                       [&](ucx::error_code ec, std::size_t) { s2 = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return s2 && r1.ec && r2.ec; }));
+    EXPECT_EQ(*r1.ec, ucx::error::allocation_failed) << r1.ec->message();
+    EXPECT_TRUE(r1.data.empty());
+    ASSERT_FALSE(*r2.ec) << r2.ec->message();
+    EXPECT_EQ(r2.data, small);
+    EXPECT_TRUE(run_until(io, [&] { return alloc->live == 0; }));
+}
+
 // The workers shut down while a staged send's copies and a staged fetch's
 // copies to the device are held: everything ends, the device memory goes
 // back once the copies end.
