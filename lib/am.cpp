@@ -4,6 +4,7 @@
 
 #include "am_registry.hpp"
 #include "context_impl.hpp"
+#include "device_staging.hpp"
 #include "endpoint_impl.hpp"
 #include "intrusive_list.hpp"
 #include "request_param.hpp"
@@ -252,6 +253,10 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     m->fetching = true;
     m->fetch_called = false;
     ++fetches_in_flight_;
+    if (m->mem == memory_type::cuda) [[unlikely]] {
+        if (device_staging* st = worker_->staging(); st && fetch_staged(*st, m, desc))
+            return;
+    }
     worker_->internal_request_started(); // shutdown waits for it
     ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_->native(), desc, buffer, m->length, &param);
     if (UCS_PTR_IS_PTR(r)) {
@@ -269,6 +274,41 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     fetched_.push_back(m);
     worker_->internal_request_done();
     worker_->defer(*this, deferred_stage::messages);
+}
+
+bool am_registry::fetch_staged(device_staging& staging, am_message_state* m, void* desc) noexcept {
+    // Device memory UCX cannot write: fetched into pinned host memory, then
+    // copied. No internal request is counted meanwhile: the fetch itself is
+    // an operation of the worker (shutdown cancels it), and copies need no
+    // progress (shutdown must not wait for them). The report holds this
+    // registry until the device buffer is no longer written.
+    device_staging::fetch_report report;
+    try {
+        report = [keep = shared_from_this(), m](const error_code& ec, std::size_t) {
+            keep->staged_fetched(m, ec);
+        };
+    } catch (...) {
+        return false; // the direct fetch reports what UCX makes of it
+    }
+    return staging.am_fetch(desc, m->data, m->length, std::move(report));
+}
+
+void am_registry::staged_fetched(am_message_state* m, const error_code& ec) noexcept {
+    // Nothing writes the device buffer any more. After a shutdown the
+    // message is an orphan: nobody else releases it.
+    if (closed() || m->orphan) {
+        release(m);
+        return;
+    }
+    if (ec && !m->error)
+        m->error = ec == make_error_code(UCS_ERR_CANCELED)
+                       ? make_error_code(UCS_ERR_CONNECTION_RESET)
+                       : ec;
+    m->fetch_called = true;
+    --fetches_in_flight_;
+    fetched_.push_back(m);
+    worker_->defer(*this, deferred_stage::messages);
+    worker_->request_progress();
 }
 
 void am_registry::uncount(id_state& s, am_message_state* m) noexcept {
@@ -635,9 +675,14 @@ std::tuple<error_code, am_message> am_recv_result::extract(const error_code& ec,
     return {ec, access::construct<am_message>(m)};
 }
 
-void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
-             std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
-             unsigned flags) noexcept {
+bool am_send_valid(const endpoint_impl& ep, unsigned id, std::size_t header_length) noexcept {
+    const am_registry* am = ep.worker()->am();
+    return am && id <= am_max_id && header_length <= am->max_header();
+}
+
+void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void* header,
+                     std::size_t header_length, const ucp_dt_iov_t* iov, std::size_t count,
+                     unsigned flags) noexcept {
     if (!ep.begin(op, true))
         return;
     worker_impl& w = *ep.worker();
@@ -648,11 +693,6 @@ void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
         return w.complete(op, make_error_code(error::invalid_am_id));
     if (header_length > am->max_header())
         return w.complete(op, make_error_code(error::header_too_large));
-    // The header copy follows the IOV array in the operation's storage.
-    auto* iov = const_cast<ucp_dt_iov_t*>(buffers);
-    auto* header_copy = reinterpret_cast<std::byte*>(iov + count);
-    if (header_length)
-        std::memcpy(header_copy, header, header_length);
     std::size_t total = 0;
     for (std::size_t i = 0; i < count; ++i)
         total += iov[i].length;
@@ -668,8 +708,24 @@ void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
         length = count;
     }
     op->bytes = total;
-    ep.submitted(op, ucp_am_send_nbx(ep.native(), id, header_length ? header_copy : nullptr,
+    ep.submitted(op, ucp_am_send_nbx(ep.native(), id, header_length ? header : nullptr,
                                      header_length, data, length, &param));
+}
+
+void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
+             std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
+             unsigned flags) noexcept {
+    // The header copy follows the IOV array in the operation's storage, and
+    // stays there until the send completes.
+    auto* header_copy = reinterpret_cast<std::byte*>(const_cast<ucp_dt_iov_t*>(buffers) + count);
+    if (header_length)
+        std::memcpy(header_copy, header, header_length);
+    // A device buffer where UCX cannot move device memory goes through the
+    // worker's staging (lib/device_staging.hpp); elsewhere `staging()` is null.
+    if (device_staging* s = ep.worker()->staging();
+        s && s->am_send(ep, op, id, header_copy, header_length, buffers, count, flags)) [[unlikely]]
+        return;
+    am_send_message(ep, op, id, header_copy, header_length, buffers, count, flags);
 }
 
 } // namespace detail

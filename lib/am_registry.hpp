@@ -26,6 +26,16 @@
 namespace ucx::detail {
 
 class endpoint_impl;
+class device_staging;
+
+/// Whether an active-message send on `ep` with `id` and a header of
+/// `header_length` bytes passes the checks of `am_send`.
+bool am_send_valid(const endpoint_impl& ep, unsigned id, std::size_t header_length) noexcept;
+/// Hands one active message to UCX after those checks (`op` fails with their
+/// error otherwise); `header` and the IOV array stay valid until it completes.
+void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void* header,
+                     std::size_t header_length, const ucp_dt_iov_t* iov, std::size_t count,
+                     unsigned flags) noexcept;
 
 /// The state of one received message (pooled by its registry).
 struct am_message_state {
@@ -160,6 +170,11 @@ private:
     void pump(id_state& s);
     std::size_t drain() noexcept;
     void fetch(id_state& s, am_message_state* m) noexcept;
+    /// Fetches `m` (rendezvous descriptor `desc`) into its device buffer
+    /// through `staging`; false when it does not take it.
+    bool fetch_staged(device_staging& staging, am_message_state* m, void* desc) noexcept;
+    /// A staged fetch ended (on the executor, once its copies finished).
+    void staged_fetched(am_message_state* m, const error_code& ec) noexcept;
     bool deliver_one(id_state& s);
     /// Gives `m` to the receive waiting at `index` of `s` and queues it for
     /// delivery (from UCX's callback or after progress).

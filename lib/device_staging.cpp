@@ -4,20 +4,25 @@
 #include <ucx/detail/results.hpp>
 #include <ucx/log.hpp>
 
+#include "am_registry.hpp"
 #include "context_impl.hpp"
 #include "endpoint_impl.hpp"
+#include "request_param.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 
 namespace ucx::detail {
 
 /// One staged operation.
-struct device_staging::entry {
+struct device_staging::entry : std::enable_shared_from_this<entry> {
     /// The user's operation (a receive's is also `recv`); null once it was
     /// completed or the worker shut down.
     transfer_op* op = nullptr;
@@ -32,6 +37,8 @@ struct device_staging::entry {
     /// once) and its turn has come.
     const endpoint_impl* ordered = nullptr;
     std::function<void()> submit;
+    /// An active message's fetch: UCX's descriptor until the fetch starts.
+    void* desc = nullptr;
 };
 
 namespace {
@@ -44,6 +51,148 @@ template <class Result, class Handler>
 typename Result::op_type* internal_op(worker_impl& w, Handler&& h) {
     using op_type = handler_operation<std::decay_t<Handler>, worker_core::executor_type, Result>;
     return op_type::create(std::forward<Handler>(h), w.get_executor());
+}
+
+/// The copies out of an active message of several buffers, gathered into
+/// the one staging buffer: a copy "from" `origin + offset` takes the bytes at
+/// that offset of the sequence, host buffers with memcpy at once, device
+/// buffers through the worker's engine (one copy per buffer it spans).
+class gather_engine final : public copy_engine {
+public:
+    struct piece {
+        const char* data;
+        std::size_t size;
+        bool device;
+    };
+    /// Where the staging operation believes the message starts: never
+    /// dereferenced, only offsets from it are.
+    static void* origin() noexcept { return reinterpret_cast<void*>(std::uintptr_t{4096}); }
+
+    gather_engine(std::shared_ptr<copy_engine> inner, std::vector<piece> pieces)
+        : inner_(std::move(inner)), pieces_(std::move(pieces)) {}
+
+    error_code start(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                     copy_handle& out) noexcept override {
+        std::size_t offset =
+            reinterpret_cast<std::uintptr_t>(src) - reinterpret_cast<std::uintptr_t>(origin());
+        copy* c = nullptr;
+        try {
+            c = &copies_[next_];
+            c->parts.reserve(pieces_.size());
+        } catch (const std::bad_alloc&) {
+            copies_.erase(next_);
+            return make_error_code(error::allocation_failed);
+        }
+        char* to = static_cast<char*>(dst);
+        for (const piece& p : pieces_) {
+            if (bytes == 0)
+                break;
+            if (offset >= p.size) {
+                offset -= p.size;
+                continue;
+            }
+            const std::size_t n = std::min(p.size - offset, bytes);
+            if (!p.device) {
+                std::memcpy(to, p.data + offset, n);
+            } else {
+                copy_handle h;
+                if (error_code ec = inner_->start(to, p.data + offset, n, direction, h)) {
+                    if (c->parts.empty()) {
+                        copies_.erase(next_);
+                        return ec;
+                    }
+                    c->error = ec; // reported once the copies started have ended
+                    break;
+                }
+                c->parts.push_back(h);
+            }
+            to += n;
+            bytes -= n;
+            offset = 0;
+        }
+        out = copy_handle{next_++, 0};
+        return {};
+    }
+
+    bool poll(copy_handle h, error_code& ec) noexcept override {
+        const auto it = copies_.find(h.index);
+        if (it == copies_.end()) {
+            ec = make_error_code(errc::invalid_param);
+            return true;
+        }
+        copy& c = it->second;
+        std::erase_if(c.parts, [&](copy_handle part) {
+            error_code part_ec;
+            if (!inner_->poll(part, part_ec))
+                return false;
+            if (part_ec && !c.error)
+                c.error = part_ec;
+            return true;
+        });
+        if (!c.parts.empty())
+            return false;
+        ec = c.error;
+        copies_.erase(it);
+        return true;
+    }
+
+    void abandon(copy_handle h) noexcept override {
+        const auto it = copies_.find(h.index);
+        if (it == copies_.end())
+            return;
+        for (copy_handle part : it->second.parts)
+            inner_->abandon(part);
+        copies_.erase(it);
+    }
+
+private:
+    struct copy {
+        std::vector<copy_handle> parts;
+        error_code error{};
+    };
+    std::shared_ptr<copy_engine> inner_;
+    std::vector<piece> pieces_;
+    std::unordered_map<std::uint32_t, copy> copies_;
+    std::uint32_t next_ = 0;
+};
+
+/// Holds a staged fetch's report: calls it with `operation_aborted` if the
+/// fetch never completed (its io_context went away first).
+struct held_report {
+    device_staging::fetch_report fn;
+    void operator()(const error_code& ec, std::size_t bytes) {
+        if (auto f = std::exchange(fn, nullptr))
+            f(ec, bytes);
+    }
+    ~held_report() { (*this)(boost::asio::error::operation_aborted, 0); }
+};
+
+/// UCX's completion of an active message's fetch into staging memory.
+void on_am_data(void* request, ucs_status_t status, std::size_t length, void* user_data) noexcept {
+    auto* op = static_cast<transfer_op*>(static_cast<operation*>(user_data));
+    op->request = request;
+    op->status = status;
+    op->bytes = length;
+    op->owner->finished(op);
+}
+
+/// Fetches the data of `desc` into `host` for the internal operation `t`.
+void fetch_am_data(worker_impl& w, transfer_op* t, void* desc, void* host, std::size_t n) noexcept {
+    w.start(t);
+    t->cancellable = true; // shutdown cancels it
+    ucp_request_param_t param = am_recv_param(&on_am_data, static_cast<operation*>(t));
+    add_memory_type(param, UCS_MEMORY_TYPE_HOST);
+    const ucs_status_ptr_t r = ucp_am_recv_data_nbx(w.native(), desc, host, n, &param);
+    if (UCS_PTR_IS_PTR(r)) {
+        t->request = r; // freed once delivered (the callback may have run already)
+    } else if (t->status != UCS_INPROGRESS) {
+        t->request = nullptr; // the callback ran inside the call; UCX keeps no request
+    } else {
+        t->status = UCS_PTR_STATUS(r);
+        t->bytes = t->status == UCS_OK ? n : 0;
+        w.finished(t);
+    }
+    w.request_progress();
 }
 
 } // namespace
@@ -80,8 +229,8 @@ bool device_staging::ready(error_code& ec) noexcept {
 }
 
 void device_staging::stage(operation* op, tag_recv_op* recv, staging_direction direction,
-                           void* device, std::size_t size, submit_fn submit,
-                           endpoint_impl* ordered) noexcept {
+                           void* device, std::size_t size, submit_fn submit, endpoint_impl* ordered,
+                           std::shared_ptr<copy_engine> engine) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->library_owned = true;
@@ -107,7 +256,7 @@ void device_staging::stage(operation* op, tag_recv_op* recv, staging_direction d
         std::weak_ptr<entry> weak = e;
         e->ordered = ordered;
         e->run = staging_operation::create(
-            w.get_executor(), config, device, engine_, pool_,
+            w.get_executor(), config, device, engine ? std::move(engine) : engine_, pool_,
             [this, weak, submit = std::move(submit)](const staging_operation::transfer_request& r,
                                                      completion done) {
                 const auto e = weak.lock();
@@ -238,10 +387,12 @@ bool device_staging::send(endpoint_impl& ep, transfer_op* op, const void* data, 
         op, nullptr, staging_direction::outgoing, const_cast<void*>(data), size,
         [keep = ep.shared_from_this(), tag, submit](entry& e, void* host, std::size_t n,
                                                     completion done) {
+            // A shutdown may end the entry before UCX ends the transfer.
             auto* t = internal_op<bytes_result<>>(
-                *keep->worker(),
-                [&e, done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
-                    e.transfer = nullptr;
+                *keep->worker(), [weak = e.weak_from_this(), done = std::move(done)](
+                                     const error_code& ec, std::size_t bytes) mutable {
+                    if (const auto e = weak.lock())
+                        e->transfer = nullptr;
                     done(ec, bytes);
                 });
             e.transfer = t;
@@ -259,10 +410,12 @@ bool device_staging::recv(tag_recv_op* op, void* data, std::size_t size,
         op, op, staging_direction::incoming, data, size,
         [this, submit = std::move(submit)](entry& e, void* host, std::size_t n, completion done) {
             auto* t = internal_op<tag_recv_result>(
-                *worker_, [&e, done = std::move(done)](const error_code& ec, std::size_t bytes,
-                                                       tag_t sender) mutable {
-                    e.transfer = nullptr;
-                    e.sender_tag = sender;
+                *worker_, [weak = e.weak_from_this(), done = std::move(done)](
+                              const error_code& ec, std::size_t bytes, tag_t sender) mutable {
+                    if (const auto e = weak.lock()) {
+                        e->transfer = nullptr;
+                        e->sender_tag = sender;
+                    }
                     done(ec, bytes);
                 });
             e.transfer = t;
@@ -299,6 +452,142 @@ bool device_staging::endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* dat
                 [keep = ep.shared_from_this(), tag, mask](tag_recv_op* t, void* p, std::size_t n) {
                     keep->recv(t, p, n, tag, mask);
                 });
+}
+
+bool device_staging::am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
+                             std::size_t header_length, const ucp_dt_iov_t* iov, std::size_t count,
+                             unsigned flags) noexcept {
+    std::size_t total = 0, device = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+        total += iov[i].length;
+        if (iov[i].length != 0 && must_stage(iov[i].buffer))
+            ++device;
+    }
+    if (device == 0) {
+        if (!send_queues_.contains(&ep))
+            return false;
+        queue_direct(
+            ep, op,
+            [keep = ep.shared_from_this(), op, id, header, header_length, iov, count, flags] {
+                am_send_message(*keep, op, id, header, header_length, iov, count, flags);
+            });
+        return true;
+    }
+    if (!am_send_valid(ep, id, header_length))
+        return false;
+    // The header goes with the internal send: the user's operation may end
+    // (a shutdown) while UCX still reads it.
+    std::shared_ptr<const std::vector<std::byte>> head;
+    std::shared_ptr<copy_engine> gather;
+    void* source = iov[0].buffer;
+    try {
+        const auto* h = static_cast<const std::byte*>(header);
+        head = std::make_shared<const std::vector<std::byte>>(h, h + header_length);
+        error_code ec;
+        if (count > 1 && ready(ec)) {
+            std::vector<gather_engine::piece> pieces;
+            pieces.reserve(count);
+            for (std::size_t i = 0; i < count; ++i)
+                pieces.push_back({static_cast<const char*>(iov[i].buffer), iov[i].length,
+                                  iov[i].length != 0 && must_stage(iov[i].buffer)});
+            gather = std::make_shared<gather_engine>(engine_, std::move(pieces));
+            source = gather_engine::origin();
+        }
+    } catch (const std::bad_alloc&) {
+        worker_->start(op);
+        worker_->complete(op, make_error_code(error::allocation_failed));
+        return true;
+    }
+    stage(
+        op, nullptr, staging_direction::outgoing, source, total,
+        [keep = ep.shared_from_this(), id, head, flags](entry& e, void* host, std::size_t n,
+                                                        completion done) {
+            // The entry may go first (a shutdown): it is not kept for UCX.
+            auto* t = internal_op<bytes_result<>>(
+                *keep->worker(), [weak = e.weak_from_this(), head, done = std::move(done)](
+                                     const error_code& ec, std::size_t bytes) mutable {
+                    if (const auto e = weak.lock())
+                        e->transfer = nullptr;
+                    done(ec, bytes);
+                });
+            e.transfer = t;
+            const ucp_dt_iov_t one{host, n};
+            am_send_message(*keep, t, id, head->data(), head->size(), &one, 1, flags);
+        },
+        &ep, std::move(gather));
+    return true;
+}
+
+bool device_staging::am_fetch(void* desc, void* device, std::size_t size,
+                              fetch_report report) noexcept {
+    if (!must_stage(device))
+        return false;
+    worker_impl& w = *worker_;
+    std::shared_ptr<held_report> held;
+    try {
+        held = std::make_shared<held_report>();
+    } catch (const std::bad_alloc&) {
+        ucp_am_data_release(w.native(), desc);
+        report(make_error_code(error::allocation_failed), 0);
+        return true;
+    }
+    held->fn = std::move(report);
+    error_code ec;
+    if (!ready(ec)) {
+        log::write(log::severity::warning,
+                   "device buffer: no copy engine for staging: " + ec.message());
+        ucp_am_data_release(w.native(), desc);
+        (*held)(ec, 0);
+        return true;
+    }
+    std::shared_ptr<entry> e;
+    try {
+        e = std::make_shared<entry>();
+        e->desc = desc;
+        staging_config config;
+        config.total = size;
+        config.chunk = settings_.chunk;
+        config.slots = settings_.slots;
+        config.direction = staging_direction::incoming;
+        config.mode = staging_mode::whole;
+        std::weak_ptr<entry> weak = e;
+        e->run = staging_operation::create(
+            w.get_executor(), config, device, engine_, pool_,
+            [this, weak](const staging_operation::transfer_request& r, completion done) {
+                const auto e = weak.lock();
+                if (!e || !e->desc || !worker_->is_open())
+                    return done(boost::asio::error::operation_aborted, 0);
+                auto* t = internal_op<bytes_result<>>(
+                    *worker_, [weak, done = std::move(done)](const error_code& ec,
+                                                             std::size_t bytes) mutable {
+                        if (const auto e = weak.lock())
+                            e->transfer = nullptr;
+                        done(ec, bytes);
+                    });
+                e->transfer = t;
+                e->transfer_started = true;
+                fetch_am_data(*worker_, t, std::exchange(e->desc, nullptr), r.data, r.length);
+            });
+        entries_.push_back(e);
+        e->run->async_run([weak, self = this, held](const error_code& ec, std::size_t n) {
+            if (const auto e = weak.lock()) {
+                std::erase(self->entries_, e);
+                ++self->staged_;
+                self->staged_bytes_ += ec ? 0 : n;
+            }
+            (*held)(ec, n);
+        });
+    } catch (const std::exception&) {
+        if (e)
+            std::erase(entries_, e);
+        (*held)(make_error_code(error::allocation_failed), 0);
+    }
+    // Not fetched (no staging memory, a worker that closed): UCX drops the data.
+    if (e && e->desc)
+        ucp_am_data_release(w.native(), std::exchange(e->desc, nullptr));
+    else if (!e)
+        ucp_am_data_release(w.native(), desc);
+    return true;
 }
 
 void device_staging::copy_through(staging_direction direction, void* device, std::size_t size,

@@ -1,5 +1,6 @@
-// Internal: device buffers of tag operations when UCX cannot move device
-// memory itself (a UCX without CUDA transports, such as Debian's 1.13).
+// Internal: device buffers of tag operations and active messages when UCX
+// cannot move device memory itself (a UCX without CUDA transports, such as
+// Debian's 1.13).
 //
 // A worker has this component only where a device may be used: a library
 // built with CUDA and a device present (or a test that installs it with a
@@ -7,12 +8,13 @@
 // context's UCX has no CUDA memory type; in every case it copies the device
 // buffers of a group's collectives to host memory and back (`copy_through`),
 // since their arithmetic runs on the host. When it stages messages, the
-// submit functions of tag sends and receives hand it the operation
-// first, and it takes what it must (the buffer's memory type is found once
-// per operation); a device
-// buffer goes through a `staging_operation` (lib/staging.hpp): copied into a
-// pinned host buffer and sent from there as one message, or received into a
-// pinned host buffer and copied to the device. The user's operation waits,
+// submit functions of tag sends and receives and of active-message sends,
+// and the active-message registry's fetches into device memory, hand it the
+// operation first, and it takes what it must (the buffer's memory type is
+// found once per operation); a device buffer goes through a
+// `staging_operation` (lib/staging.hpp): copied into a pinned host buffer and
+// sent from there as one message, or received into a pinned host buffer and
+// copied to the device. The user's operation waits,
 // library-owned, until the staged one completes; its handler then gets the
 // bytes (and the sender's tag) as a direct operation would give them.
 #pragma once
@@ -40,6 +42,7 @@ class endpoint_impl;
 class operation;
 struct transfer_op;
 struct tag_recv_op;
+class am_send_op;
 
 /// The staging of one worker's device buffers.
 class device_staging final : public worker_component {
@@ -107,6 +110,27 @@ public:
     /// A per-endpoint receive (`endpoint_impl::recv`), as `tag_recv`.
     bool endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                        std::uint32_t tag, std::uint32_t mask) noexcept;
+    /// An active-message send (`am_send`'s arguments; `header` is the copy
+    /// in `op`'s storage): taken, staged, when a buffer of `iov` is device
+    /// memory (several buffers are gathered into the one staging buffer:
+    /// device ones copied by the engine, host ones with memcpy), or queued
+    /// behind a staged send on `ep` as `tag_send` (tag and active messages of
+    /// an endpoint share its queue). An invalid send (id, header) is not
+    /// taken: the direct path reports its error.
+    bool am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
+                 std::size_t header_length, const ucp_dt_iov_t* iov, std::size_t count,
+                 unsigned flags) noexcept;
+    /// Reports a staged fetch: its error, and the bytes that reached the device.
+    using fetch_report = std::function<void(const error_code&, std::size_t)>;
+    /// The fetch of an active message's rendezvous data (UCX's descriptor
+    /// `desc`, `size` bytes) into `device`: taken (staged) when `device` is
+    /// device memory. The data is received into pinned host memory, then
+    /// copied. `desc` is consumed either way (released to UCX when the fetch
+    /// cannot start). `report` runs once, on the executor, after nothing
+    /// writes `device` any more: also after a shutdown (with its error), or
+    /// with `operation_aborted` when the io_context goes away first. It may
+    /// run inside this call when the fetch cannot start.
+    bool am_fetch(void* desc, void* device, std::size_t size, fetch_report report) noexcept;
 
     /// Operations that went through staging, and their bytes.
     std::size_t staged_operations() const noexcept { return staged_; }
@@ -134,8 +158,10 @@ private:
     /// receive into the host buffer.
     bool recv(tag_recv_op* op, void* data, std::size_t size,
               std::function<void(tag_recv_op*, void*, std::size_t)> submit) noexcept;
+    /// `engine`: the copy engine of this operation (the worker's when null).
     void stage(operation* op, tag_recv_op* recv, staging_direction direction, void* device,
-               std::size_t size, submit_fn submit, endpoint_impl* ordered) noexcept;
+               std::size_t size, submit_fn submit, endpoint_impl* ordered,
+               std::shared_ptr<copy_engine> engine = nullptr) noexcept;
     /// A host-buffer send behind staged ones on `ep`: `submit` hands `op`
     /// to UCX when its turn comes.
     void queue_direct(endpoint_impl& ep, transfer_op* op, std::function<void()> submit) noexcept;

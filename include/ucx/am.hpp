@@ -79,6 +79,16 @@ struct am_send_options {
 /// `ucx::error::feature_not_enabled` without `feature::am` (all before
 /// anything is sent); the endpoint's error after a failure or close, as for
 /// every send. Not cancellable (UCX cannot cancel a send).
+///
+/// Device (GPU) buffers where UCX cannot move device memory (no CUDA
+/// transports): the data is copied into pinned host memory and sent from
+/// there as one message with the same id, header and options; a sequence
+/// mixing host and device buffers is gathered into that one buffer (device
+/// buffers by the copy engine, host ones with memcpy). Sends of an endpoint
+/// (active, tag and per-endpoint messages) keep their order behind such a
+/// send. Such a send is cancellable while its bytes are still copied
+/// (nothing was sent), and fails with `ucx::error::cuda_error`, sending
+/// nothing, when a copy fails. See docs/gpu.md.
 template <class ConstBufferSequence,
           class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto async_am_send(
@@ -137,7 +147,9 @@ requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto 
 /// `am_max_id`, `ucx::error::feature_not_enabled` without `feature::am`;
 /// `ucx::error::allocation_failed` (message completed without its data) when
 /// no memory for the data could be had, `ucx::error::no_am_allocator` when no
-/// allocator is registered for the id's memory type.
+/// allocator is registered for the id's memory type, `ucx::error::cuda_error`
+/// (message completed without its data) when its copy to device memory,
+/// staged through host memory (see `set_am_memory_type`), failed.
 template <class CompletionToken = boost::asio::default_completion_token_t<worker::executor_type>>
 auto async_am_recv(
     worker& w, unsigned id,
@@ -174,7 +186,11 @@ void set_am_handler(worker& w, unsigned id, std::function<void(error_code, am_me
 
 /// Chooses the memory type rendezvous messages on `id` are received into
 /// (host by default); the allocator registered for that type provides it.
-/// Throws as `set_am_handler`.
+/// Eager messages stay in UCX's host buffers whatever the type. Where UCX
+/// cannot move device memory (no CUDA transports), a rendezvous message for
+/// a `cuda` id is fetched into pinned host memory and copied to the device
+/// before it is delivered; a failed copy delivers it with
+/// `ucx::error::cuda_error` and no data. Throws as `set_am_handler`.
 void set_am_memory_type(worker& w, unsigned id, memory_type type);
 
 /// Registers the receive allocator for its memory type on `w`, replacing the
