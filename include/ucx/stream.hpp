@@ -43,7 +43,8 @@ template <class Op>
 struct stream_result {
     using op_type = Op;
     static auto extract(const error_code& ec, const Op& op) {
-        return std::tuple<error_code, std::size_t>(socket_error(ec), ec ? 0 : op.bytes);
+        return std::tuple<error_code, std::size_t>(socket_error(ec),
+                                                   ec && !op.partial_on_error ? 0 : op.bytes);
     }
 };
 
