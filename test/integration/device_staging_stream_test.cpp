@@ -16,6 +16,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#ifdef UCX_ASIO_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include <array>
 #include <cstring>
 #include <map>
@@ -647,5 +651,90 @@ TEST_P(device_staging_rma, a_device_region_without_cuda_in_ucx_is_refused) {
 INSTANTIATE_TEST_SUITE_P(all, device_staging_rma,
                          testing::Values(transport::tcp, transport::shared_memory),
                          [](const auto& info) { return to_string(info.param); });
+
+#ifdef UCX_ASIO_TEST_CUDA
+
+// Real device memory through the worker's own staging (CUDA copy engine,
+// pinned pool): only with a GPU and a UCX without CUDA transports.
+TEST(device_staging_cuda, stream_and_rma_with_device_memory) {
+    if (ucx::cuda_device_count() == 0)
+        GTEST_SKIP() << "no CUDA device";
+    asio::io_context io;
+    ucx::context ctx{options_for(transport::tcp, true)};
+    if (ctx.ucx_supports_cuda_memory())
+        GTEST_SKIP() << "this UCX moves CUDA memory itself";
+    ucx::worker a{ctx, io, strict_worker_options(ucx::progress_mode::event)};
+    ucx::worker b{ctx, io, strict_worker_options(ucx::progress_mode::event)};
+    ASSERT_NE(ucx::detail::access::get_impl(a)->staging(), nullptr);
+    ucx::acceptor acceptor{b, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+    ucx::stream client{a}, server{b};
+    std::optional<ucx::error_code> accepted, connected;
+    acceptor.async_accept(server, [&](ucx::error_code ec) { accepted = ec; });
+    client.async_connect("127.0.0.1", std::to_string(acceptor.local_endpoint().port()),
+                         [&](ucx::error_code ec) { connected = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return accepted && connected; }));
+    ASSERT_FALSE(*accepted);
+    ASSERT_FALSE(*connected);
+
+    const std::size_t size = (std::size_t{3} << 20) + 17;
+    const std::vector<char> host = pattern(size, 40);
+    void* d_out = nullptr;
+    void* d_in = nullptr;
+    ASSERT_EQ(cudaMalloc(&d_out, size), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_in, size), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(d_out, host.data(), size, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d_in, 0, size), cudaSuccess);
+    const auto device_bytes = [&](const void* d) {
+        std::vector<char> v(size);
+        EXPECT_EQ(cudaMemcpy(v.data(), d, size, cudaMemcpyDeviceToHost), cudaSuccess);
+        return v;
+    };
+
+    std::optional<result> w, r;
+    asio::async_write(client, asio::buffer(d_out, size), [&](ucx::error_code ec, std::size_t n) {
+        w = result{ec, n};
+    });
+    asio::async_read(server, asio::buffer(d_in, size), [&](ucx::error_code ec, std::size_t n) {
+        r = result{ec, n};
+    });
+    ASSERT_TRUE(run_until(io, [&] { return w && r; }));
+    ASSERT_FALSE(w->ec) << w->ec.message();
+    ASSERT_FALSE(r->ec) << r->ec.message();
+    EXPECT_TRUE(device_bytes(d_in) == host);
+    EXPECT_GE(a.stats().staged_bytes, size);
+    EXPECT_GE(b.stats().staged_bytes, size);
+
+    // A put from device memory into a host region of b, and a get back into
+    // device memory.
+    std::vector<char> memory(size, 0);
+    ucx::memory_region region{ctx, memory.data(), memory.size()};
+    ucx::endpoint a_to_b{a, b.address()};
+    ucx::remote_key key{a_to_b, region.pack_key()};
+    std::optional<result> p;
+    ucx::async_put(a_to_b, asio::buffer(d_out, size), key.address(), key,
+                   [&](ucx::error_code ec, std::size_t n) {
+                       p = result{ec, n};
+                   });
+    ASSERT_TRUE(run_until(io, [&] { return p.has_value(); }));
+    ASSERT_FALSE(p->ec) << p->ec.message();
+    std::optional<ucx::error_code> f;
+    ucx::async_flush(a_to_b, [&](ucx::error_code ec) { f = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return f.has_value(); }));
+    ASSERT_FALSE(*f);
+    EXPECT_TRUE(memory == host);
+    ASSERT_EQ(cudaMemset(d_in, 0, size), cudaSuccess);
+    std::optional<result> g;
+    ucx::async_get(a_to_b, asio::buffer(d_in, size), key.address(), key,
+                   [&](ucx::error_code ec, std::size_t n) {
+                       g = result{ec, n};
+                   });
+    ASSERT_TRUE(run_until(io, [&] { return g.has_value(); }));
+    ASSERT_FALSE(g->ec) << g->ec.message();
+    EXPECT_TRUE(device_bytes(d_in) == host);
+    cudaFree(d_out);
+    cudaFree(d_in);
+}
+
+#endif
 
 } // namespace
