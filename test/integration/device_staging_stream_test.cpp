@@ -10,6 +10,8 @@
 #include "device_staging.hpp"
 #include "worker_impl.hpp"
 
+#include <ucx/ucxio.hpp>
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/read.hpp>
@@ -633,6 +635,36 @@ TEST_P(device_staging_rma, a_failed_copy_fails_the_operation) {
     // Afterwards both work again.
     EXPECT_FALSE(put(buf.data(), buf.size(), key.address()).ec);
     EXPECT_FALSE(get(buf.data(), buf.size(), key.address()).ec);
+}
+
+// ucx::ucxio's reads and writes (a get or put each, cut to the region)
+// with device buffers.
+TEST_P(device_staging_rma, ucxio_with_device_buffers) {
+    ucx::ucxio dev(ucx::remote_key(a_to_b, region.pack_key()));
+    std::vector<char> out = device.make(2 * chunk, 33);
+    const std::uint64_t at = memory.size() - chunk - 7; // the write is cut to chunk + 7
+    std::optional<result> w;
+    dev.async_write_some_at(at, asio::buffer(out), [&](ucx::error_code ec, std::size_t n) {
+        w = result{ec, n};
+    });
+    ASSERT_TRUE(run_until(io, [&] { return w.has_value(); }));
+    ASSERT_FALSE(w->ec) << w->ec.message();
+    EXPECT_EQ(w->bytes, chunk + 7);
+    ASSERT_FALSE(flush());
+    EXPECT_TRUE(
+        std::equal(memory.begin() + static_cast<std::ptrdiff_t>(at), memory.end(), out.begin()));
+    std::vector<char> in = device.make(2 * chunk, 34);
+    std::optional<result> r;
+    dev.async_read_some_at(at, asio::buffer(in), [&](ucx::error_code ec, std::size_t n) {
+        r = result{ec, n};
+    });
+    ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
+    ASSERT_FALSE(r->ec) << r->ec.message();
+    EXPECT_EQ(r->bytes, chunk + 7);
+    EXPECT_TRUE(
+        std::equal(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(chunk + 7), out.begin()));
+    EXPECT_EQ(engine->device_to_host(), 2u);
+    EXPECT_EQ(engine->host_to_device(), 2u);
 }
 
 // Registering device memory where UCX has no CUDA transports: a clear error.
