@@ -1,5 +1,6 @@
-// Internal: device buffers of tag operations when UCX cannot move device
-// memory itself (a UCX without CUDA transports, such as Debian's 1.13).
+// Internal: device buffers of tag, stream and one-sided operations when UCX
+// cannot move device memory itself (a UCX without CUDA transports, such as
+// Debian's 1.13).
 //
 // A worker has this component only where it is needed: a library built with
 // CUDA, a device present, and a context whose UCX has no CUDA memory type
