@@ -8,6 +8,8 @@
 #include "context_impl.hpp"
 #include "endpoint_impl.hpp"
 #include "request_param.hpp"
+#include "rma_impl.hpp"
+#include "stream_impl.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -39,6 +41,11 @@ struct device_staging::entry : std::enable_shared_from_this<entry> {
     std::function<void()> submit;
     /// An active message's fetch: UCX's descriptor until the fetch starts.
     void* desc = nullptr;
+    cancel_by cancel = cancel_by::message;
+    /// Chunked mode: the message offset of the transfer being submitted.
+    std::size_t offset = 0;
+    /// Called once when the operation ends.
+    std::function<void()> on_end;
 };
 
 namespace {
@@ -229,40 +236,54 @@ bool device_staging::ready(error_code& ec) noexcept {
 }
 
 void device_staging::stage(operation* op, tag_recv_op* recv, staging_direction direction,
+                           void* device, std::size_t size, submit_fn submit,
+                           endpoint_impl* ordered) noexcept {
+    // A tag message stays one UCX message, for any peer.
+    stage(op, recv, direction, device, size, std::move(submit), ordered, stage_options{});
+}
+
+void device_staging::stage(operation* op, tag_recv_op* recv, staging_direction direction,
                            void* device, std::size_t size, submit_fn submit, endpoint_impl* ordered,
-                           std::shared_ptr<copy_engine> engine) noexcept {
+                           stage_options options) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->library_owned = true;
+    const auto fail = [&](const error_code& ec) {
+        if (options.on_end)
+            options.on_end();
+        w.complete(op, ec);
+    };
     if (!w.is_open() || op->cancel_requested)
-        return w.complete(op, boost::asio::error::operation_aborted);
+        return fail(boost::asio::error::operation_aborted);
     error_code ec;
     if (!ready(ec)) {
         log::write(log::severity::warning,
                    "device buffer: no copy engine for staging: " + ec.message());
-        return w.complete(op, ec);
+        return fail(ec);
     }
     try {
         auto e = std::make_shared<entry>();
         e->op = static_cast<transfer_op*>(op);
         e->recv = recv;
+        e->cancel = options.cancel;
         staging_config config;
         config.total = size;
         config.chunk = settings_.chunk;
         config.slots = settings_.slots;
         config.direction = direction;
-        // A tag message stays one UCX message, for any peer.
-        config.mode = staging_mode::whole;
+        config.mode = options.mode;
         std::weak_ptr<entry> weak = e;
         e->ordered = ordered;
         e->run = staging_operation::create(
-            w.get_executor(), config, device, engine ? std::move(engine) : engine_, pool_,
+            w.get_executor(), config, device, options.engine ? std::move(options.engine) : engine_,
+            pool_,
             [this, weak, submit = std::move(submit)](const staging_operation::transfer_request& r,
                                                      completion done) {
                 const auto e = weak.lock();
                 if (!e)
                     return done(boost::asio::error::operation_aborted, 0);
                 e->transfer_started = true;
+                e->offset = r.offset;
                 if (!e->ordered)
                     return submit(*e, r.data, r.length, std::move(done));
                 // A send goes to UCX in its turn on its endpoint.
@@ -275,6 +296,7 @@ void device_staging::stage(operation* op, tag_recv_op* recv, staging_direction d
         entries_.push_back(e);
         if (ordered)
             send_queues_[ordered].push_back(e);
+        e->on_end = std::move(options.on_end);
         op->cancel_hook = &device_staging::cancel_hook;
         op->cancel_context = e.get();
         e->run->async_run([this_weak = weak, self = this](const error_code& ec, std::size_t n) {
@@ -282,7 +304,7 @@ void device_staging::stage(operation* op, tag_recv_op* recv, staging_direction d
                 self->done(e, ec, n);
         });
     } catch (const std::exception&) {
-        w.complete(op, make_error_code(error::allocation_failed));
+        fail(make_error_code(error::allocation_failed));
     }
 }
 
@@ -342,6 +364,8 @@ void device_staging::done(const std::shared_ptr<entry>& e, const error_code& ec,
             std::erase(it->second, e);
         pump(ep);
     }
+    if (const auto on_end = std::exchange(e->on_end, nullptr))
+        on_end();
     transfer_op* op = std::exchange(e->op, nullptr);
     if (!op)
         return;
@@ -357,9 +381,9 @@ void device_staging::done(const std::shared_ptr<entry>& e, const error_code& ec,
 
 void device_staging::cancel_hook(operation* op) {
     auto* e = static_cast<entry*>(op->cancel_context);
-    if (!e)
+    if (!e || e->cancel == cancel_by::none)
         return;
-    if (e->recv) {
+    if (e->recv || e->cancel == cancel_by::transfer) {
         // Only the receive itself is cancelled: once UCX has matched a
         // message, its bytes are delivered (copied to the device), never
         // dropped by a cancellation that came too late.
@@ -514,7 +538,7 @@ bool device_staging::am_send(endpoint_impl& ep, am_send_op* op, unsigned id, con
             const ucp_dt_iov_t one{host, n};
             am_send_message(*keep, t, id, head->data(), head->size(), &one, 1, flags);
         },
-        &ep, std::move(gather));
+        &ep, stage_options{staging_mode::whole, cancel_by::message, nullptr, std::move(gather)});
     return true;
 }
 
@@ -626,6 +650,119 @@ void device_staging::copy_through(staging_direction direction, void* device, std
     }
 }
 
+// ---- byte streams and one-sided operations ----
+
+bool device_staging::stream_write(stream_impl& s, stream_write_op* op) noexcept {
+    if (op->count == 0)
+        return false;
+    if (!must_stage(op->iov[0].buffer)) {
+        // A write may write less than asked: the host buffers up to the
+        // first device buffer.
+        for (std::size_t i = 1; i < op->count; ++i) {
+            if (must_stage(op->iov[i].buffer)) {
+                op->count = i;
+                break;
+            }
+        }
+        return false;
+    }
+    // The first buffer alone, in chunks, each an ordinary write of the stream.
+    op->count = 1;
+    op->partial_on_error = true;
+    const std::shared_ptr<stream_impl> keep = s.shared_from_this();
+    keep->staged_write_began();
+    stage(
+        op, nullptr, staging_direction::outgoing, op->iov[0].buffer, op->iov[0].length,
+        [keep](entry&, void* host, std::size_t n, completion done) {
+            auto* t = internal_op<bytes_result<stream_write_op>>(
+                *keep->worker(),
+                [done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
+                    done(ec, bytes);
+                });
+            t->iov[0].buffer = host;
+            t->iov[0].length = n;
+            t->count = 1;
+            keep->write_direct(t);
+        },
+        nullptr,
+        stage_options{staging_mode::chunked, cancel_by::none,
+                      [keep] { keep->staged_write_ended(); }, nullptr});
+    return true;
+}
+
+bool device_staging::stream_read(stream_impl& s, transfer_op* op,
+                                 const boost::asio::mutable_buffer* bufs, std::size_t& n) noexcept {
+    std::size_t first = 0;
+    while (first < n && bufs[first].size() == 0)
+        ++first;
+    if (first == n)
+        return false;
+    if (!must_stage(bufs[first].data())) {
+        // Read into the host buffers up to the first device buffer.
+        for (std::size_t i = first + 1; i < n; ++i) {
+            if (bufs[i].size() > 0 && must_stage(bufs[i].data())) {
+                n = i;
+                break;
+            }
+        }
+        return false;
+    }
+    // At most one chunk, read as one (shorter) transfer into a pinned buffer.
+    op->partial_on_error = true;
+    const std::size_t size = std::min(bufs[first].size(), settings_.chunk);
+    stage(
+        op, nullptr, staging_direction::incoming, bufs[first].data(), size,
+        [keep = s.shared_from_this()](entry& e, void* host, std::size_t len, completion done) {
+            auto* t = internal_op<bytes_result<>>(
+                *keep->worker(), [weak = e.weak_from_this(), done = std::move(done)](
+                                     const error_code& ec, std::size_t bytes) mutable {
+                    if (const auto e = weak.lock())
+                        e->transfer = nullptr;
+                    done(ec, bytes);
+                });
+            e.transfer = t;
+            const boost::asio::mutable_buffer b(host, len);
+            keep->read_direct(t, &b, 1);
+        },
+        nullptr, stage_options{staging_mode::whole, cancel_by::transfer, nullptr, nullptr});
+    return true;
+}
+
+bool device_staging::rma(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
+                         std::uint64_t remote_address, const std::shared_ptr<remote_key_impl>& key,
+                         bool put) noexcept {
+    if (size == 0 || !must_stage(data))
+        return false;
+    // Refused before anything is copied, as a direct put or get.
+    if (!rma_begin_checked(ep, op, remote_address, size, key))
+        return true;
+    stage(
+        op, nullptr, put ? staging_direction::outgoing : staging_direction::incoming, data, size,
+        [keep = ep.shared_from_this(), remote_address, key, put](entry& e, void* host,
+                                                                 std::size_t n, completion done) {
+            auto* t = internal_op<bytes_result<rma_op>>(
+                *keep->worker(),
+                [done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
+                    done(ec, bytes);
+                });
+            rma_direct(*keep, t, host, n, remote_address + e.offset, key, put);
+        },
+        nullptr, stage_options{staging_mode::chunked, cancel_by::none, nullptr, nullptr});
+    return true;
+}
+
+bool device_staging::rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
+                             std::uint64_t remote_address,
+                             const std::shared_ptr<remote_key_impl>& key) noexcept {
+    return rma(ep, op, const_cast<void*>(data), size, remote_address, key, true);
+}
+
+bool device_staging::rma_get(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
+                             std::uint64_t remote_address,
+                             const std::shared_ptr<remote_key_impl>& key) noexcept {
+    return rma(ep, op, data, size, remote_address, key, false);
+}
+
 void device_staging::shutdown() noexcept {
     // The users' operations end now, as every operation of a worker that
     // shuts down; the internal transfers are aborted by the worker after
@@ -634,6 +771,8 @@ void device_staging::shutdown() noexcept {
     for (const auto& e : std::exchange(entries_, {})) {
         e->ordered = nullptr;
         e->submit = nullptr;
+        if (const auto on_end = std::exchange(e->on_end, nullptr))
+            on_end();
         if (transfer_op* op = std::exchange(e->op, nullptr)) {
             op->cancel_hook = nullptr;
             op->cancel_context = nullptr;

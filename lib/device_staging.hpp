@@ -1,6 +1,6 @@
-// Internal: device buffers of tag operations and active messages when UCX
-// cannot move device memory itself (a UCX without CUDA transports, such as
-// Debian's 1.13).
+// Internal: device buffers of tag, active-message, stream and one-sided
+// operations when UCX cannot move device memory itself (a UCX without CUDA
+// transports, such as Debian's 1.13).
 //
 // A worker has this component only where a device may be used: a library
 // built with CUDA and a device present (or a test that installs it with a
@@ -17,6 +17,13 @@
 // copied to the device. The user's operation waits,
 // library-owned, until the staged one completes; its handler then gets the
 // bytes (and the sender's tag) as a direct operation would give them.
+//
+// Byte streams and one-sided operations go through it too (their section
+// below): a stream write from device memory and a put or get with a device
+// buffer are cut into chunks (`staging_mode::chunked`), each chunk an
+// ordinary stream write, put or get of its pinned host chunk; a stream read
+// into device memory reads at most one chunk into a pinned buffer, then
+// copies it to the device.
 #pragma once
 
 #include "copy_engine.hpp"
@@ -26,6 +33,7 @@
 
 #include <ucx/memory_type.hpp>
 
+#include <boost/asio/buffer.hpp>
 #include <ucp/api/ucp.h>
 
 #include <cstddef>
@@ -43,6 +51,10 @@ class operation;
 struct transfer_op;
 struct tag_recv_op;
 class am_send_op;
+class stream_impl;
+struct stream_write_op;
+struct rma_op;
+class remote_key_impl;
 
 /// The staging of one worker's device buffers.
 class device_staging final : public worker_component {
@@ -132,6 +144,36 @@ public:
     /// run inside this call when the fetch cannot start.
     bool am_fetch(void* desc, void* device, std::size_t size, fetch_report report) noexcept;
 
+    // ---- byte streams and one-sided operations ----
+    //
+    // Not cancellable, as their direct forms, except a stream read.
+
+    /// A stream write (`stream_impl::write`). Taken (staged) when the first
+    /// buffer of `op` is device memory: that buffer alone is written, chunk
+    /// by chunk, each chunk a write of `s` (`stream_impl::write_direct`, so
+    /// flow control applies), in order. Otherwise `op` is cut to its leading
+    /// buffers of host memory and left to the caller. The write completes
+    /// with the bytes written, also on failure (the chunks written before).
+    bool stream_write(stream_impl& s, stream_write_op* op) noexcept;
+    /// A stream read (`stream_impl::read`) into the `n` buffers `bufs`.
+    /// Taken (staged) when the first non-empty buffer is device memory: at
+    /// most one chunk is read into a pinned buffer (`stream_impl::read_direct`)
+    /// and copied into that buffer. Otherwise `n` is cut to the leading
+    /// buffers of host memory and the read left to the caller.
+    bool stream_read(stream_impl& s, transfer_op* op, const boost::asio::mutable_buffer* bufs,
+                     std::size_t& n) noexcept;
+    /// A put (`rma_put`) from device memory: checked as a direct put, then
+    /// each chunk is a put of its pinned copy at `remote_address` plus the
+    /// chunk's offset. Taken when `data` is device memory and `size` > 0.
+    bool rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
+                 std::uint64_t remote_address,
+                 const std::shared_ptr<remote_key_impl>& key) noexcept;
+    /// A get (`rma_get`) into device memory: each chunk is a get into a
+    /// pinned buffer, then copied to the device; as `rma_put`.
+    bool rma_get(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
+                 std::uint64_t remote_address,
+                 const std::shared_ptr<remote_key_impl>& key) noexcept;
+
     /// Operations that went through staging, and their bytes.
     std::size_t staged_operations() const noexcept { return staged_; }
     std::size_t staged_bytes() const noexcept { return staged_bytes_; }
@@ -158,10 +200,31 @@ private:
     /// receive into the host buffer.
     bool recv(tag_recv_op* op, void* data, std::size_t size,
               std::function<void(tag_recv_op*, void*, std::size_t)> submit) noexcept;
-    /// `engine`: the copy engine of this operation (the worker's when null).
+    void stage(operation* op, tag_recv_op* recv, staging_direction direction, void* device,
+               std::size_t size, submit_fn submit, endpoint_impl* ordered) noexcept;
+    /// What cancelling a staged operation does.
+    enum class cancel_by : std::uint8_t {
+        message,  ///< a tag message's (see `cancel_hook`)
+        transfer, ///< cancels the transfer in flight (a stream read)
+        none,     ///< nothing (stream writes, puts and gets)
+    };
+    /// How a staged operation runs (the overload above: a tag message's).
+    struct stage_options {
+        staging_mode mode = staging_mode::whole;
+        cancel_by cancel = cancel_by::message;
+        /// Called once when the operation ends, however it ends.
+        std::function<void()> on_end;
+        /// The copy engine of this operation (a gather of several buffers);
+        /// the worker's when null.
+        std::shared_ptr<copy_engine> engine;
+    };
     void stage(operation* op, tag_recv_op* recv, staging_direction direction, void* device,
                std::size_t size, submit_fn submit, endpoint_impl* ordered,
-               std::shared_ptr<copy_engine> engine = nullptr) noexcept;
+               stage_options options) noexcept;
+    /// A put or a get of device memory (see `rma_put`).
+    bool rma(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
+             std::uint64_t remote_address, const std::shared_ptr<remote_key_impl>& key,
+             bool put) noexcept;
     /// A host-buffer send behind staged ones on `ep`: `submit` hands `op`
     /// to UCX when its turn comes.
     void queue_direct(endpoint_impl& ep, transfer_op* op, std::function<void()> submit) noexcept;

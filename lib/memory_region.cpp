@@ -68,6 +68,14 @@ void memory_region::map(const context& ctx, void* data, std::size_t size,
         return;
     }
 #endif
+    if (options.memory_type != ucx::memory_type::host &&
+        !detail::access::get_impl(ctx)->ucx_cuda_memory()) {
+        // A UCX without CUDA transports cannot register device memory (its
+        // operations are staged through host memory, but a peer cannot
+        // reach device memory one-sidedly): refused before UCX sees it.
+        ec = make_error_code(error::memory_type_not_supported);
+        return;
+    }
     ucp_mem_map_params_t params{};
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS |
                         UCP_MEM_MAP_PARAM_FIELD_PROT | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;

@@ -1,9 +1,11 @@
 #include <ucx/rma.hpp>
 
 #include "context_impl.hpp"
+#include "device_staging.hpp"
 #include "endpoint_impl.hpp"
 #include "remote_key_impl.hpp"
 #include "request_param.hpp"
+#include "rma_impl.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -51,14 +53,36 @@ void transfer(endpoint_impl& ep, rma_op* op, Buffer data, std::size_t size,
 
 } // namespace
 
+// A device buffer where UCX cannot move device memory goes through the
+// worker's staging (lib/device_staging.hpp); elsewhere `staging()` is null.
+
 void rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
+    if (device_staging* s = ep.worker()->staging();
+        s && s->rma_put(ep, op, data, size, remote_address, key)) [[unlikely]]
+        return;
     transfer<&ucp_put_nbx>(ep, op, data, size, remote_address, key);
 }
 
 void rma_get(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
+    if (device_staging* s = ep.worker()->staging();
+        s && s->rma_get(ep, op, data, size, remote_address, key)) [[unlikely]]
+        return;
     transfer<&ucp_get_nbx>(ep, op, data, size, remote_address, key);
+}
+
+bool rma_begin_checked(endpoint_impl& ep, rma_op* op, std::uint64_t remote_address,
+                       std::size_t size, const key_ptr& key) noexcept {
+    return ep.begin(op, false) && check(ep, op, remote_address, size, key);
+}
+
+void rma_direct(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
+                std::uint64_t remote_address, const key_ptr& key, bool put) noexcept {
+    if (put)
+        transfer<&ucp_put_nbx>(ep, op, static_cast<const void*>(data), size, remote_address, key);
+    else
+        transfer<&ucp_get_nbx>(ep, op, data, size, remote_address, key);
 }
 
 void rma_flush(endpoint_impl& ep, operation* op) noexcept {

@@ -2,6 +2,7 @@
 #include <ucx/error.hpp>
 
 #include "control_channel.hpp"
+#include "device_staging.hpp"
 #include "request_param.hpp"
 #include "stream_impl.hpp"
 
@@ -241,6 +242,33 @@ std::size_t total_of(const stream_write_op& op) noexcept {
 } // namespace
 
 void stream_impl::write(stream_write_op* op) noexcept {
+    if (device_staging* s = worker_->staging()) [[unlikely]] {
+        if (staged_writes_ > 0) {
+            // Behind a staged write, in order.
+            try {
+                behind_staged_.push_back(op);
+            } catch (...) {
+                worker_->start(op);
+                worker_->complete(op, make_error_code(error::allocation_failed));
+            }
+            return;
+        }
+        if (s->stream_write(*this, op))
+            return;
+    }
+    write_direct(op);
+}
+
+void stream_impl::staged_write_ended() noexcept {
+    --staged_writes_;
+    // In order; one that is staged again makes the rest wait again.
+    auto waiting = std::move(behind_staged_);
+    behind_staged_.clear();
+    for (stream_write_op* op : waiting)
+        write(op);
+}
+
+void stream_impl::write_direct(stream_write_op* op) noexcept {
     worker_impl& w = *worker_;
     const std::size_t total = total_of(*op);
     const write_decision decision = fsm_.start_write(total, !blocked_.empty());
@@ -312,6 +340,10 @@ void stream_impl::fail_blocked(const error_code& ec) noexcept {
         w.complete(op, ec);
     }
     blocked_.clear();
+    for (stream_write_op* op : std::exchange(behind_staged_, {})) {
+        w.start(op);
+        w.complete(op, ec);
+    }
 }
 
 void stream_impl::peer_stream_acked(std::uint64_t bytes) noexcept {
@@ -338,6 +370,14 @@ void stream_impl::maybe_ack() noexcept {
 
 void stream_impl::read(transfer_op* op, const boost::asio::mutable_buffer* bufs,
                        std::size_t n) noexcept {
+    if (device_staging* s = worker_->staging(); s && s->stream_read(*this, op, bufs, n))
+        [[unlikely]]
+        return;
+    read_direct(op, bufs, n);
+}
+
+void stream_impl::read_direct(transfer_op* op, const boost::asio::mutable_buffer* bufs,
+                              std::size_t n) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->library_owned = true;
@@ -559,7 +599,7 @@ void take_stream_data(worker_impl& w) noexcept {
 
 void stream_impl::take_received(ucp_ep_h ep) noexcept {
     // The peer closed or failed: waiting writes cannot go any more.
-    if (!blocked_.empty()) {
+    if (!blocked_.empty() || !behind_staged_.empty()) {
         error_code ec = boost::asio::error::broken_pipe;
         if (!worker_->is_open())
             ec = boost::asio::error::operation_aborted;

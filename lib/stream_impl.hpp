@@ -20,6 +20,12 @@
 // End of stream and flow control: the byte accounting and its decisions are
 // `stream_fsm`'s; the endpoint hands this stream the peer's end markers and
 // acknowledgements (endpoint_watcher).
+//
+// Device memory where UCX cannot move it (lib/device_staging.hpp): `write`
+// and `read` hand the operation to the worker's staging first, which writes
+// a device buffer chunk by chunk through `write_direct` and reads into one
+// through `read_direct` and a pinned buffer. Writes started while a staged
+// write has chunks to go wait behind it, in order.
 #pragma once
 
 #include <ucx/detail/operation.hpp>
@@ -101,6 +107,13 @@ public:
     // Owner thread.
     void write(stream_write_op* op) noexcept;
     void read(transfer_op* op, const boost::asio::mutable_buffer* bufs, std::size_t n) noexcept;
+    /// A write or read of host memory, without the staging of device memory.
+    void write_direct(stream_write_op* op) noexcept;
+    void read_direct(transfer_op* op, const boost::asio::mutable_buffer* bufs,
+                     std::size_t n) noexcept;
+    /// A staged write began, or ended (then the writes behind it go on).
+    void staged_write_began() noexcept { ++staged_writes_; }
+    void staged_write_ended() noexcept;
 
     /// deferred_stage::stream_data: serves the pending reads, and looks
     /// again after the next progress call while some are left.
@@ -179,6 +192,9 @@ private:
     // its capacity).
     /// Writes waiting for the window, in order (their buffers are in them).
     std::vector<stream_write_op*> blocked_;
+    /// Staged writes in progress, and the writes started behind them.
+    std::size_t staged_writes_ = 0;
+    std::vector<stream_write_op*> behind_staged_;
     // Timeouts.
     guarded_timer timer_;
     clock_type::time_point deadline_ = clock_type::time_point::max();

@@ -40,9 +40,9 @@ struct region_options {
     /// restrict access (TCP, shared memory), so do not rely on them for safety.
     ucx::access access = ucx::access::all;
     /// The memory type. `cuda` needs a library built with CUDA support
-    /// (`built_with_cuda()`) and a UCX with CUDA transports; otherwise
-    /// registration fails with `ucx::error::memory_type_not_supported` (this
-    /// build) or UCX's status (UCX).
+    /// (`built_with_cuda()`) and a UCX with CUDA transports
+    /// (`context::ucx_supports_cuda_memory()`); otherwise registration fails
+    /// with `ucx::error::memory_type_not_supported`, before UCX sees it.
     ucx::memory_type memory_type = ucx::memory_type::host;
 };
 

@@ -98,6 +98,11 @@ auto atomic_fetch(endpoint& ep, ucp_atomic_op_t opcode, std::uint64_t remote_add
 /// (empty key), `key_errc::wrong_endpoint` (key of another endpoint),
 /// `ucx::error::out_of_bounds` (any byte outside the key's region). Then the
 /// endpoint's errors, as for sends. Not cancellable (UCX cannot cancel RMA).
+///
+/// A buffer in GPU device memory where UCX cannot move it (docs/gpu.md) is
+/// staged through pinned host memory after these checks: one put (or get)
+/// per chunk at its offset, with copies from (or to) the device; a failed
+/// copy is `ucx::error::cuda_error`. Flush after the put completed.
 template <class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 auto async_put(
     endpoint& ep, boost::asio::const_buffer data, std::uint64_t remote_address,

@@ -43,7 +43,8 @@ template <class Op>
 struct stream_result {
     using op_type = Op;
     static auto extract(const error_code& ec, const Op& op) {
-        return std::tuple<error_code, std::size_t>(socket_error(ec), ec ? 0 : op.bytes);
+        return std::tuple<error_code, std::size_t>(socket_error(ec),
+                                                   ec && !op.partial_on_error ? 0 : op.bytes);
     }
 };
 
@@ -357,6 +358,13 @@ public:
     /// `timed_out`, `bad_descriptor` after `close()`, `not_connected`
     /// (`asio::error`), `ucx::error::allocation_failed`.
     /// Cancellable through the handler's cancellation slot.
+    ///
+    /// GPU device memory where UCX cannot move it (docs/gpu.md): a read
+    /// whose first non-empty buffer is device memory reads at most one
+    /// staging chunk (1 MiB) into pinned host memory and copies it to that
+    /// buffer; one whose first buffer is host memory fills the host buffers
+    /// up to the first device buffer. Extra errors: `ucx::error::cuda_error`,
+    /// `ucx::error::cuda_unavailable`.
     /// Completion signature: `void(error_code, std::size_t bytes_read)`.
     template <class MutableBufferSequence,
               class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
@@ -387,6 +395,16 @@ public:
     /// `bad_descriptor` after `close()`, `timed_out`, `operation_aborted`
     /// after `abort()`, `ucx::error::allocation_failed`. Not cancellable (UCX
     /// cannot take a send back).
+    ///
+    /// GPU device memory where UCX cannot move it (docs/gpu.md): a write
+    /// whose first buffer is device memory writes that buffer only, staged
+    /// through pinned host memory chunk by chunk (each chunk a write of its
+    /// own, in order); one whose first buffer is host memory writes the host
+    /// buffers up to the first device buffer. Fewer bytes than asked, as a
+    /// write may write (`asio::async_write` writes the rest). Extra errors:
+    /// `ucx::error::cuda_error` (a copy failed), `ucx::error::cuda_unavailable`;
+    /// a staged write that fails in the middle reports the error with the
+    /// bytes written before it.
     /// Completion signature: `void(error_code, std::size_t bytes_written)`.
     template <class ConstBufferSequence,
               class CompletionToken = boost::asio::default_completion_token_t<executor_type>>

@@ -116,6 +116,9 @@ private:
 struct transfer_op : operation {
     using operation::operation;
     std::size_t bytes = 0;
+    /// A failure still reports `bytes` (a stream operation staged through
+    /// host memory that failed after part of it went through).
+    bool partial_on_error = false;
 };
 
 /// A tag receive (worker-wide or per endpoint): the size and tag received.
