@@ -4,6 +4,7 @@
 // with a classifier that calls some host buffers "device memory" and a fake
 // copy engine over host memory; the engines' counters show that the staged
 // path ran (a direct path would copy nothing).
+#include "fake_device.hpp"
 #include "test_support.hpp"
 
 #include "copy_engine.hpp"
@@ -39,27 +40,6 @@ constexpr std::size_t many_bytes = std::size_t{3} << 20;
 #else
 constexpr std::size_t many_bytes = std::size_t{12} << 20;
 #endif
-
-/// Host buffers that the classifier calls device memory.
-struct fake_device {
-    std::map<const char*, std::size_t> ranges;
-
-    std::vector<char> make(std::size_t n, std::uint32_t seed) {
-        std::vector<char> v = pattern(n == 0 ? 1 : n, seed);
-        v.resize(n == 0 ? 1 : n);
-        ranges[v.data()] = v.size();
-        return v;
-    }
-    void mark(const std::vector<char>& v) { ranges[v.data()] = v.size(); }
-    ucx::memory_type classify(const void* p) const {
-        const char* c = static_cast<const char*>(p);
-        auto it = ranges.upper_bound(c);
-        if (it == ranges.begin())
-            return ucx::memory_type::host;
-        --it;
-        return c < it->first + it->second ? ucx::memory_type::cuda : ucx::memory_type::host;
-    }
-};
 
 /// The result of an operation that reports bytes.
 struct result {

@@ -4,6 +4,7 @@
 // memory" and a fake copy engine over host memory, so the whole path runs
 // (copy out, send from the staging buffer; receive into it, copy in) and the
 // tests can hold copies back, fail them, cancel and shut down in the middle.
+#include "fake_device.hpp"
 #include "test_support.hpp"
 
 #include "copy_engine.hpp"
@@ -24,27 +25,6 @@ using ucx::detail::device_staging;
 using ucx::detail::fake_copy_engine;
 
 namespace {
-
-/// Host buffers that the classifier calls device memory.
-struct fake_device {
-    std::map<const char*, std::size_t> ranges;
-
-    std::vector<char> make(std::size_t n, std::uint32_t seed) {
-        std::vector<char> v = pattern(n == 0 ? 1 : n, seed);
-        v.resize(n == 0 ? 1 : n);
-        ranges[v.data()] = v.size();
-        return v;
-    }
-    void mark(const std::vector<char>& v) { ranges[v.data()] = v.size(); }
-    ucx::memory_type classify(const void* p) const {
-        const char* c = static_cast<const char*>(p);
-        auto it = ranges.upper_bound(c);
-        if (it == ranges.begin())
-            return ucx::memory_type::host;
-        --it;
-        return c < it->first + it->second ? ucx::memory_type::cuda : ucx::memory_type::host;
-    }
-};
 
 class device_staging_pair : public testing::TestWithParam<transport> {
 protected:
