@@ -60,6 +60,25 @@ typename Result::op_type* internal_op(worker_impl& w, Handler&& h) {
     return op_type::create(std::forward<Handler>(h), w.get_executor());
 }
 
+/// The internal UCX operation of a staged entry's transfer, reporting to
+/// `done`. A shutdown may end the entry before UCX ends the transfer: it is
+/// held weakly. `hold` lives as long as the operation (memory UCX reads, as
+/// an active message's header).
+template <class Entry>
+bytes_result<>::op_type* bytes_transfer(worker_impl& w, Entry& e,
+                                        staging_operation::transfer_completion done,
+                                        std::shared_ptr<const void> hold = nullptr) {
+    auto* t = internal_op<bytes_result<>>(
+        w, [weak = e.weak_from_this(), hold = std::move(hold),
+            done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
+            if (const auto e = weak.lock())
+                e->transfer = nullptr;
+            done(ec, bytes);
+        });
+    e.transfer = t;
+    return t;
+}
+
 /// The copies out of an active message of several buffers, gathered into
 /// the one staging buffer: a copy "from" `origin + offset` takes the bytes at
 /// that offset of the sequence, host buffers with memcpy at once, device
@@ -411,16 +430,7 @@ bool device_staging::send(endpoint_impl& ep, transfer_op* op, const void* data, 
         op, nullptr, staging_direction::outgoing, const_cast<void*>(data), size,
         [keep = ep.shared_from_this(), tag, submit](entry& e, void* host, std::size_t n,
                                                     completion done) {
-            // A shutdown may end the entry before UCX ends the transfer.
-            auto* t = internal_op<bytes_result<>>(
-                *keep->worker(), [weak = e.weak_from_this(), done = std::move(done)](
-                                     const error_code& ec, std::size_t bytes) mutable {
-                    if (const auto e = weak.lock())
-                        e->transfer = nullptr;
-                    done(ec, bytes);
-                });
-            e.transfer = t;
-            submit(*keep, t, host, n, tag);
+            submit(*keep, bytes_transfer(*keep->worker(), e, std::move(done)), host, n, tag);
         },
         &ep);
     return true;
@@ -526,15 +536,7 @@ bool device_staging::am_send(endpoint_impl& ep, am_send_op* op, unsigned id, con
         op, nullptr, staging_direction::outgoing, source, total,
         [keep = ep.shared_from_this(), id, head, flags](entry& e, void* host, std::size_t n,
                                                         completion done) {
-            // The entry may go first (a shutdown): it is not kept for UCX.
-            auto* t = internal_op<bytes_result<>>(
-                *keep->worker(), [weak = e.weak_from_this(), head, done = std::move(done)](
-                                     const error_code& ec, std::size_t bytes) mutable {
-                    if (const auto e = weak.lock())
-                        e->transfer = nullptr;
-                    done(ec, bytes);
-                });
-            e.transfer = t;
+            auto* t = bytes_transfer(*keep->worker(), e, std::move(done), head);
             const ucp_dt_iov_t one{host, n};
             am_send_message(*keep, t, id, head->data(), head->size(), &one, 1, flags);
         },
@@ -713,16 +715,8 @@ bool device_staging::stream_read(stream_impl& s, transfer_op* op,
     stage(
         op, nullptr, staging_direction::incoming, bufs[first].data(), size,
         [keep = s.shared_from_this()](entry& e, void* host, std::size_t len, completion done) {
-            auto* t = internal_op<bytes_result<>>(
-                *keep->worker(), [weak = e.weak_from_this(), done = std::move(done)](
-                                     const error_code& ec, std::size_t bytes) mutable {
-                    if (const auto e = weak.lock())
-                        e->transfer = nullptr;
-                    done(ec, bytes);
-                });
-            e.transfer = t;
             const boost::asio::mutable_buffer b(host, len);
-            keep->read_direct(t, &b, 1);
+            keep->read_direct(bytes_transfer(*keep->worker(), e, std::move(done)), &b, 1);
         },
         nullptr, stage_options{staging_mode::whole, cancel_by::transfer, nullptr, nullptr});
     return true;

@@ -8,6 +8,7 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -85,6 +87,23 @@ bool run_until(asio::io_context& io, Pred done,
         io.run_one_for(std::chrono::milliseconds(10));
     }
     return done();
+}
+
+/// Runs `io` while a timer fires `ticks` times, every millisecond: the
+/// io_context keeps running other handlers meanwhile (nothing blocks it).
+/// Returns whether every tick came.
+inline bool run_ticks(asio::io_context& io, int ticks = 20) {
+    int seen = 0;
+    asio::steady_timer t(io);
+    std::function<void()> tick = [&] {
+        t.expires_after(std::chrono::milliseconds(1));
+        t.async_wait([&](const boost::system::error_code&) {
+            if (++seen < ticks)
+                tick();
+        });
+    };
+    tick();
+    return run_until(io, [&] { return seen >= ticks; });
 }
 
 /// A deterministic pattern for message contents.

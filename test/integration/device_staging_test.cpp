@@ -141,17 +141,7 @@ TEST_P(device_staging_pair, held_copies_do_not_block_the_io_context) {
                         [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; });
     ucx::async_tag_send(a_to_b, asio::buffer(out), 3,
                         [&](ucx::error_code ec, std::size_t) { s = ec; });
-    int ticks = 0;
-    asio::steady_timer t(io);
-    std::function<void()> tick = [&] {
-        t.expires_after(std::chrono::milliseconds(1));
-        t.async_wait([&](ucx::error_code) {
-            if (++ticks < 20)
-                tick();
-        });
-    };
-    tick();
-    ASSERT_TRUE(run_until(io, [&] { return ticks >= 20; }));
+    ASSERT_TRUE(run_ticks(io));
     EXPECT_FALSE(s) << "completed with its copies held";
     EXPECT_FALSE(r);
     EXPECT_GT(engine_a->held(), 0u);
