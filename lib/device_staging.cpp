@@ -38,6 +38,9 @@ struct device_staging::entry : std::enable_shared_from_this<entry> {
     /// `submit` hands it over once it may go (staged: copied; direct: at
     /// once) and its turn has come.
     const endpoint_impl* ordered = nullptr;
+    /// The endpoint of a send, while its graceful close waits for the send
+    /// (until the send reached UCX, which then counts it, or ended).
+    std::shared_ptr<endpoint_impl> held;
     std::function<void()> submit;
     /// An active message's fetch: UCX's descriptor until the fetch starts.
     void* desc = nullptr;
@@ -293,6 +296,8 @@ void device_staging::stage(operation* op, tag_recv_op* recv, staging_direction d
         config.mode = options.mode;
         std::weak_ptr<entry> weak = e;
         e->ordered = ordered;
+        if (ordered)
+            hold(*e, *ordered);
         e->run = staging_operation::create(
             w.get_executor(), config, device, options.engine ? std::move(options.engine) : engine_,
             pool_,
@@ -338,6 +343,7 @@ void device_staging::queue_direct(endpoint_impl& ep, transfer_op* op,
         auto e = std::make_shared<entry>();
         e->op = op;
         e->ordered = &ep;
+        hold(*e, ep);
         e->transfer_started = true; // not cancellable, as a direct send
         e->submit = [this, e = e.get(), submit = std::move(submit)] {
             // From here on it is an ordinary send of the endpoint.
@@ -345,6 +351,7 @@ void device_staging::queue_direct(endpoint_impl& ep, transfer_op* op,
                 op->library_owned = false;
                 op->cancel_hook = nullptr;
                 op->cancel_context = nullptr;
+                op->held_send = true;
                 std::erase_if(entries_, [e](const auto& p) { return p.get() == e; });
                 submit();
             }
@@ -355,6 +362,18 @@ void device_staging::queue_direct(endpoint_impl& ep, transfer_op* op,
     } catch (const std::exception&) {
         w.complete(op, make_error_code(error::allocation_failed));
     }
+}
+
+void device_staging::hold(entry& e, const endpoint_impl& ep) noexcept {
+    // The worker's endpoints are its own: the pointer is not const there.
+    auto& owned = const_cast<endpoint_impl&>(ep);
+    owned.hold_send();
+    e.held = owned.shared_from_this();
+}
+
+void device_staging::release(entry& e) noexcept {
+    if (const auto ep = std::exchange(e.held, nullptr))
+        ep->release_send();
 }
 
 void device_staging::pump(const endpoint_impl* ep) noexcept {
@@ -369,6 +388,8 @@ void device_staging::pump(const endpoint_impl* ep) noexcept {
         e->submit = nullptr;
         e->ordered = nullptr;
         submit();
+        // UCX has it now (or it failed there): it counts itself from here.
+        release(*e);
     }
     if (it->second.empty())
         send_queues_.erase(it);
@@ -383,6 +404,7 @@ void device_staging::done(const std::shared_ptr<entry>& e, const error_code& ec,
             std::erase(it->second, e);
         pump(ep);
     }
+    release(*e);
     if (const auto on_end = std::exchange(e->on_end, nullptr))
         on_end();
     transfer_op* op = std::exchange(e->op, nullptr);
@@ -430,7 +452,9 @@ bool device_staging::send(endpoint_impl& ep, transfer_op* op, const void* data, 
         op, nullptr, staging_direction::outgoing, const_cast<void*>(data), size,
         [keep = ep.shared_from_this(), tag, submit](entry& e, void* host, std::size_t n,
                                                     completion done) {
-            submit(*keep, bytes_transfer(*keep->worker(), e, std::move(done)), host, n, tag);
+            auto* t = bytes_transfer(*keep->worker(), e, std::move(done));
+            t->held_send = true;
+            submit(*keep, t, host, n, tag);
         },
         &ep);
     return true;
@@ -537,6 +561,7 @@ bool device_staging::am_send(endpoint_impl& ep, am_send_op* op, unsigned id, con
         [keep = ep.shared_from_this(), id, head, flags](entry& e, void* host, std::size_t n,
                                                         completion done) {
             auto* t = bytes_transfer(*keep->worker(), e, std::move(done), head);
+            t->held_send = true;
             const ucp_dt_iov_t one{host, n};
             am_send_message(*keep, t, id, head->data(), head->size(), &one, 1, flags);
         },
@@ -765,6 +790,7 @@ void device_staging::shutdown() noexcept {
     for (const auto& e : std::exchange(entries_, {})) {
         e->ordered = nullptr;
         e->submit = nullptr;
+        release(*e);
         if (const auto on_end = std::exchange(e->on_end, nullptr))
             on_end();
         if (transfer_op* op = std::exchange(e->op, nullptr)) {

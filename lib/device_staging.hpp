@@ -228,6 +228,9 @@ private:
     /// A host-buffer send behind staged ones on `ep`: `submit` hands `op`
     /// to UCX when its turn comes.
     void queue_direct(endpoint_impl& ep, transfer_op* op, std::function<void()> submit) noexcept;
+    /// Makes `ep`'s graceful close wait for the send of `e` (see `entry::held`).
+    void hold(entry& e, const endpoint_impl& ep) noexcept;
+    void release(entry& e) noexcept;
     /// Hands the sends at the head of `ep`'s queue whose turn it is to UCX.
     void pump(const endpoint_impl* ep) noexcept;
     void done(const std::shared_ptr<entry>& e, const error_code& ec, std::size_t bytes) noexcept;

@@ -639,7 +639,7 @@ bool endpoint_impl::begin(operation* op, bool counted) noexcept {
         w.complete(op, boost::asio::error::operation_aborted);
         return false;
     }
-    if (!ep_ || error()) {
+    if ((!ep_ || error()) && !(op->held_send && ep_ && fsm_.close_pending())) [[unlikely]] {
         w.complete(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));
         return false;
     }

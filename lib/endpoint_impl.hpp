@@ -142,6 +142,11 @@ public:
     void on_control(const control_message& m) noexcept;
     /// A counted send finished (inside a UCX callback: records only).
     void send_finished() noexcept;
+    /// A send the library holds before UCX has it (a device buffer still
+    /// being staged): a graceful close waits for it as for a send in flight,
+    /// until `release_send` (once it reached UCX, or ended).
+    void hold_send() noexcept { ++sends_in_flight_; }
+    void release_send() noexcept { send_finished(); }
     /// Sends have drained during a graceful close: say goodbye, wait for the
     /// peer's ack (at most `goodbye_linger`), then close (owner thread, after
     /// progress).

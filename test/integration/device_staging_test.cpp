@@ -269,6 +269,43 @@ TEST_P(device_staging_pair, a_staged_send_is_cancelled_before_it_is_sent) {
     EXPECT_EQ(*s, asio::error::operation_aborted);
 }
 
+// A graceful close waits for the sends made before it, staged ones too:
+// while a staged send is still copied from the device the close waits; then
+// the message goes, arrives intact, and the close completes.
+TEST_P(device_staging_pair, a_graceful_close_waits_for_staged_sends) {
+    engine_a->set_mode(fake_copy_engine::mode::held);
+    std::vector<char> out = device.make(200 * 1024, 21);
+    std::vector<char> host = pattern(1000, 22);
+    std::vector<char> in(out.size()), in_host(host.size());
+    std::optional<ucx::error_code> s, s_host, r, r_host, closed;
+    ucx::async_tag_recv(b, asio::buffer(in), 31, ucx::tag_mask_full,
+                        [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; });
+    ucx::async_tag_recv(b, asio::buffer(in_host), 32, ucx::tag_mask_full,
+                        [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r_host = ec; });
+    ucx::async_tag_send(a_to_b, asio::buffer(out), 31,
+                        [&](ucx::error_code ec, std::size_t) { s = ec; });
+    // A host send behind it waits its turn, and the close waits for both.
+    ucx::async_tag_send(a_to_b, asio::buffer(host), 32,
+                        [&](ucx::error_code ec, std::size_t) { s_host = ec; });
+    a_to_b.async_close([&](ucx::error_code ec) { closed = ec; });
+    ASSERT_TRUE(run_ticks(io));
+    EXPECT_FALSE(closed) << "closed while a staged send was still being copied";
+    EXPECT_FALSE(s);
+    EXPECT_FALSE(s_host);
+    engine_a->set_mode(fake_copy_engine::mode::immediate);
+    engine_a->release();
+    ASSERT_TRUE(run_until(io, [&] { return s && s_host && r && r_host && closed; }))
+        << (s ? s->message() : "-") << "/" << (s_host ? s_host->message() : "-") << "/"
+        << (closed ? closed->message() : "-");
+    EXPECT_FALSE(*s) << s->message();
+    EXPECT_FALSE(*s_host) << s_host->message();
+    EXPECT_FALSE(*r) << r->message();
+    EXPECT_FALSE(*r_host) << r_host->message();
+    EXPECT_FALSE(*closed) << closed->message();
+    EXPECT_EQ(in, out);
+    EXPECT_EQ(in_host, host);
+}
+
 // The worker shuts down under a staged receive and a send whose copies are
 // held: both complete with operation_aborted, nothing leaks or crashes.
 TEST_P(device_staging_pair, shutdown_ends_staged_operations) {

@@ -82,6 +82,10 @@ public:
     bool ignore_peer_errors = false;
     /// A send counted in its endpoint's sends in flight.
     bool counted_send = false;
+    /// A send the library held back (a device buffer being staged) that was
+    /// made before its endpoint's graceful close began: the close, which
+    /// waits for it, lets it through.
+    bool held_send = false;
 
     // Intrusive links: in-flight list, then completion queue.
     operation* next = nullptr;
