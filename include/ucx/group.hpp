@@ -168,6 +168,14 @@ inline constexpr int any_rank = -1;
 ///   matching arguments (as in MPI). They run one at a time per group, in the
 ///   order called; point-to-point messages and the collectives of other
 ///   groups (splits) run beside them. Every rank gets the same bits.
+/// - **Device memory**: where the library is built with CUDA and a device
+///   exists, buffers may be CUDA device memory. A collective copies device
+///   input to host memory first (keeping its place in the order), runs on the
+///   host copy (the reductions are the host's), and copies the result back
+///   before its handler runs; a failed copy fails it with
+///   `ucx::error::cuda_error` (and the group with it). Messages by rank take
+///   device buffers as tag messages do (staged through host memory where UCX
+///   cannot move device memory).
 ///
 /// Operations are started from the worker's executor's thread. Buffers must
 /// stay valid until the handler runs. Movable, not copyable; destroying the
