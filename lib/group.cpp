@@ -144,10 +144,22 @@ public:
     /// Whether the endpoint id of every connection that may still bring a
     /// message is known.
     bool knows_every_inbox() const noexcept {
+        // An accepted connection whose first message (who made it) is still
+        // to come; a connection made here whose answer (its id) is.
+        if (identifying_ > 0)
+            return false;
         for (int j = 0; j < size(); ++j)
-            if (j != rank_ && !peers_[j].has_inbox && peers_[j].state != peer::done)
+            if (j != rank_ && !peers_[j].has_inbox &&
+                (peers_[j].state == peer::connecting || peers_[j].state == peer::ready))
                 return false;
         return true;
+    }
+    /// Connections made (and not closed) to other ranks.
+    int connections() const noexcept {
+        int n = 0;
+        for (int j = 0; j < size(); ++j)
+            n += j != rank_ && peers_[j].state == peer::ready;
+        return n;
     }
     /// Whether fabric rank `who` closed its side gracefully.
     bool has_left(int who) const noexcept { return peers_[who].left; }
@@ -155,11 +167,23 @@ public:
     void open(error_code& ec) { acceptor_ = open_address_acceptor(w_, 64, ec); }
     void set_addresses(std::vector<worker_address> a) { addresses_ = std::move(a); }
 
-    /// Accepts the lower ranks' connections and connects to the higher ranks.
+    /// Connections to the higher ranks on first use (see `group_options`).
+    void set_lazy(bool lazy) noexcept { lazy_ = lazy; }
+
+    /// Accepts the lower ranks' connections and connects to the higher
+    /// ranks (now, or on first use).
     void start() {
         accept_next();
-        for (int j = rank_ + 1; j < size(); ++j)
-            connect(j);
+        if (!lazy_)
+            for (int j = rank_ + 1; j < size(); ++j)
+                connect(j);
+    }
+
+    /// Fabric rank `who` may send here: a higher rank waits for this rank to
+    /// connect, so connect now (on first use).
+    void want(int who) {
+        if (who > rank_ && peers_[who].state == peer::none && !failed_ && !leaving_)
+            connect(who);
     }
 
     std::uint32_t next_id() const noexcept { return next_id_; }
@@ -249,9 +273,13 @@ private:
                 h(self->failed_ ? self->failed_ : error_code(boost::asio::error::eof));
             });
         p.waiting.push_back(std::move(h));
-        if (who < rank_ && !p.timer) {
+        if (who > rank_ && p.state == peer::none && !failed_ && !leaving_)
+            return connect(who); // on first use
+        if (who < rank_ && !p.timer && !lazy_) {
             // The lower rank connects; one that does not within the
-            // handshake timeout is taken for failed.
+            // handshake timeout is taken for failed. (With connections on
+            // first use it connects when it needs this rank: an operation
+            // waits for it, within the group's deadline.)
             const auto limit = w_->options().handshake_timeout;
             if (limit.count() > 0) {
                 p.timer = std::make_shared<boost::asio::steady_timer>(ex_, limit);
@@ -392,9 +420,11 @@ private:
     void identify(endpoint ep) {
         auto held = std::make_shared<endpoint>(std::move(ep));
         auto word = std::make_shared<std::array<std::uint32_t, 2>>();
+        ++identifying_;
         recv_whole_tag(
             *held, word->data(), sizeof(*word), intro_tag,
             [self = shared_from_this(), held, word](error_code ec, std::size_t n, tag_t t) {
+                --self->identifying_;
                 const int who = static_cast<int>((*word)[1]);
                 if (ec || n != sizeof(*word) || (*word)[0] != intro_magic || who < 0 ||
                     who >= self->rank_ || self->peers_[who].state == peer::ready || self->failed_ ||
@@ -437,6 +467,9 @@ private:
     std::vector<std::weak_ptr<group_impl>> groups_;
     error_code failed_;
     bool leaving_ = false;
+    bool lazy_ = false;
+    /// Accepted connections whose first message is still to come.
+    int identifying_ = 0;
     std::uint32_t next_id_ = 1;
     int live_ = 0;
 };
@@ -978,6 +1011,10 @@ void group_impl::recv_any(void* data, std::size_t size, std::uint32_t tag, group
                 r->signal.emit(ct::terminal);
         });
     any_.push_back(r);
+    // Every other member may send: the higher ones wait for this rank's
+    // connection (made on first use).
+    for (int m : members_)
+        fabric_->want(m);
     post_any(r);
     // No other member can send any more: messages they sent before are
     // taken by the receive just posted, else it ends (after the submission,
@@ -1164,6 +1201,7 @@ struct joining {
             }(),
             options.timeout);
         fab->add_group(g);
+        fab->set_lazy(options.lazy_connections);
         fab->start();
         boost::asio::dispatch(
             boost::asio::append(std::move(handler), error_code(), access::construct<group>(g)));
@@ -1303,6 +1341,9 @@ void group_abort(group_impl& g) noexcept {
 
 int group_rank(const group_impl& g) noexcept {
     return g.rank();
+}
+int group_connections(const group_impl& g) noexcept {
+    return g.fab()->connections();
 }
 int group_size(const group_impl& g) noexcept {
     return g.size();

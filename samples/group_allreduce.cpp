@@ -20,6 +20,7 @@
 //                    the failure took to notice (for fault tests)
 //   --peer-timeout MS  the worker's peer timeout (default 5000)
 //   --name NAME      the group's name in the store (default group_allreduce)
+//   --lazy           connections on first use (group_options::lazy_connections)
 //
 // Prints one line per rank: "rank R of N: allreduce of COUNT floats ok, sum S".
 // Exit status: 0 when every check passed, 1 otherwise, 2 for a bad setting.
@@ -53,6 +54,7 @@ struct settings {
     bool loop = false;
     int peer_timeout_ms = 5000;
     std::string name = "group_allreduce";
+    bool lazy = false;
 };
 
 int failures = 0;
@@ -149,6 +151,7 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
     o.rank = env.rank;
     o.size = env.size;
     o.name = cfg.name;
+    o.lazy_connections = cfg.lazy;
     ucx::group g = co_await ucx::async_join(w, s, o, use_awaitable);
 
     std::vector<float> v(cfg.count, static_cast<float>(g.rank() + 1));
@@ -200,6 +203,8 @@ int main(int argc, char** argv) {
             cfg.peer_timeout_ms = std::atoi(argv[++i]);
         else if (a == "--name" && i + 1 < argc)
             cfg.name = argv[++i];
+        else if (a == "--lazy")
+            cfg.lazy = true;
         else {
             std::fprintf(stderr, "group_allreduce: unknown option %s\n", a.c_str());
             return 2;

@@ -76,6 +76,17 @@ struct group_options {
     /// Messages by rank have no deadline; cancel them by failing the group
     /// (`abort()`) or closing it.
     std::chrono::milliseconds timeout{0};
+    /// Connections on first use instead of right after the join: the lower
+    /// rank of a pair connects when it first sends to or receives from the
+    /// higher (a receive from any rank connects to every higher rank), and
+    /// the higher rank's operations towards it wait until it does. A rank
+    /// then holds connections only to the ranks it talks to (a ring
+    /// allreduce: 2; recursive doubling: log2 of the size), which matters for
+    /// large groups. The price: a rank notices the failure of a rank it has
+    /// no connection to only through the abort notices of the others or the
+    /// collectives' deadline (`timeout`), and a send to a lower rank waits
+    /// until that rank receives (or sends) from this one.
+    bool lazy_connections = false;
 };
 
 class group;
@@ -130,6 +141,7 @@ void group_close(const std::shared_ptr<group_impl>& g, group_done_handler h);
 void group_abort(group_impl& g) noexcept;
 void group_release(group_impl& g) noexcept;
 int group_rank(const group_impl& g) noexcept;
+int group_connections(const group_impl& g) noexcept;
 int group_size(const group_impl& g) noexcept;
 error_code group_error(const group_impl& g) noexcept;
 boost::asio::any_io_executor group_executor(const group_impl& g) noexcept;
@@ -154,7 +166,9 @@ inline constexpr int any_rank = -1;
 ///   owns the worker's address acceptor (one joined group per worker;
 ///   `async_split` makes more over the same connections).
 /// - **Connections**: one per pair of ranks, made by the lower rank right
-///   after the join (in the background: operations wait for them), by the
+///   after the join, or when it first talks to the higher one with
+///   `group_options::lazy_connections` (in the background: operations wait
+///   for them), by the
 ///   library's handshake over the worker address, with its liveness watch: a
 ///   peer that dies, or stops answering for the worker's `peer_timeout`, is
 ///   noticed. Both ranks of a pair send and receive over it.
@@ -208,6 +222,10 @@ public:
     int rank() const noexcept { return impl_ ? detail::group_rank(*impl_) : -1; }
     /// The number of ranks.
     int size() const noexcept { return impl_ ? detail::group_size(*impl_) : 0; }
+    /// The connections this process holds to the other ranks of its join
+    /// (shared with the groups split from it): `size() - 1` once made, fewer
+    /// with `group_options::lazy_connections`; 0 for an empty group.
+    int connections() const noexcept { return impl_ ? detail::group_connections(*impl_) : 0; }
     /// Why the group is unusable: `ucx::error::group_failed`,
     /// `ucx::error::group_timeout`, `asio::error::operation_aborted` after a
     /// local close; empty while usable.

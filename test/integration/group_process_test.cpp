@@ -42,12 +42,15 @@ std::unique_ptr<child_process> start_rank(int rank, int size, const std::vector<
     return std::make_unique<child_process>(argv);
 }
 
-void run_checked(int size, const std::string& transports) {
-    const std::string dir = store_dir("check" + std::to_string(size));
+void run_checked(int size, const std::string& transports, bool lazy = false) {
+    const std::string dir = store_dir("check" + std::to_string(size) + (lazy ? "lazy" : ""));
+    std::vector<std::string> args = {"--check", "--count", "100000"};
+    if (lazy)
+        args.push_back("--lazy");
     std::vector<std::unique_ptr<child_process>> ranks;
     for (int r = 0; r < size; ++r)
-        ranks.push_back(start_rank(r, size, {"UCXASIO_STORE_DIR=" + dir, "UCX_TLS=" + transports},
-                                   {"--check", "--count", "100000"}));
+        ranks.push_back(
+            start_rank(r, size, {"UCXASIO_STORE_DIR=" + dir, "UCX_TLS=" + transports}, args));
     for (int r = 0; r < size; ++r) {
         const std::string out = ranks[r]->read_all();
         EXPECT_EQ(ranks[r]->wait(), 0) << "rank " << r << ":\n" << out;
@@ -73,6 +76,11 @@ TEST(group_processes, four_ranks_over_shared_memory) {
 
 TEST(group_processes, eight_ranks) {
     run_checked(8, "tcp,sm,self");
+}
+
+// Every collective with connections made on first use.
+TEST(group_processes, eight_ranks_with_connections_on_first_use) {
+    run_checked(8, "tcp,sm,self", true);
 }
 
 TEST(group_processes, four_ranks_under_mpirun) {

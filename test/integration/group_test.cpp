@@ -20,6 +20,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <set>
 
 using namespace ucx_test;
 
@@ -34,8 +35,8 @@ ucx::worker_options group_worker_options() {
 /// `n` ranks: a worker each, joined through one memory_store.
 class ranks_fixture {
 public:
-    ranks_fixture(transport t, int n, std::string name = "g")
-        : ctx_(options_for(t)), store_(io.get_executor()) {
+    ranks_fixture(transport t, int n, std::string name = "g", bool lazy = false)
+        : lazy_(lazy), ctx_(options_for(t)), store_(io.get_executor()) {
         for (int i = 0; i < n; ++i)
             workers_.push_back(std::make_unique<ucx::worker>(ctx_, io, group_worker_options()));
         join(name);
@@ -51,6 +52,7 @@ public:
             o.rank = i;
             o.size = n;
             o.name = name;
+            o.lazy_connections = lazy_;
             ucx::async_join(*workers_[i], store_, o, [&, i](ucx::error_code ec, ucx::group g) {
                 done[i] = ec;
                 groups[i] = std::move(g);
@@ -90,6 +92,7 @@ public:
             EXPECT_FALSE(r[i]) << "rank " << i << ": " << r[i].message();
     }
 
+    bool lazy_ = false;
     asio::io_context io;
     std::vector<ucx::group> groups;
 
@@ -1087,4 +1090,59 @@ TEST(group, MessagesByRankFromAndIntoDeviceBuffers) {
     EXPECT_GT(engines[0]->host_to_device(), 0u);
     EXPECT_GT(engines[1]->device_to_host(), 0u);
     EXPECT_GT(engines[2]->device_to_host(), 0u);
+}
+
+// Connections on first use: after the join no rank holds any; an allreduce
+// connects only the pairs its algorithm uses, and every result is right;
+// a higher rank's send waits for the lower rank's receive, which connects;
+// a receive from any rank connects to the higher ranks so they can send.
+TEST(group, LazyConnectionsAreMadeOnFirstUse) {
+    ranks_fixture f(transport::tcp, 8, "lazy", true);
+    ASSERT_TRUE(run_ticks(f.io));
+    for (int i = 0; i < 8; ++i)
+        EXPECT_EQ(f.groups[i].connections(), 0) << "rank " << i;
+
+    // Recursive doubling over 8 ranks: each rank talks to 3 partners.
+    std::vector<std::vector<int>> v(8, std::vector<int>(4));
+    for (int i = 0; i < 8; ++i)
+        std::iota(v[i].begin(), v[i].end(), i);
+    ranks_fixture::expect_ok(f.on_all([&](int i, auto h) {
+        f.groups[i].async_allreduce(std::span<int>(v[i]), ucx::reduce_op::sum, h);
+    }));
+    for (int i = 0; i < 8; ++i) {
+        EXPECT_EQ(v[i], (std::vector<int>{28, 36, 44, 52})) << "rank " << i;
+        EXPECT_EQ(f.groups[i].connections(), 3) << "rank " << i;
+    }
+
+    // Rank 6 to rank 1: the send waits until rank 1 receives from 6.
+    std::optional<ucx::error_code> sent, got;
+    std::vector<char> msg = pattern(5000, 61), in(5000);
+    f.groups[6].async_send(1, asio::buffer(msg), 3,
+                           [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    ASSERT_TRUE(run_ticks(f.io));
+    EXPECT_EQ(f.groups[1].connections(), 3);
+    f.groups[1].async_recv(6, asio::buffer(in), 3,
+                           [&](ucx::error_code ec, std::size_t) { got = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return sent && got; }));
+    EXPECT_FALSE(*sent) << sent->message();
+    EXPECT_FALSE(*got) << got->message();
+    EXPECT_EQ(in, msg);
+    EXPECT_EQ(f.groups[1].connections(), 4);
+
+    // A receive from any rank on rank 0 takes higher ranks' messages.
+    std::vector<any_result> any(2);
+    for (auto& a : any)
+        f.groups[0].async_recv_any(asio::buffer(a.data), 4, a.handler());
+    const std::string texts[] = {message_of(5, 0), message_of(7, 0)};
+    f.groups[5].async_send(0, asio::buffer(texts[0]), 4, [](ucx::error_code, std::size_t) {});
+    f.groups[7].async_send(0, asio::buffer(texts[1]), 4, [](ucx::error_code, std::size_t) {});
+    ASSERT_TRUE(run_until(f.io, [&] { return any[0].ec && any[1].ec; }));
+    std::set<int> senders;
+    for (const auto& a : any) {
+        ASSERT_FALSE(*a.ec) << a.ec->message();
+        EXPECT_EQ(a.text(), message_of(a.from, 0));
+        senders.insert(a.from);
+    }
+    EXPECT_EQ(senders, (std::set<int>{5, 7}));
+    EXPECT_EQ(f.groups[0].connections(), 7);
 }
