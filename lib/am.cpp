@@ -721,7 +721,8 @@ void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
     if (header_length)
         std::memcpy(header_copy, header, header_length);
     // A device buffer where UCX cannot move device memory goes through the
-    // worker's staging (lib/device_staging.hpp); elsewhere `staging()` is null.
+    // worker's staging (lib/device_staging.hpp); without a device
+    // `staging()` is null, and where UCX moves device memory it takes nothing.
     if (device_staging* s = ep.worker()->staging();
         s && s->am_send(ep, op, id, header_copy, header_length, buffers, count, flags)) [[unlikely]]
         return;

@@ -54,7 +54,8 @@ void transfer(endpoint_impl& ep, rma_op* op, Buffer data, std::size_t size,
 } // namespace
 
 // A device buffer where UCX cannot move device memory goes through the
-// worker's staging (lib/device_staging.hpp); elsewhere `staging()` is null.
+// worker's staging (lib/device_staging.hpp); without a device `staging()` is
+// null, and where UCX moves device memory the staging takes nothing.
 
 void rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
