@@ -5,7 +5,8 @@
 #
 # --sanitize builds with AddressSanitizer and UndefinedBehaviorSanitizer
 # (default directory build-asan instead of build); --thread-sanitizer with
-# ThreadSanitizer (default directory build-tsan).
+# ThreadSanitizer (default directory build-tsan). With the environment variable
+# UCX_ASIO_DEBUG_INFO=line-tables the build keeps line tables only (-g1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,8 +40,15 @@ case "$sanitize" in
   thread) extra_flags="-Wno-tsan" ;;
   *) build_type=Debug ;;
 esac
+# UCX_ASIO_DEBUG_INFO=line-tables: debug information of line tables only
+# (-g1: stack traces and sanitizer reports keep file and line), about a third
+# of the disk of full debug information (CI sets it).
+debug_flags=()
+if [ "${UCX_ASIO_DEBUG_INFO:-}" = line-tables ]; then
+  debug_flags=(-DCMAKE_CXX_FLAGS_DEBUG=-g1 "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
+fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DUCX_ASIO_SANITIZE="$sanitize" \
-  -DCMAKE_CXX_FLAGS="$extra_flags"
+  -DCMAKE_CXX_FLAGS="$extra_flags" "${debug_flags[@]}"
 cmake --build "$build_dir"
 
 # UCX's TCP transport stays on loopback; every test process gets it from ctest too.
