@@ -180,8 +180,8 @@ void apply_environment(context_options& options, error_code& ec, std::string_vie
         if (eq == std::string_view::npos || var.substr(0, eq).rfind(prefix, 0) != 0)
             continue;
         const std::string_view name = var.substr(prefix.size(), eq - prefix.size());
-        if (lower(name) == "log")
-            continue; // UCXASIO_LOG: the log level (log.hpp), not a context option
+        if (lower(name) == "log" || lower(name) == "nccl_library")
+            continue; // UCXASIO_LOG: the log level (log.hpp); UCXASIO_NCCL_LIBRARY: nccl.hpp
         if (ec = set_context_option(out, name, var.substr(eq + 1)); ec) {
             if (failed)
                 *failed = std::string(var);

@@ -102,6 +102,7 @@ constexpr detail::error_row<error> library_errors[] = {
     {error::cuda_unavailable, "no usable CUDA device (or built without CUDA)",
      std_errc::no_such_device},
     {error::cuda_error, "a CUDA runtime call failed", std_errc::io_error},
+    {error::nccl_unavailable, "NCCL could not be loaded", std_errc::operation_not_supported},
 };
 
 } // namespace

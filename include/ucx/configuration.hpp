@@ -41,7 +41,8 @@ error_code set_context_option(context_options& options, std::string_view name,
 /// rest of the name is the option's name, as `set_context_option`; for
 /// example `UCXASIO_TCP=false`, `UCXASIO_NET_DEVICES=mlx5_0:1`,
 /// `UCXASIO_ENVIRONMENT__RNDV_THRESH=8k`) to `options`, except `LOG` (the
-/// library's log level, see log.hpp), in the environment's order. On the first
+/// library's log level, see log.hpp) and `NCCL_LIBRARY` (the NCCL that
+/// `ucx::nccl` loads, see nccl.hpp), in the environment's order. On the first
 /// variable that fails, stops with its error; `failed` (when given) then
 /// holds that variable as `NAME=value`, and `options` is unchanged. An
 /// empty `prefix` is `error::invalid_option`.

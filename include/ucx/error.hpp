@@ -168,6 +168,10 @@ enum class error : int {
     /// The CUDA runtime failed an operation of the library (making the
     /// context, allocating device or pinned memory, an asynchronous copy).
     cuda_error,
+    /// NCCL could not be loaded (`ucx::nccl`: no `libnccl.so.2` on the
+    /// loader's path or at UCXASIO_NCCL_LIBRARY, or a library without the
+    /// functions of NCCL 2.14 and later).
+    nccl_unavailable,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

@@ -104,8 +104,9 @@ TEST(Configuration, TheEnvironmentWithAPrefix) {
     env.set("UCXTEST_TCP", "false");
     env.set("UCXTEST_NET_DEVICES", "lo");
     env.set("UCXTEST_ENVIRONMENT__RNDV_THRESH", "8k");
-    env.set("UCXTEST_LOG", "info");   // the log level, not an option
-    env.set("UCXTESTX_TCP", "maybe"); // another prefix: not read
+    env.set("UCXTEST_LOG", "info");                            // the log level, not an option
+    env.set("UCXTEST_NCCL_LIBRARY", "/opt/nccl/libnccl.so.2"); // ucx::nccl's, not an option
+    env.set("UCXTESTX_TCP", "maybe");                          // another prefix: not read
     context_options o;
     ucx::error_code ec;
     ucx::apply_environment(o, ec, "UCXTEST_");

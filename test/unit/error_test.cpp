@@ -168,6 +168,7 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::group_timeout,
     ucx::error::cuda_unavailable,
     ucx::error::cuda_error,
+    ucx::error::nccl_unavailable,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {
