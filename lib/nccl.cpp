@@ -445,6 +445,25 @@ void communicator::reset() noexcept {
     comm_ = nullptr;
 }
 
+namespace {
+
+/// An operation that makes rank `rank` of `size`.
+std::shared_ptr<nccl_op> make_op(const boost::asio::any_io_executor& ex, const api& a, int size,
+                                 int rank, const communicator_options& o,
+                                 detail::communicator_handler h) {
+    auto op = std::make_shared<nccl_op>(ex, nccl_op::kind::make);
+    op->api_ = &a;
+    op->size_ = size;
+    op->rank_ = rank;
+    op->options_ = o;
+    op->timeout_ = o.timeout;
+    op->interval_ = o.poll_interval.count() > 0 ? o.poll_interval : std::chrono::microseconds(1);
+    op->made_.emplace(std::move(h));
+    return op;
+}
+
+} // namespace
+
 namespace detail {
 
 void make_communicator(group& g, const communicator_options& o, communicator_handler h) {
@@ -455,15 +474,8 @@ void make_communicator(group& g, const communicator_options& o, communicator_han
         boost::asio::post(ex, boost::asio::append(std::move(h), ec, communicator()));
         return;
     }
-    auto op = std::make_shared<nccl_op>(ex, nccl_op::kind::make);
-    op->api_ = a;
+    auto op = make_op(ex, *a, g.size(), g.rank(), o, std::move(h));
     op->group_ = &g;
-    op->size_ = g.size();
-    op->rank_ = g.rank();
-    op->options_ = o;
-    op->timeout_ = o.timeout;
-    op->interval_ = o.poll_interval.count() > 0 ? o.poll_interval : std::chrono::microseconds(1);
-    op->made_.emplace(std::move(h));
     op->start_make();
 }
 
@@ -476,15 +488,8 @@ void init_rank(const boost::asio::any_io_executor& ex, int size, int rank, const
         boost::asio::post(ex, boost::asio::append(std::move(h), ec, communicator()));
         return;
     }
-    auto op = std::make_shared<nccl_op>(ex, nccl_op::kind::make);
-    op->api_ = a;
-    op->size_ = size;
-    op->rank_ = rank;
+    auto op = make_op(ex, *a, size, rank, o, std::move(h));
     op->id_ = id;
-    op->options_ = o;
-    op->timeout_ = o.timeout;
-    op->interval_ = o.poll_interval.count() > 0 ? o.poll_interval : std::chrono::microseconds(1);
-    op->made_.emplace(std::move(h));
     op->start_make();
 }
 

@@ -13,6 +13,7 @@
 #include <boost/asio/use_future.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -87,6 +88,49 @@ bool run_until(asio::io_context& io, Pred done,
         io.run_one_for(std::chrono::milliseconds(10));
     }
     return done();
+}
+
+/// Joins `workers` as ranks 0 to n - 1 of the group `name` through `store`
+/// (`lazy`: connections on first use); fills `groups`. Returns whether every
+/// rank joined with its rank.
+inline bool join_groups(asio::io_context& io, ucx::store& store,
+                        const std::vector<std::unique_ptr<ucx::worker>>& workers,
+                        std::vector<ucx::group>& groups, const std::string& name,
+                        bool lazy = false) {
+    const int n = static_cast<int>(workers.size());
+    std::vector<std::optional<ucx::error_code>> done(n);
+    groups.clear();
+    groups.resize(n);
+    for (int i = 0; i < n; ++i) {
+        ucx::group_options o;
+        o.rank = i;
+        o.size = n;
+        o.name = name;
+        o.lazy_connections = lazy;
+        ucx::async_join(*workers[i], store, o, [&, i](ucx::error_code ec, ucx::group g) {
+            done[i] = ec;
+            groups[i] = std::move(g);
+        });
+    }
+    bool joined = run_until(io, [&] {
+        return std::all_of(done.begin(), done.end(), [](auto& d) { return d.has_value(); });
+    });
+    for (int i = 0; i < n; ++i) {
+        EXPECT_TRUE(done[i] && !*done[i])
+            << "rank " << i << ": " << (done[i] ? done[i]->message() : "no answer");
+        joined = joined && done[i] && !*done[i] && groups[i].rank() == i && groups[i].size() == n;
+    }
+    return joined;
+}
+
+/// `n` workers on `io` (options `wo`) joined as by `join_groups`.
+inline bool join_ranks(asio::io_context& io, ucx::context& ctx, ucx::store& store, int n,
+                       std::vector<std::unique_ptr<ucx::worker>>& workers,
+                       std::vector<ucx::group>& groups, const std::string& name,
+                       const ucx::worker_options& wo) {
+    for (int i = 0; i < n; ++i)
+        workers.push_back(std::make_unique<ucx::worker>(ctx, io, wo));
+    return join_groups(io, store, workers, groups, name);
 }
 
 /// Runs `io` while a timer fires `ticks` times, every millisecond: the

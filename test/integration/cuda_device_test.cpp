@@ -309,25 +309,7 @@ ucx::worker_options group_worker_options() {
 class ranks {
 public:
     ranks(transport t, int n) : ctx_(options_for(t)), store_(io.get_executor()) {
-        for (int i = 0; i < n; ++i)
-            workers.push_back(std::make_unique<ucx::worker>(ctx_, io, group_worker_options()));
-        std::vector<std::optional<ucx::error_code>> done(n);
-        groups.resize(n);
-        for (int i = 0; i < n; ++i) {
-            ucx::group_options o;
-            o.rank = i;
-            o.size = n;
-            o.name = "cuda";
-            ucx::async_join(*workers[i], store_, o, [&, i](ucx::error_code ec, ucx::group g) {
-                done[i] = ec;
-                groups[i] = std::move(g);
-            });
-        }
-        joined = run_until(io, [&] {
-            return std::all_of(done.begin(), done.end(), [](auto& d) { return d.has_value(); });
-        });
-        for (int i = 0; i < n; ++i)
-            joined = joined && done[i] && !*done[i] && groups[i].rank() == i;
+        joined = join_ranks(io, ctx_, store_, n, workers, groups, "cuda", group_worker_options());
     }
 
     int size() const { return static_cast<int>(groups.size()); }

@@ -43,29 +43,7 @@ public:
     }
 
     void join(const std::string& name) {
-        const int n = static_cast<int>(workers_.size());
-        std::vector<std::optional<ucx::error_code>> done(n);
-        groups.clear();
-        groups.resize(n);
-        for (int i = 0; i < n; ++i) {
-            ucx::group_options o;
-            o.rank = i;
-            o.size = n;
-            o.name = name;
-            o.lazy_connections = lazy_;
-            ucx::async_join(*workers_[i], store_, o, [&, i](ucx::error_code ec, ucx::group g) {
-                done[i] = ec;
-                groups[i] = std::move(g);
-            });
-        }
-        ASSERT_TRUE(run_until(io, [&] {
-            return std::all_of(done.begin(), done.end(), [](auto& d) { return d.has_value(); });
-        }));
-        for (int i = 0; i < n; ++i) {
-            ASSERT_FALSE(*done[i]) << done[i]->message();
-            ASSERT_EQ(groups[i].rank(), i);
-            ASSERT_EQ(groups[i].size(), n);
-        }
+        ASSERT_TRUE(join_groups(io, store_, workers_, groups, name, lazy_));
     }
 
     int size() const { return static_cast<int>(groups.size()); }

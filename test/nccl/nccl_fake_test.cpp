@@ -48,25 +48,8 @@ protected:
 
     /// `n` ranks joined through a memory store.
     void join(int n) {
-        for (int i = 0; i < n; ++i)
-            workers.push_back(std::make_unique<ucx::worker>(
-                ctx, io, strict_worker_options(ucx::progress_mode::event)));
-        std::vector<std::optional<ucx::error_code>> done(n);
-        groups.resize(n);
-        for (int i = 0; i < n; ++i) {
-            ucx::group_options o;
-            o.rank = i;
-            o.size = n;
-            ucx::async_join(*workers[i], store, o, [&, i](ucx::error_code ec, ucx::group g) {
-                done[i] = ec;
-                groups[i] = std::move(g);
-            });
-        }
-        ASSERT_TRUE(run_until(io, [&] {
-            return std::all_of(done.begin(), done.end(), [](auto& d) { return d.has_value(); });
-        }));
-        for (auto& d : done)
-            ASSERT_FALSE(*d) << d->message();
+        ASSERT_TRUE(join_ranks(io, ctx, store, n, workers, groups, "ucx-group",
+                               strict_worker_options(ucx::progress_mode::event)));
     }
 
     /// Every rank makes a communicator; returns what each got.

@@ -48,26 +48,8 @@ std::string why_not() {
 /// `n` ranks of one process joined through a memory store.
 struct ranks {
     explicit ranks(int n) : ctx(options_for(transport::tcp)), store(io.get_executor()) {
-        for (int i = 0; i < n; ++i)
-            workers.push_back(std::make_unique<ucx::worker>(
-                ctx, io, strict_worker_options(ucx::progress_mode::event)));
-        std::vector<std::optional<ucx::error_code>> done(n);
-        groups.resize(n);
-        for (int i = 0; i < n; ++i) {
-            ucx::group_options o;
-            o.rank = i;
-            o.size = n;
-            o.name = "nccl";
-            ucx::async_join(*workers[i], store, o, [&, i](ucx::error_code ec, ucx::group g) {
-                done[i] = ec;
-                groups[i] = std::move(g);
-            });
-        }
-        joined = run_until(io, [&] {
-            return std::all_of(done.begin(), done.end(), [](auto& d) { return d.has_value(); });
-        });
-        for (auto& d : done)
-            joined = joined && d && !*d;
+        joined = join_ranks(io, ctx, store, n, workers, groups, "nccl",
+                            strict_worker_options(ucx::progress_mode::event));
     }
     asio::io_context io;
     ucx::context ctx;
