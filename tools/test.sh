@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Sets up the machine, builds ucx-asio and runs the whole test suite with ctest.
 #
-#   tools/test.sh [--sanitize | --thread-sanitizer] [--build-dir DIR]
+#   tools/test.sh [--sanitize | --thread-sanitizer] [--line-tables] [--build-dir DIR]
 #
 # --sanitize builds with AddressSanitizer and UndefinedBehaviorSanitizer
 # (default directory build-asan instead of build); --thread-sanitizer with
-# ThreadSanitizer (default directory build-tsan). With the environment variable
-# UCX_ASIO_DEBUG_INFO=line-tables the build keeps line tables only (-g1).
+# ThreadSanitizer (default directory build-tsan). --line-tables keeps line
+# tables only as debug information (-g1): stack traces and sanitizer reports
+# keep file and line, in about a third of the disk of full debug information.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_dir=""
 sanitize=""
+line_tables=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize="address,undefined" ;;
     --thread-sanitizer) sanitize="thread" ;;
+    --line-tables) line_tables=1 ;;
     --build-dir) build_dir="$2"; shift ;;
-    *) echo "usage: $0 [--sanitize | --thread-sanitizer] [--build-dir DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--sanitize | --thread-sanitizer] [--line-tables] [--build-dir DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -40,11 +43,8 @@ case "$sanitize" in
   thread) extra_flags="-Wno-tsan" ;;
   *) build_type=Debug ;;
 esac
-# UCX_ASIO_DEBUG_INFO=line-tables: debug information of line tables only
-# (-g1: stack traces and sanitizer reports keep file and line), about a third
-# of the disk of full debug information (CI sets it).
 debug_flags=()
-if [ "${UCX_ASIO_DEBUG_INFO:-}" = line-tables ]; then
+if [ -n "$line_tables" ]; then
   debug_flags=(-DCMAKE_CXX_FLAGS_DEBUG=-g1 "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
 fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DUCX_ASIO_SANITIZE="$sanitize" \
