@@ -24,7 +24,6 @@ void nccl_plan::start_make(bool root) {
         state_ = state::exchanging;
         pending_ = act(nccl_action::exchange_id);
     }
-    has_pending_ = true;
 }
 
 void nccl_plan::start_init() {
@@ -32,7 +31,6 @@ void nccl_plan::start_init() {
         return;
     state_ = state::calling;
     pending_ = act(nccl_action::init);
-    has_pending_ = true;
 }
 
 void nccl_plan::call_failed(boost::system::error_code ec) {
@@ -56,7 +54,6 @@ void nccl_plan::id_made(int result) {
     (void)result;
     state_ = state::exchanging;
     pending_ = act(nccl_action::exchange_id);
-    has_pending_ = true;
 }
 
 void nccl_plan::id_exchanged(boost::system::error_code ec, int root_result) {
@@ -70,7 +67,6 @@ void nccl_plan::id_exchanged(boost::system::error_code ec, int root_result) {
         return fail({}, root_result, false);
     state_ = state::calling;
     pending_ = act(nccl_action::init);
-    has_pending_ = true;
 }
 
 void nccl_plan::called(int result) {
@@ -79,7 +75,6 @@ void nccl_plan::called(int result) {
     if (result == nccl_success) {
         state_ = state::done;
         finish_ = act(nccl_action::complete);
-        has_finish_ = true;
         return;
     }
     if (result != nccl_in_progress)
@@ -88,7 +83,6 @@ void nccl_plan::called(int result) {
         return fail(boost::asio::error::operation_aborted, nccl_success, true);
     state_ = state::waiting;
     pending_ = act(nccl_action::wait);
-    has_pending_ = true;
 }
 
 void nccl_plan::tick(bool deadline_passed) {
@@ -98,7 +92,6 @@ void nccl_plan::tick(bool deadline_passed) {
         return fail(boost::asio::error::timed_out, nccl_success, true);
     state_ = state::polling;
     pending_ = act(nccl_action::poll);
-    has_pending_ = true;
 }
 
 void nccl_plan::polled(int result) {
@@ -130,27 +123,19 @@ void nccl_plan::cancel() {
 
 void nccl_plan::fail(boost::system::error_code ec, int nccl_result, bool abort) {
     state_ = state::done;
-    has_pending_ = false;
-    if (abort) {
+    pending_.reset();
+    if (abort)
         pending_ = act(nccl_action::abort);
-        has_pending_ = true;
-    }
     finish_ = act(nccl_action::complete);
-    finish_.ec = ec;
-    finish_.nccl_result = nccl_result;
-    has_finish_ = true;
+    finish_->ec = ec;
+    finish_->nccl_result = nccl_result;
 }
 
 nccl_action nccl_plan::next() {
-    if (has_pending_) {
-        has_pending_ = false;
-        return pending_;
-    }
-    if (has_finish_) {
-        has_finish_ = false;
-        return finish_;
-    }
-    return {};
+    std::optional<nccl_action>& slot = pending_ ? pending_ : finish_;
+    const nccl_action a = slot.value_or(nccl_action{});
+    slot.reset();
+    return a;
 }
 
 } // namespace ucx::detail

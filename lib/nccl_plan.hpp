@@ -40,6 +40,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <cstdint>
+#include <optional>
 
 namespace ucx::detail {
 
@@ -112,10 +113,10 @@ private:
 
     state state_ = state::idle;
     bool cancelled_ = false;
-    nccl_action pending_;
-    bool has_pending_ = false;
-    nccl_action finish_;
-    bool has_finish_ = false;
+    /// The next action, then the completion (with the abort before it, at
+    /// most two are queued).
+    std::optional<nccl_action> pending_;
+    std::optional<nccl_action> finish_;
 };
 
 } // namespace ucx::detail

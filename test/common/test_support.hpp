@@ -90,6 +90,20 @@ bool run_until(asio::io_context& io, Pred done,
     return done();
 }
 
+/// Whether every one of `v` has a value (every handler of a batch ran).
+template <class T>
+bool all_set(const std::vector<std::optional<T>>& v) {
+    return std::all_of(v.begin(), v.end(), [](const auto& x) { return x.has_value(); });
+}
+
+/// Worker options of group tests: strict, event mode, a peer that stops
+/// answering noticed within a second.
+inline ucx::worker_options group_worker_options() {
+    ucx::worker_options o = strict_worker_options(ucx::progress_mode::event);
+    o.peer_timeout = std::chrono::milliseconds(1000);
+    return o;
+}
+
 /// Joins `workers` as ranks 0 to n - 1 of the group `name` through `store`
 /// (`lazy`: connections on first use); fills `groups`. Returns whether every
 /// rank joined with its rank.
@@ -112,9 +126,7 @@ inline bool join_groups(asio::io_context& io, ucx::store& store,
             groups[i] = std::move(g);
         });
     }
-    bool joined = run_until(io, [&] {
-        return std::all_of(done.begin(), done.end(), [](auto& d) { return d.has_value(); });
-    });
+    bool joined = run_until(io, [&] { return all_set(done); });
     for (int i = 0; i < n; ++i) {
         EXPECT_TRUE(done[i] && !*done[i])
             << "rank " << i << ": " << (done[i] ? done[i]->message() : "no answer");

@@ -277,10 +277,7 @@ TEST_P(cuda_device_tag, device_sends_in_a_row_arrive_in_order) {
                             [&received, i](ucx::error_code ec, std::size_t bytes, ucx::tag_t t) {
                                 received[i] = tag_result{ec, bytes, t};
                             });
-    ASSERT_TRUE(run_until(p->io, [&] {
-        return std::all_of(sent.begin(), sent.end(), [](auto& x) { return x.has_value(); }) &&
-               std::all_of(received.begin(), received.end(), [](auto& x) { return x.has_value(); });
-    }));
+    ASSERT_TRUE(run_until(p->io, [&] { return all_set(sent) && all_set(received); }));
     for (std::size_t i = 0; i < n; ++i) {
         SCOPED_TRACE("message " + std::to_string(i));
         ASSERT_FALSE(sent[i]->ec) << sent[i]->ec.message();
@@ -298,12 +295,6 @@ INSTANTIATE_TEST_SUITE_P(transports, cuda_device_tag,
                          testing::Values(transport::tcp, transport::shared_memory), param_name);
 
 // ---- groups ----
-
-ucx::worker_options group_worker_options() {
-    ucx::worker_options o = strict_worker_options(ucx::progress_mode::event);
-    o.peer_timeout = std::chrono::milliseconds(1000);
-    return o;
-}
 
 /// `n` ranks of one process: a worker each, joined through one memory_store.
 class ranks {
@@ -323,9 +314,7 @@ public:
         std::vector<std::optional<ucx::error_code>> r(n);
         for (int i = 0; i < n; ++i)
             f(i, [&r, i](ucx::error_code ec) { r[i] = ec; });
-        ASSERT_TRUE(run_until(io, [&] {
-            return std::all_of(r.begin(), r.end(), [](auto& d) { return d.has_value(); });
-        })) << "a collective hung";
+        ASSERT_TRUE(run_until(io, [&] { return all_set(r); })) << "a collective hung";
         for (int i = 0; i < n; ++i)
             EXPECT_FALSE(*r[i]) << "rank " << i << ": " << r[i]->message();
     }
@@ -664,10 +653,7 @@ TEST_P(cuda_device_group, messages_by_rank_with_device_buffers) {
                                         senders[i] = 1;
                                     });
     }
-    ASSERT_TRUE(run_until(r->io, [&] {
-        return std::all_of(sent.begin(), sent.end(), [](auto& x) { return x.has_value(); }) &&
-               std::all_of(received.begin(), received.end(), [](auto& x) { return x.has_value(); });
-    }));
+    ASSERT_TRUE(run_until(r->io, [&] { return all_set(sent) && all_set(received); }));
     for (std::size_t i = 0; i < n; ++i) {
         SCOPED_TRACE("message " + std::to_string(i));
         ASSERT_FALSE(sent[i]->ec) << sent[i]->ec.message();

@@ -26,12 +26,6 @@ using namespace ucx_test;
 
 namespace {
 
-ucx::worker_options group_worker_options() {
-    ucx::worker_options o = strict_worker_options(ucx::progress_mode::event);
-    o.peer_timeout = std::chrono::milliseconds(1000);
-    return o;
-}
-
 /// `n` ranks: a worker each, joined through one memory_store.
 class ranks_fixture {
 public:

@@ -61,11 +61,9 @@ protected:
                                                [&, i](ucx::error_code ec, communicator c) {
                                                    m[i] = made{ec, std::move(c)};
                                                });
-        EXPECT_TRUE(std::none_of(m.begin(), m.end(), [](auto& x) { return x.has_value(); }))
+        EXPECT_TRUE(std::none_of(m.begin(), m.end(), [](const auto& x) { return x.has_value(); }))
             << "a handler ran inside the call";
-        EXPECT_TRUE(run_until(io, [&] {
-            return std::all_of(m.begin(), m.end(), [](auto& x) { return x.has_value(); });
-        }));
+        EXPECT_TRUE(run_until(io, [&] { return all_set(m); }));
         std::vector<made> out;
         for (auto& x : m)
             out.push_back(x ? std::move(*x) : made{asio::error::timed_out, {}});
@@ -77,9 +75,7 @@ protected:
         std::vector<std::optional<ucx::error_code>> b(n);
         for (int i = 0; i < n; ++i)
             groups[i].async_barrier([&, i](ucx::error_code ec) { b[i] = ec; });
-        ASSERT_TRUE(run_until(io, [&] {
-            return std::all_of(b.begin(), b.end(), [](auto& x) { return x.has_value(); });
-        }));
+        ASSERT_TRUE(run_until(io, [&] { return all_set(b); }));
         for (auto& x : b)
             EXPECT_FALSE(*x) << x->message();
     }
