@@ -12,6 +12,8 @@ namespace ucx::detail {
 
 void accept_queue::accept(endpoint_op* op, bool open) noexcept {
     worker_impl& w = *worker_;
+    // Waits for a peer's initiative: no reason for a poll worker to spin.
+    op->background = true;
     w.start(op);
     op->library_owned = true;
     op->cancel_hook = &accept_queue::cancel;

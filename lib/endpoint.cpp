@@ -703,6 +703,8 @@ bool endpoint_impl::has_message_waiting(ucp_tag_t tag, ucp_tag_t mask) const noe
 
 void endpoint_impl::wait_error(operation* op) noexcept {
     worker_impl& w = *worker_;
+    // A standing watch: no reason for a poll worker to spin.
+    op->background = true;
     w.start(op);
     op->library_owned = true;
     op->endpoint = this;

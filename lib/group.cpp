@@ -448,13 +448,19 @@ private:
 
     void listen_abort(int who) {
         peer& p = peers_[who];
-        p.ep.async_recv(
-            boost::asio::buffer(&p.abort_word, sizeof(p.abort_word)), abort_tag, ~std::uint32_t{0},
-            [self = shared_from_this(), who](error_code ec, std::size_t, std::uint32_t) {
+        // A standing receive that may never complete: a `poll` worker does
+        // not spin for it.
+        initiate<void(error_code, std::size_t, tag_t), tag_recv_result>(
+            checked(p.ep),
+            [self = shared_from_this(), who](error_code ec, std::size_t, tag_t) {
                 if (ec || self->failed_)
                     return;
                 say(log::severity::info, "group: rank ", who, " aborted the group");
                 self->fail(make_error_code(error::group_failed));
+            },
+            [word = &p.abort_word](endpoint_impl& e, tag_recv_op* op) {
+                op->background = true;
+                endpoint_recv(e, op, word, sizeof(*word), abort_tag, ~std::uint32_t{0});
             });
     }
 

@@ -7,6 +7,7 @@ bool progress_fsm::request(clock::time_point now) noexcept {
     if (in_pass_) {
         // The running pass progresses again before it may arm: remember it.
         requested_in_pass_ = true;
+        submitted_in_pass_ = true;
         return false;
     }
     if (scheduled_)
@@ -25,6 +26,8 @@ progress_step progress_fsm::begin(clock::time_point now) noexcept {
     in_pass_ = true;
     armed_ = false;
     requested_in_pass_ = false;
+    delivered_ = false;
+    submitted_in_pass_ = false;
     steps_ = 0;
     return progress_step::progress;
 }

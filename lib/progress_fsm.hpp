@@ -27,6 +27,7 @@ enum class progress_step {
     yield,      ///< end the pass and post a new one (spinning, or fairness)
     backoff,    ///< end the pass; a timer starts the next one after `backoff_delay()`
     park,       ///< end the pass; the executor's spin group continues it in its next turn
+    relax,      ///< give the processor to other threads (sched_yield), then progress
 };
 
 struct progress_config {
@@ -41,6 +42,9 @@ struct progress_config {
     /// Spinning is bounded by time, not by a count: each yield costs a trip
     /// through the io_context, whose reactor then polls epoll (a system call).
     std::chrono::nanoseconds spin_slice{std::chrono::microseconds(50)};
+    /// Spinning: give the processor to other threads between two quiet
+    /// progress calls (more busy processes than cores).
+    bool yield_cpu = false;
     /// Quiet spinning progress calls between two reads of the clock for
     /// `spin_slice` (at least 1).
     unsigned spin_clock_interval = 64;
@@ -82,7 +86,17 @@ public:
 
     /// `request` while a pass runs (`in_pass()`): the pass progresses again
     /// before it may arm, and records the activity itself.
-    void request_in_pass() noexcept { requested_in_pass_ = true; }
+    void request_in_pass() noexcept {
+        requested_in_pass_ = true;
+        submitted_in_pass_ = true;
+    }
+
+    /// The pass delivered completions: their handlers ran. If none of them
+    /// (nor anything else in this pass) started work on the worker, control
+    /// went elsewhere (a flag a `run_one()` loop tests, a handler posted to
+    /// another executor), and a spinning pass ends at its next quiet step
+    /// instead of holding the thread.
+    void on_delivered() noexcept { delivered_ = true; }
 
     /// A pass starts (a scheduled pass, a wake-up of the fd, or the safety timer).
     progress_step begin(clock::time_point now) noexcept;
@@ -90,8 +104,10 @@ public:
     /// ucp_worker_progress returned; `events` counts its result plus the
     /// completions delivered afterwards. `work_pending`: operations in flight
     /// (poll mode spins only while there are some).
-    progress_step on_progressed(std::size_t events, bool work_pending,
-                                clock::time_point now) noexcept;
+    /// `queued`: a submission to the worker waits in the executor's queue
+    /// (started from outside it): a spinning pass yields to let it run.
+    progress_step on_progressed(std::size_t events, bool work_pending, clock::time_point now,
+                                bool queued = false) noexcept;
 
     /// The wait on the event fd is queued.
     progress_step on_wait_queued() noexcept;
@@ -118,7 +134,7 @@ public:
     std::chrono::nanoseconds backoff_delay() const noexcept { return backoff_; }
 
 private:
-    progress_step quiet(bool work_pending, clock::time_point now) noexcept;
+    progress_step quiet(bool work_pending, bool queued, clock::time_point now) noexcept;
     progress_step spin(clock::time_point now) noexcept;
     progress_step end(progress_step s) noexcept;
     unsigned interval() const noexcept {
@@ -139,6 +155,9 @@ private:
     bool wait_queued_ = false;
     bool armed_ = false;
     bool shared_spin_ = false;
+    /// This pass delivered completions; something was submitted during it.
+    bool delivered_ = false;
+    bool submitted_in_pass_ = false;
     /// Busy arms in a row after quiet progress calls (across passes).
     unsigned busy_quiet_ = 0;
     /// The current back-off delay (zero: none since the last events).
@@ -183,25 +202,32 @@ inline progress_step progress_fsm::spin(clock::time_point now) noexcept {
         if (now - pass_start_ >= config_.spin_slice)
             return end(progress_step::yield);
     }
-    return progress_step::progress;
+    return config_.yield_cpu ? progress_step::relax : progress_step::progress;
 }
 
-inline progress_step progress_fsm::quiet(bool work_pending, clock::time_point now) noexcept {
+inline progress_step progress_fsm::quiet(bool work_pending, bool queued,
+                                         clock::time_point now) noexcept {
     // Spinning: keep progressing in this handler while the spin slice
     // lasts, then yield. Yielding after every quiet step (or every few) would
     // make the spin cost a trip through the io_context, whose reactor then
     // polls epoll (a system call) between two progress calls.
+    bool spinning = false;
     switch (config_.mode) {
     case progress_mode::event:
         break;
     case progress_mode::poll:
-        if (work_pending)
-            return spin(now);
+        spinning = work_pending;
         break;
     case progress_mode::hybrid:
-        if (now - last_activity_ < config_.spin)
-            return spin(now);
+        spinning = now - last_activity_ < config_.spin;
         break;
+    }
+    if (spinning) {
+        // The thread is wanted elsewhere: a submission waits in the queue,
+        // or the handlers just delivered started nothing here.
+        if (queued || (delivered_ && !submitted_in_pass_))
+            return end(progress_step::yield);
+        return spin(now);
     }
     // The quiet progress call and the arm after it are steps: within budget,
     // or in a fresh handler.
@@ -216,7 +242,7 @@ inline progress_step progress_fsm::quiet(bool work_pending, clock::time_point no
 }
 
 inline progress_step progress_fsm::on_progressed(std::size_t events, bool work_pending,
-                                                 clock::time_point now) noexcept {
+                                                 clock::time_point now, bool queued) noexcept {
     if (events > 0 || requested_in_pass_) {
         ++steps_;
         busy_quiet_ = 0;
@@ -229,17 +255,19 @@ inline progress_step progress_fsm::on_progressed(std::size_t events, bool work_p
             return end(progress_step::yield);
         return progress_step::progress;
     }
-    return quiet(work_pending, now);
+    return quiet(work_pending, queued, now);
 }
 
 /// Executes one pass. `Backend` provides:
 ///   std::size_t progress();  // ucp_worker_progress + deliver completions
 ///   bool work_pending();
+///   bool submissions_queued(); // started from outside the executor, not run yet
 ///   void queue_wait();
 ///   bool arm();              // true for UCS_ERR_BUSY
 ///   void post_pass();        // post run_progress_pass again
 ///   void post_pass_after(d); // run run_progress_pass again after `d`
 ///   void park();             // the spin group runs run_progress_pass in its next turn
+///   void relax();            // sched_yield
 ///   bool stopped();          // the worker shut down during the pass
 template <class Backend>
 void run_progress_pass(progress_fsm& fsm, Backend& backend) {
@@ -251,7 +279,8 @@ void run_progress_pass(progress_fsm& fsm, Backend& backend) {
         switch (step) {
         case progress_step::progress: {
             std::size_t events = backend.progress();
-            step = fsm.on_progressed(events, backend.work_pending(), fsm.now());
+            step = fsm.on_progressed(events, backend.work_pending(), fsm.now(),
+                                     backend.submissions_queued());
             break;
         }
         case progress_step::queue_wait:
@@ -272,6 +301,10 @@ void run_progress_pass(progress_fsm& fsm, Backend& backend) {
         case progress_step::park:
             backend.park();
             return;
+        case progress_step::relax:
+            backend.relax();
+            step = progress_step::progress;
+            break;
         }
     }
 }

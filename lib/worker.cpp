@@ -8,6 +8,8 @@
 #include "request_param.hpp"
 #include "worker_impl.hpp"
 
+#include <sched.h>
+
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -27,6 +29,7 @@ progress_config make_progress_config(const worker_options& o) {
     c.spin = o.spin_duration;
     c.max_steps_per_pass = std::max(2u, o.max_steps_per_handler);
     c.spin_slice = o.spin_slice;
+    c.yield_cpu = o.yield_cpu;
     return c;
 }
 
@@ -51,6 +54,10 @@ inline bool worker_impl::work_pending() const noexcept {
     return in_flight_count_ + internal_requests_ > 0;
 }
 
+inline bool worker_impl::awaited_work_pending() const noexcept {
+    return in_flight_count_ - background_count_ + internal_requests_ > 0;
+}
+
 // The UCX side of the progress engine: what run_progress_pass calls.
 struct engine_backend {
     worker_impl& w;
@@ -61,9 +68,15 @@ struct engine_backend {
         // Most spinning steps find nothing: decide that inline.
         if (w.nothing_to_deliver())
             return events;
-        return events + w.deliver_completions(operation::delivery::dispatch);
+        const std::size_t delivered = w.deliver_completions(operation::delivery::dispatch);
+        if (delivered != 0)
+            w.fsm_.on_delivered();
+        return events + delivered;
     }
-    bool work_pending() const noexcept { return w.work_pending(); }
+    // Poll mode spins for the operations someone waits for, not for the
+    // library's standing receives.
+    bool work_pending() const noexcept { return w.awaited_work_pending(); }
+    bool submissions_queued() const noexcept { return w.submissions_queued(); }
     void queue_wait() { w.queue_wait(); }
     bool arm() {
         ++w.stats_.arms;
@@ -96,6 +109,10 @@ struct engine_backend {
                                          if (!ec)
                                              self.run_pass();
                                      });
+    }
+    void relax() {
+        ++w.stats_.cpu_yields;
+        sched_yield();
     }
     void park() {
         ++w.stats_.parks;
@@ -198,6 +215,7 @@ void worker_impl::start(operation* op) noexcept {
     op->in_flight = true;
     in_flight_list::push_front(in_flight_head_, op);
     ++in_flight_count_;
+    background_count_ += op->background;
     if (!safety_timer_armed_)
         start_safety_timer();
 }
@@ -208,6 +226,7 @@ void worker_impl::unlink(operation* op) noexcept {
     op->in_flight = false;
     in_flight_list::erase(in_flight_head_, op);
     --in_flight_count_;
+    background_count_ -= op->background;
 }
 
 void worker_impl::finished(operation* op) noexcept {

@@ -230,6 +230,8 @@ private:
     void start_safety_timer();
     void unlink(operation* op) noexcept;
     bool work_pending() const noexcept;
+    /// `work_pending()` less the library's standing receives (`background`).
+    bool awaited_work_pending() const noexcept;
     /// One ucp_worker_progress call, then the stream data it brought handed out.
     unsigned progress_ucp() noexcept;
     /// Whether an endpoint's graceful close is under way (shutdown's first step).
@@ -270,6 +272,8 @@ private:
 
     operation* in_flight_head_ = nullptr;
     std::size_t in_flight_count_ = 0;
+    /// Of those, the `background` ones.
+    std::size_t background_count_ = 0;
     operation* done_head_ = nullptr;
     operation* done_tail_ = nullptr;
     std::size_t internal_requests_ = 0;

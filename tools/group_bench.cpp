@@ -2,6 +2,12 @@
 // processes, interleaved. Runs under mpirun:
 //
 //   mpirun -np 4 group-bench [--rounds R] [--quick] [--mode event|poll|hybrid]
+//                            [--yield-cpu] [--spin-us N] [--only NAME] [--stats]
+//
+// --yield-cpu sets worker_options::yield_cpu (more ranks than cores);
+// --spin-us the hybrid mode's spin_duration; --only runs one collective
+// (barrier, broadcast, allreduce or allgather); --stats prints each rank's
+// worker_stats at the end.
 //   mpirun --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -np 4 group-bench
 //
 // MPI starts the processes and gives the ranks; the ucx::group joins through
@@ -84,6 +90,10 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int rounds = 10;
     bool quick = false;
+    bool yield_cpu = false; // worker_options::yield_cpu
+    bool stats = false;     // each rank's worker_stats at the end, on stderr
+    int spin_us = -1;       // hybrid mode's spin_duration (-1: the default)
+    std::string only;       // a collective's name: that one only
     // Event mode by default: with more ranks than cores (the usual test
     // machine), polling workers take the cores their peers need (measured
     // 10 to 100 times slower); Open MPI yields when oversubscribed.
@@ -102,6 +112,14 @@ int main(int argc, char** argv) {
             rounds = std::max(1, std::atoi(argv[++i]));
         else if (std::strcmp(argv[i], "--quick") == 0)
             quick = true;
+        else if (std::strcmp(argv[i], "--yield-cpu") == 0)
+            yield_cpu = true;
+        else if (std::strcmp(argv[i], "--stats") == 0)
+            stats = true;
+        else if (std::strcmp(argv[i], "--spin-us") == 0 && i + 1 < argc)
+            spin_us = std::atoi(argv[++i]);
+        else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
     }
 
     // The store's directory, made by rank 0.
@@ -120,6 +138,9 @@ int main(int argc, char** argv) {
     ucx::context ctx;
     ucx::worker_options wo;
     wo.mode = mode;
+    wo.yield_cpu = yield_cpu;
+    if (spin_us >= 0)
+        wo.spin_duration = std::chrono::microseconds(spin_us);
     ucx::worker w(ctx, io, wo);
     std::optional<ucx::group> group;
     bool done = false;
@@ -160,12 +181,15 @@ int main(int argc, char** argv) {
         {"allgather", 8, 2000 / scale},      {"allgather", 1 << 20, 50 / scale},
     };
     if (rank == 0) {
-        std::printf("group-bench: %d ranks, best of %d rounds, worker progress mode %s\n", size,
-                    rounds, std::string(ucx::to_string(mode)).c_str());
+        std::printf("group-bench: %d ranks, best of %d rounds, worker progress mode %s%s\n", size,
+                    rounds, std::string(ucx::to_string(mode)).c_str(),
+                    yield_cpu ? ", yield_cpu" : "");
         std::printf("| collective | size per rank | Open MPI | ucx::group | ratio |\n");
         std::printf("|---|---|---|---|---|\n");
     }
     for (const auto& c : cases) {
+        if (!only.empty() && c.name != only)
+            continue;
         const std::size_t count = c.bytes / sizeof(float);
         std::vector<float> in(std::max<std::size_t>(count, 1), 1.0f), out(in.size() * size);
         std::vector<char> bytes(std::max<std::size_t>(c.bytes, 1));
@@ -220,6 +244,14 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
     }
 
+    if (stats) {
+        const auto st = w.stats();
+        std::fprintf(stderr,
+                     "rank %d: passes %zu, progress calls %zu, arms %zu (busy %zu), wake-ups %zu, "
+                     "yields %zu, processor yields %zu, back-offs %zu, completions %zu\n",
+                     rank, st.passes, st.progress_calls, st.arms, st.arm_busy, st.wakeups,
+                     st.yields, st.cpu_yields, st.backoffs, st.completions);
+    }
     done = false;
     g.async_close([&](ucx::error_code) { done = true; });
     run_until(io, done);

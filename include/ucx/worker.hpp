@@ -69,6 +69,16 @@ struct worker_options {
     /// yield costs the io_context's reactor a system call, so spinning is
     /// sliced by time (checked every 64 quiet calls), not by a short count.
     std::chrono::nanoseconds spin_slice = std::chrono::microseconds(50);
+    /// Poll and hybrid modes: between two quiet progress calls of a spinning
+    /// handler, give the processor to the other runnable threads
+    /// (`sched_yield`). For more busy processes than cores, such as the
+    /// ranks of a job started with `mpirun --oversubscribe`: they wait for
+    /// each other, and a rank that spins without yielding holds the core its
+    /// peer needs for a whole scheduler time slice (milliseconds). Measured
+    /// with 4 ranks on 2 cores (`tools/group-bench.sh`): a barrier took
+    /// 5 ms in `poll` mode, 23 µs with this, 45 µs in `event` mode. Costs a
+    /// system call per quiet call where the core is not shared.
+    bool yield_cpu = false;
     /// Poll and hybrid modes, when other polling workers share the worker's
     /// io_context: they spin in turns in one handler (each worker's
     /// `ucp_worker_progress` once per turn), which yields to the other
@@ -130,6 +140,9 @@ struct worker_stats {
     std::size_t arm_busy = 0;       ///< arms that answered UCS_ERR_BUSY
     std::size_t wakeups = 0;        ///< event fd wake-ups
     std::size_t yields = 0;         ///< passes that yielded to other handlers
+    /// Times a spinning pass gave the processor to other threads
+    /// (`worker_options::yield_cpu`).
+    std::size_t cpu_yields = 0;
     std::size_t backoffs = 0; ///< passes that ended in a short back-off (UCX busy, nothing to do)
     /// Passes that ended parked: the worker spins in turns with the other
     /// polling workers of its io_context (see docs/progress-engine.md).

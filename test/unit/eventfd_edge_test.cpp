@@ -229,6 +229,8 @@ public:
         return static_cast<std::size_t>(n);
     }
     bool work_pending() const { return consumed < n_; }
+    bool submissions_queued() const { return false; }
+    void relax() {}
     void queue_wait() {
         ++queued_waits;
         sd_.async_wait(descriptor::wait_read, [this](const boost::system::error_code& ec) {

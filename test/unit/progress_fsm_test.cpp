@@ -26,7 +26,7 @@ using ucx::detail::run_progress_pass;
 using clock_type = progress_fsm::clock;
 using namespace std::chrono_literals;
 
-enum class kind { progress, queue_wait, arm, post_pass, backoff, park };
+enum class kind { progress, queue_wait, arm, post_pass, backoff, park, relax };
 
 struct call {
     kind k;
@@ -48,6 +48,8 @@ std::ostream& operator<<(std::ostream& os, const call& c) {
         return os << "BACKOFF(" << c.value << "ns)";
     case kind::park:
         return os << "PARK";
+    case kind::relax:
+        return os << "RELAX";
     }
     return os;
 }
@@ -60,6 +62,7 @@ const call ARM_OK{kind::arm, 0};
 const call ARM_BUSY{kind::arm, 1};
 const call POST{kind::post_pass, 0};
 const call PARK{kind::park, 0};
+const call RELAX{kind::relax, 0};
 call BACKOFF(std::chrono::nanoseconds d) {
     return {kind::backoff, static_cast<std::size_t>(d.count())};
 }
@@ -86,6 +89,10 @@ struct fake_backend {
     // Per progress call: whether it submits work (calls fsm.request) while running,
     // as a completion handler delivered during ucp_worker_progress would.
     std::deque<bool> request_script{};
+    // Per progress call: whether it delivered completions (their handlers ran).
+    std::deque<bool> deliver_script{};
+    // A submission started outside the executor waits in its queue.
+    bool queued = false;
     std::function<void()> on_progress{};
 
     std::vector<call> calls{};
@@ -109,6 +116,11 @@ struct fake_backend {
             req = request_script.front();
             request_script.pop_front();
         }
+        if (!deliver_script.empty()) {
+            if (deliver_script.front())
+                fsm.on_delivered();
+            deliver_script.pop_front();
+        }
         if (req) {
             request_at.push_back(calls.size() - 1);
             EXPECT_FALSE(fsm.request(clock_type::now())) << "a request inside a pass is coalesced";
@@ -117,6 +129,7 @@ struct fake_backend {
             on_progress();
         return n;
     }
+    bool submissions_queued() const { return queued; }
     bool work_pending() {
         bool p = pending_default;
         if (!pending_script.empty()) {
@@ -146,6 +159,7 @@ struct fake_backend {
     void post_pass() { calls.push_back(POST); }
     void post_pass_after(std::chrono::nanoseconds d) { calls.push_back(BACKOFF(d)); }
     void park() { calls.push_back(PARK); }
+    void relax() { calls.push_back(RELAX); }
     bool stopped() {
         // A pass that never ends would hang the test: fail it instead.
         if (calls.size() - pass_start > 100000) {
@@ -638,6 +652,146 @@ TEST(ProgressFsm, AWorkerLeftAloneSpinsInItsOwnHandlerAgain) {
     // The other member left: the parked pass continues as a spinning one.
     fsm.set_shared_spin(false);
     EXPECT_EQ(b.pass(), (std::vector<call>{P(0), P(0), P(0), P(0), POST}));
+}
+
+// ------------------------------------------------- handing the thread back
+
+progress_config long_slice(progress_mode mode) {
+    // Spinning would go on for an hour: whatever ends these passes is the
+    // rule under test.
+    progress_config c = cfg(mode, 64, std::chrono::hours(1));
+    c.spin_slice = std::chrono::hours(1);
+    c.spin_clock_interval = 4;
+    return c;
+}
+
+TEST(ProgressFsm, PollPassWhoseHandlersStartedNothingYieldsAtItsNextQuietCall) {
+    // The handler that ran set a flag for a run_one() loop, or posted its
+    // continuation elsewhere: the pass gives the thread back instead of
+    // spinning for the operations still in flight.
+    progress_fsm fsm(long_slice(progress_mode::poll));
+    fake_backend b{fsm};
+    b.progress_script = {1};
+    b.deliver_script = {true};
+    auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(1), P(0), POST})) << str(calls);
+    EXPECT_TRUE(fsm.pass_scheduled());
+    // The next pass delivered nothing yet: it spins (here until the stop).
+    b.progress_script = {0, 0, 0, 0, 0, 0, 0, 1};
+    b.deliver_script = {false, false, false, false, false, false, false, true};
+    calls = b.pass();
+    EXPECT_EQ(calls,
+              (std::vector<call>{P(0), P(0), P(0), P(0), P(0), P(0), P(0), P(1), P(0), POST}))
+        << str(calls);
+}
+
+TEST(ProgressFsm, PollPassWhoseHandlersStartedWorkKeepsSpinningForIt) {
+    // A ping-pong: the receive's handler sends the next message and posts
+    // the next receive in the pass; the pass keeps spinning for them, even
+    // after a later handler (the send's) started nothing.
+    progress_config c = cfg(progress_mode::poll, 64);
+    c.spin_clock_interval = 4; // zero slice: yields after 4 quiet calls
+    progress_fsm fsm(c);
+    fake_backend b{fsm};
+    b.progress_script = {1, 1};
+    b.deliver_script = {true, true};
+    b.request_script = {true, false};
+    const auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(1), P(1), P(0), P(0), P(0), P(0), POST})) << str(calls);
+}
+
+TEST(ProgressFsm, HybridPassWhoseHandlersStartedNothingYieldsWithinItsSpinWindow) {
+    progress_fsm fsm(long_slice(progress_mode::hybrid));
+    fake_backend b{fsm};
+    b.pending_default = false;
+    b.progress_script = {2};
+    b.deliver_script = {true};
+    const auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(2), P(0), POST})) << str(calls);
+    EXPECT_FALSE(fsm.wait_queued()) << "still spinning: the next pass continues the window";
+}
+
+TEST(ProgressFsm, EventPassThatDeliveredArmsAsAlways) {
+    progress_fsm fsm(cfg(progress_mode::event));
+    fake_backend b{fsm};
+    b.progress_script = {1};
+    b.deliver_script = {true};
+    const auto calls = b.pass();
+    EXPECT_EQ(calls, (std::vector<call>{P(1), P(0), QW, ARM_OK})) << str(calls);
+}
+
+TEST(ProgressFsm, SpinningPassYieldsToASubmissionQueuedFromOutside) {
+    // An operation started from outside the executor (a run_one() loop, or
+    // another thread) waits in the executor's queue behind the pass: a
+    // spinning pass lets it in at once instead of at the end of its slice.
+    for (auto mode : {progress_mode::poll, progress_mode::hybrid}) {
+        progress_fsm fsm(long_slice(mode));
+        fake_backend b{fsm};
+        b.queued = true;
+        auto calls = b.pass();
+        EXPECT_EQ(calls, (std::vector<call>{P(0), POST})) << str(calls);
+        // Events first: they are progressed before the pass yields.
+        b.progress_script = {3, 1};
+        calls = b.pass();
+        EXPECT_EQ(calls, (std::vector<call>{P(3), P(1), P(0), POST})) << str(calls);
+    }
+}
+
+TEST(ProgressFsm, EventPassArmsWithASubmissionQueued) {
+    // The queued submission requests its own pass when it runs.
+    progress_fsm fsm(cfg(progress_mode::event));
+    fake_backend b{fsm};
+    b.queued = true;
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), QW, ARM_OK}));
+}
+
+TEST(ProgressFsm, PollWithoutAwaitedWorkArmsWhateverWasDelivered) {
+    // Only the library's standing waits are left (not `work_pending`).
+    progress_fsm fsm(long_slice(progress_mode::poll));
+    fake_backend b{fsm};
+    b.pending_default = false;
+    b.progress_script = {1};
+    b.deliver_script = {true};
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(1), P(0), QW, ARM_OK}));
+}
+
+// ------------------------------------------------------------ yield_cpu
+
+TEST(ProgressFsm, SpinningWithYieldCpuGivesTheProcessorAwayBetweenQuietCalls) {
+    for (auto mode : {progress_mode::poll, progress_mode::hybrid}) {
+        progress_config c = cfg(mode, 64, std::chrono::hours(1));
+        c.spin_clock_interval = 3; // zero slice: yields after 3 quiet calls
+        c.yield_cpu = true;
+        progress_fsm fsm(c);
+        fake_backend b{fsm};
+        b.progress_script = {2};
+        const auto calls = b.pass();
+        // Events are progressed at once; each quiet call that spins on is
+        // followed by a sched_yield; the slice still ends the pass.
+        EXPECT_EQ(calls, (std::vector<call>{P(2), P(0), RELAX, P(0), RELAX, P(0), POST}))
+            << str(calls);
+    }
+}
+
+TEST(ProgressFsm, YieldCpuLeavesSleepingAndSharingAlone) {
+    progress_config c = cfg(progress_mode::event);
+    c.yield_cpu = true;
+    progress_fsm fsm(c);
+    fake_backend b{fsm};
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), QW, ARM_OK}));
+    // Poll mode with nothing awaited arms and sleeps.
+    progress_config p = cfg(progress_mode::poll);
+    p.yield_cpu = true;
+    progress_fsm poll(p);
+    fake_backend pb{poll};
+    pb.pending_default = false;
+    EXPECT_EQ(pb.pass(), (std::vector<call>{P(0), QW, ARM_OK}));
+    // A worker of a spin group parks: the group's turn moves to its next
+    // member, which is what the processor would be yielded to.
+    progress_fsm shared(p);
+    shared.set_shared_spin(true);
+    fake_backend sb{shared};
+    EXPECT_EQ(sb.pass(), (std::vector<call>{P(0), PARK}));
 }
 
 // ---------------------------------------------------------------- hybrid mode

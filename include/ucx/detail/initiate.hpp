@@ -13,7 +13,10 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/dispatch.hpp>
+
 #include <boost/asio/io_context.hpp>
+
+#include <atomic>
 
 #include <memory>
 #include <type_traits>
@@ -44,6 +47,15 @@ public:
         return native_executor_ && native_executor_->running_in_this_thread();
     }
 
+    /// Submissions started outside the executor and queued to it, not run
+    /// yet: a spinning progress pass yields to let them in. (One left by a
+    /// submission destroyed unrun, with its io_context, is harmless.)
+    bool submissions_queued() const noexcept {
+        return queued_.load(std::memory_order_relaxed) != 0;
+    }
+    void submission_queued() noexcept { queued_.fetch_add(1, std::memory_order_relaxed); }
+    void submission_runs() noexcept { queued_.fetch_sub(1, std::memory_order_relaxed); }
+
 protected:
     explicit worker_core(const executor_type& ex)
         : executor_(ex),
@@ -53,6 +65,7 @@ protected:
     executor_type executor_;
     /// executor_'s target when it is a plain io_context executor.
     const boost::asio::io_context::executor_type* native_executor_ = nullptr;
+    std::atomic<unsigned> queued_{0};
 };
 
 /// The worker an object belongs to (lib/operations.cpp).
@@ -116,8 +129,10 @@ void start_operation(Handler&& handler, worker_core& w, Submit&& submit) {
         slot.template emplace<operation_canceller>(op);
     if (w.running_in_owner())
         return submit(op);
-    boost::asio::dispatch(w.get_executor(), [pending = submission<op_type>(op),
+    w.submission_queued();
+    boost::asio::dispatch(w.get_executor(), [pending = submission<op_type>(op), w = &w,
                                              submit = std::forward<Submit>(submit)]() mutable {
+        w->submission_runs();
         submit(pending.release());
     });
 }
@@ -147,9 +162,12 @@ void start_target_operation(Handler&& handler, worker_core& w,
     auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
     if (slot.is_connected())
         slot.template emplace<operation_canceller>(op);
-    boost::asio::dispatch(w.get_executor(),
-                          [pending = submission<op_type>(op), keep = std::move(keep),
-                           submit]() mutable { submit(*keep, pending.release()); });
+    w.submission_queued();
+    boost::asio::dispatch(w.get_executor(), [pending = submission<op_type>(op), w = &w,
+                                             keep = std::move(keep), submit]() mutable {
+        w->submission_runs();
+        submit(*keep, pending.release());
+    });
 }
 
 /// async_initiate for an operation of the object `target` (an endpoint,

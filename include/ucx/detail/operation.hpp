@@ -75,6 +75,10 @@ public:
     bool aborted = false;
     /// Linked in its worker's in-flight list.
     bool in_flight = false;
+    /// A standing wait that may never complete (an accept, an endpoint's
+    /// error watch, a group's receive of the abort notice): it does not keep
+    /// a `poll` worker spinning.
+    bool background = false;
     /// No UCX request behind it: the library itself completes it (accept,
     /// connect, stream reads, active-message receives); shutdown completes it.
     bool library_owned = false;
