@@ -512,8 +512,8 @@ public:
         failure_waiters_.clear();
         for (auto& h : waiters)
             post(std::move(h), ec);
-        if (timer_)
-            timer_->cancel();
+        if (watchdog_)
+            watchdog_->cancel();
         for (const auto& r : std::vector<std::shared_ptr<any_recv>>(any_))
             stop_any(r, ec);
     }
@@ -560,6 +560,8 @@ private:
         error_code ec;
         group_done_handler handler;
         std::uint32_t seq = 0;
+        /// When it fails the group if still running (a timeout is set).
+        std::chrono::steady_clock::time_point deadline{};
         /// Device buffers go through host memory (the arithmetic runs on
         /// the host): the user's `out` when it is device memory, and the
         /// host buffers that stand for `in` and `out` meanwhile.
@@ -641,6 +643,7 @@ private:
 
     error_code validate(const collective_args& a, coll::plan& p) const;
     void start_next();
+    void arm_watchdog(std::chrono::steady_clock::time_point at);
     void run_round(const std::shared_ptr<running>& r);
     void finish_round(const std::shared_ptr<running>& r);
     void finish(const std::shared_ptr<running>& r, error_code ec);
@@ -655,7 +658,10 @@ private:
     std::deque<std::shared_ptr<running>> queue_;
     bool busy_ = false;
     std::uint32_t seq_ = 0;
-    std::shared_ptr<boost::asio::steady_timer> timer_;
+    /// Watches the running collective's deadline (see arm_watchdog).
+    std::shared_ptr<boost::asio::steady_timer> watchdog_;
+    bool watchdog_armed_ = false;
+    std::uint64_t watchdog_gen_ = 0;
     std::vector<std::shared_ptr<any_recv>> any_;
     bool released_ = false;
     /// Inside `collective()`: completions are posted.
@@ -833,17 +839,38 @@ void group_impl::start_next() {
             std::memmove(to, from, c.from.length);
     }
     if (timeout_.count() > 0) {
-        timer_ = std::make_shared<boost::asio::steady_timer>(executor(), timeout_);
-        std::weak_ptr<running> wr = r;
-        timer_->async_wait([self = shared_from_this(), wr](error_code ec) {
-            auto r = wr.lock();
-            if (ec || !r || self->queue_.empty() || self->queue_.front() != r)
-                return;
-            say(log::severity::info, "group: collective ", r->seq, " passed its deadline");
-            self->fabric_->fail(make_error_code(error::group_timeout));
-        });
+        r->deadline = std::chrono::steady_clock::now() + timeout_;
+        // Earlier than the armed expiry: the timeout was shortened.
+        if (!watchdog_armed_ || r->deadline < watchdog_->expiry())
+            arm_watchdog(r->deadline);
     }
     run_round(r);
+}
+
+// One timer watches the deadlines of the collectives, one at a time: it is
+// armed for the running collective's deadline when none is pending, and on
+// expiry either fails the group or is armed again for the deadline of the
+// collective running then. Back-to-back collectives shorter than the timeout
+// start and cancel no timer (each would cost the reactor a timerfd update and
+// a handler).
+void group_impl::arm_watchdog(std::chrono::steady_clock::time_point at) {
+    if (!watchdog_)
+        watchdog_ = std::make_shared<boost::asio::steady_timer>(executor());
+    watchdog_->expires_at(at); // cancels the wait of an earlier arming: stale below
+    watchdog_armed_ = true;
+    watchdog_->async_wait([weak = weak_from_this(), gen = ++watchdog_gen_](error_code ec) {
+        auto self = weak.lock();
+        if (!self || gen != self->watchdog_gen_)
+            return;
+        self->watchdog_armed_ = false;
+        if (ec || self->error_ || !self->busy_ || self->queue_.empty())
+            return;
+        const auto& r = self->queue_.front();
+        if (r->deadline > std::chrono::steady_clock::now())
+            return self->arm_watchdog(r->deadline);
+        say(log::severity::info, "group: collective ", r->seq, " passed its deadline");
+        self->fabric_->fail(make_error_code(error::group_timeout));
+    });
 }
 
 void group_impl::run_round(const std::shared_ptr<running>& r) {
@@ -905,10 +932,6 @@ void group_impl::finish(const std::shared_ptr<running>& r, error_code ec) {
             ec = error_ ? error_ : fabric_->failed();
         if (r->local_error)
             ec = r->local_error;
-    }
-    if (timer_) {
-        timer_->cancel();
-        timer_.reset();
     }
     queue_.pop_front();
     auto h = std::move(r->handler);

@@ -2,13 +2,17 @@
 // processes, interleaved. Runs under mpirun:
 //
 //   mpirun -np 4 group-bench [--rounds R] [--quick] [--mode event|poll|hybrid]
-//                            [--yield-cpu] [--spin-us N] [--only NAME] [--stats]
-//
-// --yield-cpu sets worker_options::yield_cpu (more ranks than cores);
-// --spin-us the hybrid mode's spin_duration; --only runs one collective
-// (barrier, broadcast, allreduce or allgather); --stats prints each rank's
-// worker_stats at the end.
+//                            [--yield-cpu|--no-yield-cpu] [--spin-us N] [--only NAME]
+//                            [--run-one] [--stats]
 //   mpirun --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -np 4 group-bench
+//
+// The worker polls (--mode poll) and sets worker_options::yield_cpu where
+// the node has more ranks than cores (--yield-cpu, --no-yield-cpu force it);
+// --spin-us sets the hybrid mode's spin_duration; --only runs one collective
+// (barrier, broadcast, allreduce or allgather); --stats prints each rank's
+// worker_stats at the end. The group's collectives run back to back as an
+// Asio program runs them, each handler starting the next inside the
+// io_context; --run-one starts each from outside, between run_one() calls.
 //
 // MPI starts the processes and gives the ranks; the ucx::group joins through
 // a file store in a directory rank 0 makes (its path is broadcast with MPI).
@@ -21,6 +25,7 @@
 #include <mpi.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -32,6 +37,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -52,12 +58,11 @@ void run_until(asio::io_context& io, const bool& done) {
         io.run_one();
 }
 
-/// The slowest rank's mean seconds per call of `op` over `n` calls.
-double time_it(int n, const std::function<void()>& op) {
+/// The slowest rank's mean seconds per call over `n` calls made by `ops(n)`.
+double time_it(int n, const std::function<void(int)>& ops) {
     MPI_Barrier(MPI_COMM_WORLD);
     const auto start = clock_type::now();
-    for (int i = 0; i < n; ++i)
-        op();
+    ops(n);
     const double mine = std::chrono::duration<double>(clock_type::now() - start).count() / n;
     double slowest = 0;
     MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -90,14 +95,18 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int rounds = 10;
     bool quick = false;
-    bool yield_cpu = false; // worker_options::yield_cpu
-    bool stats = false;     // each rank's worker_stats at the end, on stderr
-    int spin_us = -1;       // hybrid mode's spin_duration (-1: the default)
-    std::string only;       // a collective's name: that one only
-    // Event mode by default: with more ranks than cores (the usual test
-    // machine), polling workers take the cores their peers need (measured
-    // 10 to 100 times slower); Open MPI yields when oversubscribed.
-    ucx::progress_mode mode = ucx::progress_mode::event;
+    bool stats = false;   // each rank's worker_stats at the end, on stderr
+    bool run_one = false; // each collective started between two run_one() calls
+    int spin_us = -1;     // hybrid mode's spin_duration (-1: the default)
+    std::string only;     // a collective's name: that one only
+    // Poll mode by default, as Open MPI polls. With more ranks on the node
+    // than cores (the usual test machine), the worker yields the processor
+    // while it spins, as Open MPI does when oversubscribed: a rank that spins
+    // without yielding holds the core its peer needs.
+    ucx::progress_mode mode = ucx::progress_mode::poll;
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const long local_ranks = local ? std::atol(local) : size;
+    bool yield_cpu = local_ranks > static_cast<long>(std::thread::hardware_concurrency());
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
             const auto m = ucx::parse_progress_mode(argv[++i]);
@@ -114,6 +123,10 @@ int main(int argc, char** argv) {
             quick = true;
         else if (std::strcmp(argv[i], "--yield-cpu") == 0)
             yield_cpu = true;
+        else if (std::strcmp(argv[i], "--no-yield-cpu") == 0)
+            yield_cpu = false;
+        else if (std::strcmp(argv[i], "--run-one") == 0)
+            run_one = true;
         else if (std::strcmp(argv[i], "--stats") == 0)
             stats = true;
         else if (std::strcmp(argv[i], "--spin-us") == 0 && i + 1 < argc)
@@ -159,18 +172,50 @@ int main(int argc, char** argv) {
     run_until(io, done);
     ucx::group& g = *group;
 
-    auto wait = [&](auto start) {
-        bool finished = false;
-        ucx::error_code result;
-        start([&](ucx::error_code ec) {
-            result = ec;
-            finished = true;
-        });
-        run_until(io, finished);
-        if (result) {
-            std::fprintf(stderr, "rank %d: %s\n", rank, result.message().c_str());
+    using done_handler = std::function<void(ucx::error_code)>;
+    const auto check = [rank](const ucx::error_code& ec) {
+        if (ec) {
+            std::fprintf(stderr, "rank %d: %s\n", rank, ec.message().c_str());
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
+    };
+    // `n` collectives started by `start`. By default as an Asio program runs
+    // them: each one's handler starts the next, inside the io_context (as a
+    // coroutine's loop does). With --run-one, each is started from outside,
+    // between two io_context::run_one() calls.
+    const auto ucx_ops = [&](const std::function<void(done_handler)>& start) {
+        return [&, start](int n) {
+            bool finished = false;
+            if (run_one) {
+                for (int i = 0; i < n; ++i) {
+                    finished = false;
+                    start([&](ucx::error_code ec) {
+                        check(ec);
+                        finished = true;
+                    });
+                    run_until(io, finished);
+                }
+                return;
+            }
+            int left = n;
+            std::function<void()> next = [&] {
+                start([&](ucx::error_code ec) {
+                    check(ec);
+                    if (--left == 0)
+                        finished = true;
+                    else
+                        next();
+                });
+            };
+            asio::post(io, next);
+            run_until(io, finished);
+        };
+    };
+    const auto mpi_ops = [](std::function<void()> op) {
+        return [op](int n) {
+            for (int i = 0; i < n; ++i)
+                op();
+        };
     };
 
     const int scale = quick ? 10 : 1;
@@ -193,48 +238,47 @@ int main(int argc, char** argv) {
         const std::size_t count = c.bytes / sizeof(float);
         std::vector<float> in(std::max<std::size_t>(count, 1), 1.0f), out(in.size() * size);
         std::vector<char> bytes(std::max<std::size_t>(c.bytes, 1));
-        std::function<void()> mpi_op, ucx_op;
+        std::function<void()> mpi_op;
+        std::function<void(done_handler)> ucx_op;
         if (c.name == "barrier") {
             mpi_op = [] { MPI_Barrier(MPI_COMM_WORLD); };
-            ucx_op = [&] { wait([&](auto h) { g.async_barrier(h); }); };
+            ucx_op = [&](done_handler h) { g.async_barrier(std::move(h)); };
         } else if (c.name == "broadcast") {
             mpi_op = [&] {
                 MPI_Bcast(bytes.data(), static_cast<int>(c.bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
             };
-            ucx_op = [&] {
-                wait([&](auto h) { g.async_broadcast(asio::buffer(bytes.data(), c.bytes), 0, h); });
+            ucx_op = [&](done_handler h) {
+                g.async_broadcast(asio::buffer(bytes.data(), c.bytes), 0, std::move(h));
             };
         } else if (c.name == "allreduce") {
-            std::vector<float>* res = &out;
-            mpi_op = [&, res] {
-                MPI_Allreduce(in.data(), res->data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+            mpi_op = [&] {
+                MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                               MPI_COMM_WORLD);
             };
-            ucx_op = [&, res] {
-                wait([&](auto h) {
-                    g.async_allreduce(std::span<const float>(in.data(), count),
-                                      std::span<float>(res->data(), count), ucx::reduce_op::sum, h);
-                });
+            ucx_op = [&](done_handler h) {
+                g.async_allreduce(std::span<const float>(in.data(), count),
+                                  std::span<float>(out.data(), count), ucx::reduce_op::sum,
+                                  std::move(h));
             };
         } else {
             mpi_op = [&] {
                 MPI_Allgather(in.data(), static_cast<int>(count), MPI_FLOAT, out.data(),
                               static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
             };
-            ucx_op = [&] {
-                wait([&](auto h) {
-                    g.async_allgather(asio::buffer(in.data(), c.bytes),
-                                      asio::buffer(out.data(), c.bytes * size), h);
-                });
+            ucx_op = [&](done_handler h) {
+                g.async_allgather(asio::buffer(in.data(), c.bytes),
+                                  asio::buffer(out.data(), c.bytes * size), std::move(h));
             };
         }
+        const auto mpi_run = mpi_ops(mpi_op);
+        const auto ucx_run = ucx_ops(ucx_op);
         // Warm-up (connections, registrations), then the rounds.
-        time_it(1, mpi_op);
-        time_it(1, ucx_op);
+        time_it(1, mpi_run);
+        time_it(1, ucx_run);
         double best_mpi = std::numeric_limits<double>::max(), best_ucx = best_mpi;
         for (int r = 0; r < rounds; ++r) {
-            best_mpi = std::min(best_mpi, time_it(c.iterations, mpi_op));
-            best_ucx = std::min(best_ucx, time_it(c.iterations, ucx_op));
+            best_mpi = std::min(best_mpi, time_it(c.iterations, mpi_run));
+            best_ucx = std::min(best_ucx, time_it(c.iterations, ucx_run));
         }
         if (rank == 0)
             std::printf("| %s | %s | %s | %s | %.2f |\n", c.name.c_str(),

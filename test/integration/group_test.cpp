@@ -443,6 +443,33 @@ TEST(group, ACollectivePastItsDeadlineFailsTheGroup) {
     EXPECT_EQ(*peer, ucx::error::group_failed);
 }
 
+TEST(group, EachCollectiveHasItsOwnDeadlineThroughOneTimer) {
+    // Many collectives shorter than the timeout, then a shorter timeout and a
+    // collective that cannot complete: it fails at its own deadline, not at
+    // the one armed for an earlier collective.
+    ranks_fixture f(transport::shared_memory, 2);
+    for (auto& g : f.groups)
+        g.set_timeout(std::chrono::seconds(3600));
+    int done = 0;
+    for (int round = 0; round < 50; ++round)
+        for (auto& g : f.groups)
+            g.async_barrier([&](ucx::error_code ec) {
+                EXPECT_FALSE(ec) << ec.message();
+                ++done;
+            });
+    ASSERT_TRUE(run_until(f.io, [&] { return done == 100; }));
+    f.groups[0].set_timeout(std::chrono::milliseconds(200));
+    std::optional<ucx::error_code> r, peer;
+    const auto start = std::chrono::steady_clock::now();
+    f.groups[0].async_barrier([&](ucx::error_code ec) { r = ec; });
+    f.groups[1].async_wait_failure([&](ucx::error_code ec) { peer = ec; });
+    ASSERT_TRUE(run_until(
+        f.io, [&] { return r && peer; }, std::chrono::seconds(60)));
+    EXPECT_EQ(*r, ucx::error::group_timeout);
+    EXPECT_EQ(*peer, ucx::error::group_failed);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+}
+
 TEST(group, JoinErrors) {
     asio::io_context io;
     ucx::context ctx(options_for(transport::tcp));
