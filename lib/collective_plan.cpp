@@ -103,17 +103,35 @@ plan gather(int rank, int size, int root, std::size_t block) {
 }
 
 plan allgatherv(int rank, int size, std::span<const std::size_t> blocks) {
-    // Ring: in step s each rank passes the block it received in step s - 1
-    // (its own first) to its right neighbour; size - 1 steps, every link
-    // carries each block once.
     plan p;
-    p.algorithm = "ring";
     std::vector<std::size_t> offset(static_cast<std::size_t>(size) + 1, 0);
     for (int i = 0; i < size; ++i)
         offset[i + 1] = offset[i] + blocks[i];
     p.out_bytes = offset.back();
     auto blk = [&](int i) { return out(offset[i], blocks[i]); };
     p.prologue.push_back({in(0, blocks[rank]), blk(rank)});
+    if ((size & (size - 1)) == 0 && p.out_bytes <= small_message) {
+        // Recursive doubling (a power-of-two group, small data): after step
+        // k each rank holds the blocks of its aligned run of 2^(k+1) ranks;
+        // in step k it swaps its run of 2^k with the partner rank ^ 2^k.
+        // log2 size steps instead of the ring's size - 1.
+        p.algorithm = "recursive doubling";
+        for (int mask = 1; mask < size; mask <<= 1) {
+            const int base = rank & ~(mask - 1), other = base ^ mask;
+            const auto run = [&](int first) {
+                return out(offset[first], offset[first + mask] - offset[first]);
+            };
+            round r;
+            r.transfers.push_back({rank ^ mask, true, run(base)});
+            r.transfers.push_back({rank ^ mask, false, run(other)});
+            p.rounds.push_back(std::move(r));
+        }
+        return p;
+    }
+    // Ring: in step s each rank passes the block it received in step s - 1
+    // (its own first) to its right neighbour; size - 1 steps, every link
+    // carries each block once.
+    p.algorithm = "ring";
     const int right = mod(rank + 1, size), left = mod(rank - 1, size);
     for (int s = 0; s < size - 1; ++s) {
         round r;

@@ -214,6 +214,33 @@ TEST(CollectivePlan, AllgathervRingWithUnequalAndEmptyBlocks) {
     }
 }
 
+TEST(CollectivePlan, AllgatherOfSmallBlocksDoublesOnPowersOfTwoAndRingsOtherwise) {
+    for (int n : {1, 2, 3, 4, 5, 8, 16}) {
+        for (std::size_t block : {std::size_t{0}, std::size_t{8}, coll::small_message / 4}) {
+            std::vector<std::size_t> blocks(n, block);
+            std::vector<std::byte> expected;
+            std::vector<rank_state> ranks(n);
+            for (int i = 0; i < n; ++i) {
+                ranks[i].plan = coll::allgatherv(i, n, blocks);
+                ranks[i].in = pattern(i, block);
+                expected.insert(expected.end(), ranks[i].in.begin(), ranks[i].in.end());
+            }
+            for (auto& r : ranks)
+                r.out.assign(expected.size(), std::byte{0});
+            const bool doubling = (n & (n - 1)) == 0 && block * n <= coll::small_message;
+            EXPECT_EQ(ranks[0].plan.algorithm, doubling ? "recursive doubling" : "ring")
+                << n << " ranks, " << block << " B";
+            std::size_t steps = 0;
+            for (int s = 1; s < n; s <<= 1)
+                ++steps;
+            EXPECT_EQ(ranks[0].plan.rounds.size(), doubling ? steps : std::size_t(n - 1));
+            run(ranks);
+            for (int i = 0; i < n; ++i)
+                EXPECT_EQ(ranks[i].out, expected) << n << " ranks, " << block << " B, rank " << i;
+        }
+    }
+}
+
 TEST(CollectivePlan, AlltoallTransposesBlocks) {
     for (int n : sizes) {
         const std::size_t block = 5;
