@@ -62,6 +62,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -201,38 +202,39 @@ public:
             boost::asio::post(ex_, std::move(done));
     }
 
-    /// Sends to fabric rank `to`.
-    void send(int to, const void* data, std::size_t size, std::uint32_t tag, step_handler h) {
+    /// Sends to fabric rank `to`; `h` is called as `step_handler` (a
+    /// template: no function object allocated per message).
+    template <class Handler>
+    void send(int to, const void* data, std::size_t size, std::uint32_t tag, Handler h) {
         if (failed_)
             return post_step(std::move(h), failed_);
         if (to == rank_)
             return post_step(std::move(h), boost::asio::error::invalid_argument);
-        with_peer(to, [self = shared_from_this(), to, data, size, tag, h](error_code ec) mutable {
+        if (peers_[to].state == peer::ready)
+            return start_send(to, data, size, tag, std::move(h));
+        with_peer(to, [self = shared_from_this(), to, data, size, tag,
+                       h = std::move(h)](error_code ec) mutable {
             if (ec)
                 return h(ec, 0);
-            self->peers_[to].ep.async_send(boost::asio::buffer(data, size), tag,
-                                           [self, h](error_code ec, std::size_t n) {
-                                               h(self->failed_ ? self->failed_ : ec, n);
-                                           });
+            self->start_send(to, data, size, tag, std::move(h));
         });
     }
 
     /// Receives from fabric rank `from`.
-    void recv(int from, void* data, std::size_t size, std::uint32_t tag, step_handler h) {
+    template <class Handler>
+    void recv(int from, void* data, std::size_t size, std::uint32_t tag, Handler h) {
         if (failed_)
             return post_step(std::move(h), failed_);
         if (from == rank_)
             return post_step(std::move(h), boost::asio::error::invalid_argument);
-        with_peer(from,
-                  [self = shared_from_this(), from, data, size, tag, h](error_code ec) mutable {
-                      if (ec)
-                          return h(ec, 0);
-                      self->peers_[from].ep.async_recv(
-                          boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
-                          [self, h](error_code ec, std::size_t n, std::uint32_t) {
-                              h(self->failed_ ? self->failed_ : ec, n);
-                          });
-                  });
+        if (peers_[from].state == peer::ready)
+            return start_recv(from, data, size, tag, std::move(h));
+        with_peer(from, [self = shared_from_this(), from, data, size, tag,
+                         h = std::move(h)](error_code ec) mutable {
+            if (ec)
+                return h(ec, 0);
+            self->start_recv(from, data, size, tag, std::move(h));
+        });
     }
 
     /// Fails every group of the fabric with `ec`, tells the peers, closes.
@@ -260,7 +262,26 @@ private:
     /// Fabric rank `who` closed gracefully.
     void peer_left(int who);
 
-    void post_step(step_handler h, error_code ec) {
+    // The connection is ready: the operation goes to its endpoint.
+    template <class Handler>
+    void start_send(int to, const void* data, std::size_t size, std::uint32_t tag, Handler h) {
+        peers_[to].ep.async_send(
+            boost::asio::buffer(data, size), tag,
+            [self = shared_from_this(), h = std::move(h)](error_code ec, std::size_t n) {
+                h(self->failed_ ? self->failed_ : ec, n);
+            });
+    }
+    template <class Handler>
+    void start_recv(int from, void* data, std::size_t size, std::uint32_t tag, Handler h) {
+        peers_[from].ep.async_recv(boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
+                                   [self = shared_from_this(),
+                                    h = std::move(h)](error_code ec, std::size_t n, std::uint32_t) {
+                                       h(self->failed_ ? self->failed_ : ec, n);
+                                   });
+    }
+
+    template <class Handler>
+    void post_step(Handler h, error_code ec) {
         boost::asio::post(ex_, [h = std::move(h), ec] { h(ec, 0); });
     }
 
@@ -552,7 +573,8 @@ public:
 private:
     struct running {
         collective_args args;
-        coll::plan plan;
+        /// Shared with the group's plan cache (see cached_plan).
+        std::shared_ptr<const coll::plan> plan;
         std::vector<std::byte> scratch;
         std::vector<std::byte> work;
         std::size_t round = 0;
@@ -642,6 +664,35 @@ private:
     void finish_any(const std::shared_ptr<any_recv>& r, error_code ec, int from, std::size_t n);
 
     error_code validate(const collective_args& a, coll::plan& p) const;
+
+    /// The plans of the last few distinct collectives: a loop of the same
+    /// collective computes (and allocates) its plan once. A plan depends on
+    /// the arguments below (with this rank and the group's size); arguments
+    /// that gave a plan were valid.
+    struct plan_entry {
+        collective_args::kind_type kind{};
+        int root = 0;
+        std::size_t in_bytes = 0, out_bytes = 0;
+        datatype type{};
+        std::vector<std::size_t> blocks;
+        std::shared_ptr<const coll::plan> plan;
+        bool matches(const collective_args& a) const noexcept {
+            return plan && kind == a.kind && root == a.root && in_bytes == a.in_bytes &&
+                   out_bytes == a.out_bytes && type == a.type && blocks == a.blocks;
+        }
+    };
+    std::shared_ptr<const coll::plan> cached_plan(const collective_args& a) const noexcept {
+        for (const auto& e : plans_)
+            if (e.matches(a))
+                return e.plan;
+        return nullptr;
+    }
+    void remember_plan(const collective_args& a, std::shared_ptr<const coll::plan> p) {
+        plan_entry& e = plans_[next_plan_++ % plans_.size()];
+        e = {a.kind, a.root, a.in_bytes, a.out_bytes, a.type, a.blocks, std::move(p)};
+    }
+    std::array<plan_entry, 4> plans_;
+    unsigned next_plan_ = 0;
     void start_next();
     void arm_watchdog(std::chrono::steady_clock::time_point at);
     void run_round(const std::shared_ptr<running>& r);
@@ -794,8 +845,14 @@ void group_impl::collective(collective_args a, group_done_handler h) {
     if (error_)
         return post(std::move(h), error_);
     auto r = std::make_shared<running>();
-    if (auto ec = validate(a, r->plan))
-        return post(std::move(h), ec);
+    r->plan = cached_plan(a);
+    if (!r->plan) {
+        auto p = std::make_shared<coll::plan>();
+        if (auto ec = validate(a, *p))
+            return post(std::move(h), ec);
+        r->plan = p;
+        remember_plan(a, r->plan);
+    }
     // Device memory (where the library was built with CUDA and a device
     // exists): the memory type of each buffer, found once.
     device_staging* staging = fabric_->worker()->staging();
@@ -827,12 +884,12 @@ void group_impl::start_next() {
         return finish(r, error_);
     if (r->local_error)
         return finish(r, r->local_error);
-    r->scratch.resize(r->plan.scratch_bytes);
+    r->scratch.resize(r->plan->scratch_bytes);
     // A rank whose `out` is not part of the result (a reduce's non-root)
     // works in a buffer of its own.
-    if (r->args.out_bytes < r->plan.out_bytes)
-        r->work.resize(r->plan.out_bytes);
-    for (const auto& c : r->plan.prologue) {
+    if (r->args.out_bytes < r->plan->out_bytes)
+        r->work.resize(r->plan->out_bytes);
+    for (const auto& c : r->plan->prologue) {
         std::byte* from = region_ptr(*r, c.from);
         std::byte* to = region_ptr(*r, c.to);
         if (from != to && c.from.length > 0)
@@ -874,8 +931,8 @@ void group_impl::arm_watchdog(std::chrono::steady_clock::time_point at) {
 }
 
 void group_impl::run_round(const std::shared_ptr<running>& r) {
-    while (r->round < r->plan.rounds.size()) {
-        const coll::round& rd = r->plan.rounds[r->round];
+    while (r->round < r->plan->rounds.size()) {
+        const coll::round& rd = r->plan->rounds[r->round];
         if (rd.transfers.empty()) {
             finish_round(r);
             continue;
@@ -912,7 +969,7 @@ void group_impl::run_round(const std::shared_ptr<running>& r) {
 }
 
 void group_impl::finish_round(const std::shared_ptr<running>& r) {
-    const coll::round& rd = r->plan.rounds[r->round];
+    const coll::round& rd = r->plan->rounds[r->round];
     const std::size_t es = coll::element_size(r->args.type);
     for (const auto& c : rd.combines)
         coll::reduce_elements(r->args.type, r->args.op, region_ptr(*r, c.lower),
