@@ -75,9 +75,10 @@ struct worker_options {
     /// ranks of a job started with `mpirun --oversubscribe`: they wait for
     /// each other, and a rank that spins without yielding holds the core its
     /// peer needs for a whole scheduler time slice (milliseconds). Measured
-    /// with 4 ranks on 2 cores (`tools/group-bench.sh`): a barrier took
-    /// 5 ms in `poll` mode, 23 µs with this, 45 µs in `event` mode. Costs a
-    /// system call per quiet call where the core is not shared.
+    /// with 4 ranks on 2 cores (`tools/group-bench.sh`, each barrier started
+    /// by the last one's handler): a barrier took 5.5 ms in `poll` mode,
+    /// 4.9 µs with this, 46 µs in `event` mode. Costs a system call per
+    /// quiet call where the core is not shared.
     bool yield_cpu = false;
     /// Poll and hybrid modes, when other polling workers share the worker's
     /// io_context: they spin in turns in one handler (each worker's

@@ -145,6 +145,22 @@ inline bool join_ranks(asio::io_context& io, ucx::context& ctx, ucx::store& stor
     return join_groups(io, store, workers, groups, name);
 }
 
+/// `n` ranks of one process: an io_context, a context (transport `t`), a
+/// memory_store, a worker each (options `wo`), joined as by `join_ranks`.
+struct local_ranks {
+    local_ranks(int n, const std::string& name, const ucx::worker_options& wo,
+                transport t = transport::shared_memory)
+        : ctx(options_for(t)), store(io.get_executor()) {
+        joined = join_ranks(io, ctx, store, n, workers, groups, name, wo);
+    }
+    asio::io_context io;
+    ucx::context ctx;
+    ucx::memory_store store;
+    std::vector<std::unique_ptr<ucx::worker>> workers;
+    std::vector<ucx::group> groups;
+    bool joined = false;
+};
+
 /// Runs `io` while a timer fires `ticks` times, every millisecond: the
 /// io_context keeps running other handlers meanwhile (nothing blocks it).
 /// Returns whether every tick came.

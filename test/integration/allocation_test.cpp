@@ -205,12 +205,10 @@ TEST_P(allocations_per_op, steady_state_active_messages_allocate_nothing) {
 // completion without a function object: what is left per call is the
 // collective's state and, for a reduction, its scratch buffer.
 TEST(allocations_per_collective, a_loop_of_collectives_allocates_a_few_blocks_per_call) {
-    asio::io_context io;
-    ucx::context ctx(options_for(transport::shared_memory));
-    ucx::memory_store store(io.get_executor());
-    std::vector<std::unique_ptr<ucx::worker>> workers;
-    std::vector<ucx::group> groups;
-    ASSERT_TRUE(join_ranks(io, ctx, store, 4, workers, groups, "alloc", group_worker_options()));
+    local_ranks ranks(4, "alloc", group_worker_options());
+    ASSERT_TRUE(ranks.joined);
+    auto& io = ranks.io;
+    auto& groups = ranks.groups;
     std::array<std::uint64_t, 4> in{1, 2, 3, 4}, out{};
     for (const bool reduce : {false, true}) {
         const int calls = 500;

@@ -93,14 +93,12 @@ TEST(poll_rest, standing_waits_let_a_poll_worker_sleep_and_a_receive_does_not) {
 }
 
 TEST(poll_rest, a_joined_group_at_rest_sleeps) {
-    asio::io_context io;
-    ucx::context ctx(options_for(transport::shared_memory));
-    ucx::memory_store store(io.get_executor());
-    std::vector<std::unique_ptr<ucx::worker>> workers;
-    std::vector<ucx::group> groups;
     ucx::worker_options wo = group_worker_options();
     wo.mode = ucx::progress_mode::poll;
-    ASSERT_TRUE(join_ranks(io, ctx, store, 3, workers, groups, "rest", wo));
+    local_ranks ranks(3, "rest", wo);
+    ASSERT_TRUE(ranks.joined);
+    auto& io = ranks.io;
+    auto& groups = ranks.groups;
     // Every connection made, and used once.
     std::vector<std::optional<ucx::error_code>> done(3);
     for (int i = 0; i < 3; ++i)
@@ -110,7 +108,7 @@ TEST(poll_rest, a_joined_group_at_rest_sleeps) {
         EXPECT_FALSE(*d);
 
     std::vector<ucx::worker*> ws;
-    for (auto& w : workers)
+    for (auto& w : ranks.workers)
         ws.push_back(w.get());
     const std::size_t resting = progress_calls_at_rest(io, ws);
 

@@ -46,17 +46,10 @@ std::string why_not() {
     } while (0)
 
 /// `n` ranks of one process joined through a memory store.
-struct ranks {
-    explicit ranks(int n) : ctx(options_for(transport::tcp)), store(io.get_executor()) {
-        joined = join_ranks(io, ctx, store, n, workers, groups, "nccl",
-                            strict_worker_options(ucx::progress_mode::event));
+struct ranks : local_ranks {
+    explicit ranks(int n)
+        : local_ranks(n, "nccl", strict_worker_options(ucx::progress_mode::event), transport::tcp) {
     }
-    asio::io_context io;
-    ucx::context ctx;
-    ucx::memory_store store;
-    std::vector<std::unique_ptr<ucx::worker>> workers;
-    std::vector<ucx::group> groups;
-    bool joined = false;
 };
 
 struct made {
