@@ -64,7 +64,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <numeric>
 #include <sstream>
@@ -203,7 +202,8 @@ public:
     }
 
     /// Sends to fabric rank `to`; `h` is called as `step_handler` (a
-    /// template: no function object allocated per message).
+    /// template: no function object allocated per message). `h` keeps a
+    /// group of the fabric alive (and so the fabric) until it runs.
     template <class Handler>
     void send(int to, const void* data, std::size_t size, std::uint32_t tag, Handler h) {
         if (failed_)
@@ -262,22 +262,23 @@ private:
     /// Fabric rank `who` closed gracefully.
     void peer_left(int who);
 
-    // The connection is ready: the operation goes to its endpoint.
+    // The connection is ready: the operation goes to its endpoint. The
+    // handler holds a group of this fabric, and so the fabric, until it runs
+    // (no reference counted here per message).
     template <class Handler>
     void start_send(int to, const void* data, std::size_t size, std::uint32_t tag, Handler h) {
-        peers_[to].ep.async_send(
-            boost::asio::buffer(data, size), tag,
-            [self = shared_from_this(), h = std::move(h)](error_code ec, std::size_t n) {
-                h(self->failed_ ? self->failed_ : ec, n);
-            });
+        peers_[to].ep.async_send(boost::asio::buffer(data, size), tag,
+                                 [this, h = std::move(h)](error_code ec, std::size_t n) {
+                                     h(failed_ ? failed_ : ec, n);
+                                 });
     }
     template <class Handler>
     void start_recv(int from, void* data, std::size_t size, std::uint32_t tag, Handler h) {
-        peers_[from].ep.async_recv(boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
-                                   [self = shared_from_this(),
-                                    h = std::move(h)](error_code ec, std::size_t n, std::uint32_t) {
-                                       h(self->failed_ ? self->failed_ : ec, n);
-                                   });
+        peers_[from].ep.async_recv(
+            boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
+            [this, h = std::move(h)](error_code ec, std::size_t n, std::uint32_t) {
+                h(failed_ ? failed_ : ec, n);
+            });
     }
 
     template <class Handler>
@@ -507,7 +508,9 @@ public:
     group_impl(std::shared_ptr<fabric> f, std::uint32_t id, int rank, std::vector<int> members,
                std::chrono::milliseconds timeout)
         : fabric_(std::move(f)), id_(id), rank_(rank), members_(std::move(members)),
-          timeout_(timeout) {}
+          timeout_(timeout) {
+        spare_runs_.reserve(spare_runs_limit);
+    }
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return static_cast<int>(members_.size()); }
@@ -595,7 +598,49 @@ private:
         bool ready = true;
         /// That copy failed: the collective fails with it.
         error_code local_error;
+
+        /// As made, for the next collective (the handler was moved out;
+        /// `blocks` keeps its capacity).
+        void reset() noexcept {
+            auto b = std::move(args.blocks);
+            b.clear();
+            args = collective_args{};
+            args.blocks = std::move(b);
+            plan.reset();
+            scratch.clear();
+            work.clear();
+            round = 0;
+            outstanding = 0;
+            ec = {};
+            seq = 0;
+            deadline = {};
+            device_out = nullptr;
+            device_out_bytes = 0;
+            std::vector<std::byte>().swap(host_in);
+            std::vector<std::byte>().swap(host_out);
+            ready = true;
+            local_error = {};
+        }
     };
+
+    /// The states of finished collectives, kept for the next ones: a loop of
+    /// collectives allocates none.
+    std::vector<std::shared_ptr<running>> spare_runs_;
+    static constexpr std::size_t spare_runs_limit = 2;
+    std::shared_ptr<running> new_running() {
+        if (spare_runs_.empty())
+            return std::make_shared<running>();
+        auto r = std::move(spare_runs_.back());
+        spare_runs_.pop_back();
+        return r;
+    }
+    /// `r` finished and nothing else holds it: kept for a next collective.
+    void keep_running(std::shared_ptr<running>& r) noexcept {
+        if (r.use_count() != 1 || spare_runs_.size() >= spare_runs_limit)
+            return;
+        r->reset();
+        spare_runs_.push_back(std::move(r)); // reserved: does not throw
+    }
 
     /// Makes `r` run on host copies of its device buffers: the input is
     /// copied now (`r` is ready once it arrives), the result after the
@@ -693,11 +738,30 @@ private:
     }
     std::array<plan_entry, 4> plans_;
     unsigned next_plan_ = 0;
+    /// The buffers of finished collectives, kept for the next ones (up to
+    /// `spare_limit` bytes each): a loop of small reductions allocates none.
+    std::vector<std::byte> spare_scratch_, spare_work_;
+    static constexpr std::size_t spare_limit = std::size_t{1} << 20;
+    /// Keeps the larger of `spare` and `used` within the limit; `used` ends
+    /// with no memory.
+    static void keep_spare(std::vector<std::byte>& spare, std::vector<std::byte>& used) noexcept {
+        if (used.capacity() > spare.capacity() && used.capacity() <= spare_limit) {
+            used.clear();
+            spare.swap(used);
+        }
+        std::vector<std::byte>().swap(used);
+    }
+    /// `r` finished: its buffers go back to the spares (or are freed).
+    void recycle(running& r) noexcept {
+        keep_spare(spare_scratch_, r.scratch);
+        keep_spare(spare_work_, r.work);
+    }
     void start_next();
     void arm_watchdog(std::chrono::steady_clock::time_point at);
-    void run_round(const std::shared_ptr<running>& r);
-    void finish_round(const std::shared_ptr<running>& r);
-    void finish(const std::shared_ptr<running>& r, error_code ec);
+    void run_round(running& r);
+    void finish_round(running& r);
+    /// Ends `r`, the collective at the head of the queue, and starts the next.
+    void finish(running& r, error_code ec);
 
     std::shared_ptr<fabric> fabric_;
     std::uint32_t id_;
@@ -706,7 +770,31 @@ private:
     std::chrono::milliseconds timeout_;
     error_code error_;
     std::vector<group_done_handler> failure_waiters_;
-    std::deque<std::shared_ptr<running>> queue_;
+    /// The collectives started and not finished, in order: a queue in a
+    /// vector that keeps its memory (a deque frees and allocates a block as
+    /// its head moves on).
+    class run_queue {
+    public:
+        bool empty() const noexcept { return head_ == items_.size(); }
+        const std::shared_ptr<running>& front() const noexcept { return items_[head_]; }
+        std::shared_ptr<running>& front() noexcept { return items_[head_]; }
+        void push_back(std::shared_ptr<running> r) { items_.push_back(std::move(r)); }
+        void pop_front() noexcept {
+            items_[head_++].reset();
+            if (head_ == items_.size()) {
+                items_.clear();
+                head_ = 0;
+            } else if (head_ >= 64 && head_ * 2 >= items_.size()) {
+                items_.erase(items_.begin(), items_.begin() + static_cast<std::ptrdiff_t>(head_));
+                head_ = 0;
+            }
+        }
+
+    private:
+        std::vector<std::shared_ptr<running>> items_;
+        std::size_t head_ = 0;
+    };
+    run_queue queue_;
     bool busy_ = false;
     std::uint32_t seq_ = 0;
     /// Watches the running collective's deadline (see arm_watchdog).
@@ -844,7 +932,7 @@ error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
 void group_impl::collective(collective_args a, group_done_handler h) {
     if (error_)
         return post(std::move(h), error_);
-    auto r = std::make_shared<running>();
+    auto r = new_running();
     r->plan = cached_plan(a);
     if (!r->plan) {
         auto p = std::make_shared<coll::plan>();
@@ -879,27 +967,32 @@ void group_impl::start_next() {
         return;
     }
     busy_ = true;
-    auto r = queue_.front();
+    // The queue holds it until `finish` (its transfers never complete
+    // inside the calls that start them).
+    running& r = *queue_.front();
     if (error_)
         return finish(r, error_);
-    if (r->local_error)
-        return finish(r, r->local_error);
-    r->scratch.resize(r->plan->scratch_bytes);
+    if (r.local_error)
+        return finish(r, r.local_error);
+    r.scratch.swap(spare_scratch_);
+    r.scratch.resize(r.plan->scratch_bytes);
     // A rank whose `out` is not part of the result (a reduce's non-root)
     // works in a buffer of its own.
-    if (r->args.out_bytes < r->plan->out_bytes)
-        r->work.resize(r->plan->out_bytes);
-    for (const auto& c : r->plan->prologue) {
-        std::byte* from = region_ptr(*r, c.from);
-        std::byte* to = region_ptr(*r, c.to);
+    if (r.args.out_bytes < r.plan->out_bytes) {
+        r.work.swap(spare_work_);
+        r.work.resize(r.plan->out_bytes);
+    }
+    for (const auto& c : r.plan->prologue) {
+        std::byte* from = region_ptr(r, c.from);
+        std::byte* to = region_ptr(r, c.to);
         if (from != to && c.from.length > 0)
             std::memmove(to, from, c.from.length);
     }
     if (timeout_.count() > 0) {
-        r->deadline = std::chrono::steady_clock::now() + timeout_;
+        r.deadline = std::chrono::steady_clock::now() + timeout_;
         // Earlier than the armed expiry: the timeout was shortened.
-        if (!watchdog_armed_ || r->deadline < watchdog_->expiry())
-            arm_watchdog(r->deadline);
+        if (!watchdog_armed_ || r.deadline < watchdog_->expiry())
+            arm_watchdog(r.deadline);
     }
     run_round(r);
 }
@@ -930,30 +1023,33 @@ void group_impl::arm_watchdog(std::chrono::steady_clock::time_point at) {
     });
 }
 
-void group_impl::run_round(const std::shared_ptr<running>& r) {
-    while (r->round < r->plan->rounds.size()) {
-        const coll::round& rd = r->plan->rounds[r->round];
+void group_impl::run_round(running& r) {
+    while (r.round < r.plan->rounds.size()) {
+        const coll::round& rd = r.plan->rounds[r.round];
         if (rd.transfers.empty()) {
             finish_round(r);
             continue;
         }
-        r->outstanding = static_cast<int>(rd.transfers.size());
-        const std::uint32_t tag = collective_tag(id_, r->seq);
+        r.outstanding = static_cast<int>(rd.transfers.size());
+        const std::uint32_t tag = collective_tag(id_, r.seq);
         for (const auto& t : rd.transfers) {
-            std::byte* data = region_ptr(*r, t.data);
+            std::byte* data = region_ptr(r, t.data);
             const std::size_t expected = t.data.length;
-            auto done = [self = shared_from_this(), r, expected, send = t.send](error_code ec,
-                                                                                std::size_t n) {
+            // The handler holds the group; the group holds `r` at the head
+            // of its queue until every transfer of `r` has completed.
+            auto done = [self = shared_from_this(), rp = &r, expected,
+                         send = t.send](error_code ec, std::size_t n) {
+                running& r = *rp;
                 if (!ec && !send && n != expected)
                     ec = make_error_code(error::collective_mismatch);
                 if (ec == errc::message_truncated)
                     ec = make_error_code(error::collective_mismatch);
-                if (ec && !r->ec)
-                    r->ec = ec;
-                if (--r->outstanding > 0)
+                if (ec && !r.ec)
+                    r.ec = ec;
+                if (--r.outstanding > 0)
                     return;
-                if (r->ec)
-                    return self->finish(r, r->ec);
+                if (r.ec)
+                    return self->finish(r, r.ec);
                 self->finish_round(r);
                 self->run_round(r);
             };
@@ -968,33 +1064,39 @@ void group_impl::run_round(const std::shared_ptr<running>& r) {
     finish(r, {});
 }
 
-void group_impl::finish_round(const std::shared_ptr<running>& r) {
-    const coll::round& rd = r->plan->rounds[r->round];
-    const std::size_t es = coll::element_size(r->args.type);
+void group_impl::finish_round(running& r) {
+    const coll::round& rd = r.plan->rounds[r.round];
+    const std::size_t es = coll::element_size(r.args.type);
     for (const auto& c : rd.combines)
-        coll::reduce_elements(r->args.type, r->args.op, region_ptr(*r, c.lower),
-                              region_ptr(*r, c.higher), region_ptr(*r, c.out), c.out.length / es);
+        coll::reduce_elements(r.args.type, r.args.op, region_ptr(r, c.lower),
+                              region_ptr(r, c.higher), region_ptr(r, c.out), c.out.length / es);
     for (const auto& c : rd.copies)
         if (c.from.length > 0)
-            std::memmove(region_ptr(*r, c.to), region_ptr(*r, c.from), c.from.length);
-    ++r->round;
+            std::memmove(region_ptr(r, c.to), region_ptr(r, c.from), c.from.length);
+    ++r.round;
 }
 
-void group_impl::finish(const std::shared_ptr<running>& r, error_code ec) {
+void group_impl::finish(running& r, error_code ec) {
     if (ec) {
         // No partial result: the group is unusable after a failed collective.
         if (!fabric_->failed())
             fabric_->fail(ec == error::group_timeout ? ec : make_error_code(error::group_failed));
         if (ec != error::collective_mismatch)
             ec = error_ ? error_ : fabric_->failed();
-        if (r->local_error)
-            ec = r->local_error;
+        if (r.local_error)
+            ec = r.local_error;
     }
+    std::shared_ptr<running> done = std::move(queue_.front());
     queue_.pop_front();
-    auto h = std::move(r->handler);
-    if (!ec && r->device_out)
-        stage_out(r, std::move(h));
-    else if (initiating_)
+    recycle(r);
+    auto h = std::move(r.handler);
+    if (!ec && r.device_out) {
+        stage_out(done, std::move(h));
+        return start_next();
+    }
+    // Kept before the handler runs: the collective it starts reuses it.
+    keep_running(done);
+    if (initiating_)
         boost::asio::post(executor(), boost::asio::append(std::move(h), ec));
     else
         boost::asio::dispatch(boost::asio::append(std::move(h), ec));
@@ -1363,10 +1465,10 @@ error_code check_message(const group_impl& g, int peer, std::uint32_t tag) {
     return {};
 }
 
-/// A fabric step completing `h`.
-step_handler completing(group_bytes_handler h) {
+/// A fabric step completing `h`; it holds the group (and so its fabric).
+step_handler completing(const std::shared_ptr<group_impl>& g, group_bytes_handler h) {
     auto hp = std::make_shared<group_bytes_handler>(std::move(h));
-    return [hp](error_code ec, std::size_t n) {
+    return [hp, g](error_code ec, std::size_t n) {
         boost::asio::dispatch(boost::asio::append(std::move(*hp), ec, n));
     };
 }
@@ -1377,14 +1479,15 @@ void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, 
                 std::uint32_t tag, group_bytes_handler h) {
     if (auto ec = check_message(*g, to, tag))
         return g->post(std::move(h), ec, std::size_t{0});
-    g->fab()->send(g->member(to), data, size, user_tag(g->id(), tag), completing(std::move(h)));
+    g->fab()->send(g->member(to), data, size, user_tag(g->id(), tag), completing(g, std::move(h)));
 }
 
 void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
                 std::uint32_t tag, group_bytes_handler h) {
     if (auto ec = check_message(*g, from, tag))
         return g->post(std::move(h), ec, std::size_t{0});
-    g->fab()->recv(g->member(from), data, size, user_tag(g->id(), tag), completing(std::move(h)));
+    g->fab()->recv(g->member(from), data, size, user_tag(g->id(), tag),
+                   completing(g, std::move(h)));
 }
 
 void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size,
