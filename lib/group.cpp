@@ -600,12 +600,9 @@ private:
         error_code local_error;
 
         /// As made, for the next collective (the handler was moved out;
-        /// `blocks` keeps its capacity).
+        /// `args` is assigned when it starts).
         void reset() noexcept {
-            auto b = std::move(args.blocks);
-            b.clear();
-            args = collective_args{};
-            args.blocks = std::move(b);
+            args.blocks.clear();
             plan.reset();
             scratch.clear();
             work.clear();

@@ -3,17 +3,18 @@
 //
 //   mpirun -np 4 group-bench [--rounds R] [--quick] [--mode event|poll|hybrid]
 //                            [--yield-cpu|--no-yield-cpu] [--spin-us N] [--only NAME[:BYTES]]
-//                            [--run-one] [--stats]
+//                            [--run-one] [--stats] [--iterations N]
 //   mpirun --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any -np 4 group-bench
 //
 // The worker polls (--mode poll) and sets worker_options::yield_cpu where
 // the node has more ranks than cores (--yield-cpu, --no-yield-cpu force it);
 // --spin-us sets the hybrid mode's spin_duration; --only runs one collective
 // (barrier, broadcast, allreduce or allgather), or one size of it
-// (broadcast:8); --stats prints each rank's
-// worker_stats at the end. The group's collectives run back to back as an
-// Asio program runs them, each handler starting the next inside the
-// io_context; --run-one starts each from outside, between run_one() calls.
+// (broadcast:8); --stats prints each rank's worker_stats at the end;
+// --iterations sets the calls per round of every case. The group's
+// collectives run back to back as an Asio program runs them, each handler
+// starting the next inside the io_context; --run-one starts each from
+// outside, between run_one() calls.
 //
 // MPI starts the processes and gives the ranks; the ucx::group joins through
 // a file store in a directory rank 0 makes (its path is broadcast with MPI).
@@ -87,11 +88,29 @@ struct chain {
     }
 };
 
-/// The slowest rank's mean seconds per call over `n` calls made by `ops(n)`.
-double time_it(int n, const std::function<void(int)>& ops) {
+} // namespace
+
+// The calls of each side go through a function of its own, never inlined:
+// tools/group-callgrind.sh reads their inclusive instruction counts.
+extern "C" [[gnu::noinline]] void group_bench_mpi_calls(const std::function<void(int)>* ops,
+                                                        int n) {
+    (*ops)(n);
+}
+extern "C" [[gnu::noinline]] void group_bench_group_calls(const std::function<void(int)>* ops,
+                                                          int n) {
+    (*ops)(n);
+}
+
+namespace {
+
+using calls_fn = void (*)(const std::function<void(int)>*, int);
+
+/// The slowest rank's mean seconds per call over `n` calls made by `ops(n)`
+/// through `calls`.
+double time_it(int n, const std::function<void(int)>& ops, calls_fn calls) {
     MPI_Barrier(MPI_COMM_WORLD);
     const auto start = clock_type::now();
-    ops(n);
+    calls(&ops, n);
     const double mine = std::chrono::duration<double>(clock_type::now() - start).count() / n;
     double slowest = 0;
     MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -124,10 +143,11 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int rounds = 10;
     bool quick = false;
-    bool stats = false;   // each rank's worker_stats at the end, on stderr
-    bool run_one = false; // each collective started between two run_one() calls
-    int spin_us = -1;     // hybrid mode's spin_duration (-1: the default)
-    std::string only;     // a collective's name: that one only
+    bool stats = false;          // each rank's worker_stats at the end, on stderr
+    bool run_one = false;        // each collective started between two run_one() calls
+    int spin_us = -1;            // hybrid mode's spin_duration (-1: the default)
+    std::string only;            // a collective's name: that one only
+    int iterations_override = 0; // calls per round (0: each case's own)
     // Poll mode by default, as Open MPI polls. With more ranks on the node
     // than cores (the usual test machine), the worker yields the processor
     // while it spins, as Open MPI does when oversubscribed: a rank that spins
@@ -162,6 +182,8 @@ int main(int argc, char** argv) {
             spin_us = std::atoi(argv[++i]);
         else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
+        else if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc)
+            iterations_override = std::max(1, std::atoi(argv[++i]));
     }
 
     // The store's directory, made by rank 0.
@@ -252,6 +274,7 @@ int main(int argc, char** argv) {
     for (const auto& c : cases) {
         if (!only.empty() && only != c.name && only != c.name + ":" + std::to_string(c.bytes))
             continue;
+        const int iterations = iterations_override > 0 ? iterations_override : c.iterations;
         const std::size_t count = c.bytes / sizeof(float);
         std::vector<float> in(std::max<std::size_t>(count, 1), 1.0f), out(in.size() * size);
         std::vector<char> bytes(std::max<std::size_t>(c.bytes, 1));
@@ -290,12 +313,12 @@ int main(int argc, char** argv) {
         const auto mpi_run = mpi_ops(mpi_op);
         const auto ucx_run = ucx_ops(ucx_op);
         // Warm-up (connections, registrations), then the rounds.
-        time_it(1, mpi_run);
-        time_it(1, ucx_run);
+        time_it(1, mpi_run, group_bench_mpi_calls);
+        time_it(1, ucx_run, group_bench_group_calls);
         double best_mpi = std::numeric_limits<double>::max(), best_ucx = best_mpi;
         for (int r = 0; r < rounds; ++r) {
-            best_mpi = std::min(best_mpi, time_it(c.iterations, mpi_run));
-            best_ucx = std::min(best_ucx, time_it(c.iterations, ucx_run));
+            best_mpi = std::min(best_mpi, time_it(iterations, mpi_run, group_bench_mpi_calls));
+            best_ucx = std::min(best_ucx, time_it(iterations, ucx_run, group_bench_group_calls));
         }
         if (rank == 0)
             std::printf("| %s | %s | %s | %s | %.2f |\n", c.name.c_str(),
