@@ -443,6 +443,64 @@ TEST(group, ACollectivePastItsDeadlineFailsTheGroup) {
     EXPECT_EQ(*peer, ucx::error::group_failed);
 }
 
+TEST(group, HundredsOfQueuedCollectivesCompleteInOrderWithTheirOwnResults) {
+    // Each rank starts 300 collectives at once (allreduces, with a broadcast
+    // every seventh): they queue, run one at a time, reuse the state and
+    // buffers of the ones before, and complete in the order called, each
+    // with its own result.
+    ranks_fixture f(transport::shared_memory, 3);
+    const int n = f.size();
+    constexpr int calls = 300;
+    std::vector<std::vector<std::uint64_t>> in(n, std::vector<std::uint64_t>(calls * 2)),
+        out(n, std::vector<std::uint64_t>(calls * 2));
+    std::vector<std::vector<int>> order(n);
+    int done = 0;
+    for (int i = 0; i < n; ++i)
+        for (int k = 0; k < calls; ++k) {
+            auto h = [&, i, k](ucx::error_code ec) {
+                EXPECT_FALSE(ec) << "rank " << i << " call " << k << ": " << ec.message();
+                order[i].push_back(k);
+                ++done;
+            };
+            in[i][2 * k] = static_cast<std::uint64_t>(1000 * i + k);
+            in[i][2 * k + 1] = static_cast<std::uint64_t>(7 * k + i);
+            if (k % 7 == 3) {
+                // Broadcast from rank k % n: every rank's `out` gets the root's.
+                const int root = k % n;
+                if (i == root)
+                    std::memcpy(&out[i][2 * k], &in[i][2 * k], 2 * sizeof(std::uint64_t));
+                f.groups[i].async_broadcast(asio::buffer(&out[i][2 * k], 2 * sizeof(std::uint64_t)),
+                                            root, h);
+            } else {
+                f.groups[i].async_allreduce(std::span<const std::uint64_t>(&in[i][2 * k], 2),
+                                            std::span<std::uint64_t>(&out[i][2 * k], 2),
+                                            ucx::reduce_op::sum, h);
+            }
+        }
+    ASSERT_TRUE(run_until(
+        f.io, [&] { return done == n * calls; }, std::chrono::seconds(120)));
+    for (int i = 0; i < n; ++i) {
+        std::vector<int> expected(calls);
+        std::iota(expected.begin(), expected.end(), 0);
+        EXPECT_EQ(order[i], expected) << "rank " << i;
+        for (int k = 0; k < calls; ++k) {
+            std::uint64_t a = 0, b = 0;
+            if (k % 7 == 3) {
+                const int root = k % n;
+                a = static_cast<std::uint64_t>(1000 * root + k);
+                b = static_cast<std::uint64_t>(7 * k + root);
+            } else {
+                for (int j = 0; j < n; ++j) {
+                    a += static_cast<std::uint64_t>(1000 * j + k);
+                    b += static_cast<std::uint64_t>(7 * k + j);
+                }
+            }
+            ASSERT_EQ(out[i][2 * k], a) << "rank " << i << " call " << k;
+            ASSERT_EQ(out[i][2 * k + 1], b) << "rank " << i << " call " << k;
+        }
+    }
+}
+
 TEST(group, EachCollectiveHasItsOwnDeadlineThroughOneTimer) {
     // Many collectives shorter than the timeout, then a shorter timeout and a
     // collective that cannot complete: it fails at its own deadline, not at
