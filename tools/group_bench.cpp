@@ -224,7 +224,6 @@ int main(int argc, char** argv) {
     ucx::group& g = *group;
 
     using done_handler = std::function<void(ucx::error_code)>;
-    const auto check = [rank](const ucx::error_code& ec) { check_ok(rank, ec); };
     // `n` collectives started by `start`. By default as an Asio program runs
     // them: each one's handler starts the next, inside the io_context (as a
     // coroutine's loop does). With --run-one, each is started from outside,
@@ -236,7 +235,7 @@ int main(int argc, char** argv) {
                 for (int i = 0; i < n; ++i) {
                     finished = false;
                     start([&](ucx::error_code ec) {
-                        check(ec);
+                        check_ok(rank, ec);
                         finished = true;
                     });
                     run_until(io, finished);
