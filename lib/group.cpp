@@ -49,6 +49,7 @@
 #include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 
+#include "block_pool.hpp"
 #include "collective_plan.hpp"
 #include "device_staging.hpp"
 #include "worker_impl.hpp"
@@ -59,6 +60,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
@@ -268,22 +270,33 @@ private:
     template <class Handler>
     void start_send(int to, const void* data, std::size_t size, std::uint32_t tag, Handler h) {
         peers_[to].ep.async_send(boost::asio::buffer(data, size), tag,
-                                 [this, h = std::move(h)](error_code ec, std::size_t n) {
-                                     h(failed_ ? failed_ : ec, n);
-                                 });
+                                 step_done<Handler>{this, std::move(h)});
     }
     template <class Handler>
     void start_recv(int from, void* data, std::size_t size, std::uint32_t tag, Handler h) {
-        peers_[from].ep.async_recv(
-            boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
-            [this, h = std::move(h)](error_code ec, std::size_t n, std::uint32_t) {
-                h(failed_ ? failed_ : ec, n);
-            });
+        peers_[from].ep.async_recv(boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
+                                   step_done<Handler>{this, std::move(h)});
     }
+    /// A message's completion: `h` with the fabric's failure, if any, in
+    /// place of the endpoint's error; its operation is allocated with `h`'s
+    /// allocator.
+    template <class Handler>
+    struct step_done {
+        fabric* f;
+        Handler h;
+        void operator()(error_code ec, std::size_t n) { h(f->failed_ ? f->failed_ : ec, n); }
+        void operator()(error_code ec, std::size_t n, std::uint32_t) { (*this)(ec, n); }
+        using allocator_type =
+            boost::asio::associated_allocator_t<Handler, boost::asio::recycling_allocator<void>>;
+        allocator_type get_allocator() const noexcept {
+            return boost::asio::get_associated_allocator(h,
+                                                         boost::asio::recycling_allocator<void>());
+        }
+    };
 
     template <class Handler>
     void post_step(Handler h, error_code ec) {
-        boost::asio::post(ex_, [h = std::move(h), ec] { h(ec, 0); });
+        boost::asio::post(ex_, [h = std::move(h), ec]() mutable { h(ec, 0); });
     }
 
     void with_peer(int who, ready_handler h) {
@@ -753,6 +766,18 @@ private:
         keep_spare(spare_scratch_, r.scratch);
         keep_spare(spare_work_, r.work);
     }
+    /// The completion of one transfer of the running collective `run`. Its
+    /// operation comes from the group's pool (`ops_`): a round's transfers
+    /// are in flight at once, more than Asio's per-thread cache keeps.
+    struct transfer_done {
+        std::shared_ptr<group_impl> self;
+        running* run;
+        std::size_t expected;
+        bool send;
+        void operator()(error_code ec, std::size_t n);
+        using allocator_type = pool_allocator<void>;
+        allocator_type get_allocator() const noexcept { return allocator_type(&self->ops_); }
+    };
     void start_next();
     void arm_watchdog(std::chrono::steady_clock::time_point at);
     void run_round(running& r);
@@ -760,6 +785,8 @@ private:
     /// Ends `r`, the collective at the head of the queue, and starts the next.
     void finish(running& r, error_code ec);
 
+    /// The transfers' operation states (see transfer_done).
+    block_pool ops_;
     std::shared_ptr<fabric> fabric_;
     std::uint32_t id_;
     int rank_;
@@ -1031,25 +1058,9 @@ void group_impl::run_round(running& r) {
         const std::uint32_t tag = collective_tag(id_, r.seq);
         for (const auto& t : rd.transfers) {
             std::byte* data = region_ptr(r, t.data);
-            const std::size_t expected = t.data.length;
             // The handler holds the group; the group holds `r` at the head
             // of its queue until every transfer of `r` has completed.
-            auto done = [self = shared_from_this(), rp = &r, expected,
-                         send = t.send](error_code ec, std::size_t n) {
-                running& r = *rp;
-                if (!ec && !send && n != expected)
-                    ec = make_error_code(error::collective_mismatch);
-                if (ec == errc::message_truncated)
-                    ec = make_error_code(error::collective_mismatch);
-                if (ec && !r.ec)
-                    r.ec = ec;
-                if (--r.outstanding > 0)
-                    return;
-                if (r.ec)
-                    return self->finish(r, r.ec);
-                self->finish_round(r);
-                self->run_round(r);
-            };
+            transfer_done done{shared_from_this(), &r, t.data.length, t.send};
             const int peer = member(t.peer);
             if (t.send)
                 fabric_->send(peer, data, t.data.length, tag, std::move(done));
@@ -1059,6 +1070,22 @@ void group_impl::run_round(running& r) {
         return;
     }
     finish(r, {});
+}
+
+void group_impl::transfer_done::operator()(error_code ec, std::size_t n) {
+    running& r = *run;
+    if (!ec && !send && n != expected)
+        ec = make_error_code(error::collective_mismatch);
+    if (ec == errc::message_truncated)
+        ec = make_error_code(error::collective_mismatch);
+    if (ec && !r.ec)
+        r.ec = ec;
+    if (--r.outstanding > 0)
+        return;
+    if (r.ec)
+        return self->finish(r, r.ec);
+    self->finish_round(r);
+    self->run_round(r);
 }
 
 void group_impl::finish_round(running& r) {
@@ -1091,10 +1118,13 @@ void group_impl::finish(running& r, error_code ec) {
         stage_out(done, std::move(h));
         return start_next();
     }
+    const bool direct = r.args.direct_handler;
     // Kept before the handler runs: the collective it starts reuses it.
     keep_running(done);
     if (initiating_)
         boost::asio::post(executor(), boost::asio::append(std::move(h), ec));
+    else if (direct)
+        std::move(h)(ec); // what dispatch would do, without its type-erased trip
     else
         boost::asio::dispatch(boost::asio::append(std::move(h), ec));
     start_next();

@@ -116,6 +116,9 @@ struct collective_args {
     reduce_op op = reduce_op::sum;
     /// allgatherv: the bytes of each rank's block.
     std::vector<std::size_t> blocks;
+    /// The handler has no executor of its own (it runs on the group's): a
+    /// completion that runs on the group's executor calls it directly.
+    bool direct_handler = false;
 };
 
 using group_done_handler = boost::asio::any_completion_handler<void(error_code)>;
@@ -520,6 +523,11 @@ private:
     auto collective(detail::collective_args a, CompletionToken&& token) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
             [impl = checked()](auto h, detail::collective_args a) {
+                a.direct_handler = requires {
+                    typename boost::asio::associated_executor<
+                        decltype(h),
+                        boost::asio::any_io_executor>::asio_associated_executor_is_unspecialised;
+                };
                 detail::group_collective(impl, std::move(a), std::move(h));
             },
             token, std::move(a));

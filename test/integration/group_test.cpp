@@ -13,11 +13,13 @@
 #include <ucx/asio.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <array>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -499,6 +501,42 @@ TEST(group, HundredsOfQueuedCollectivesCompleteInOrderWithTheirOwnResults) {
             ASSERT_EQ(out[i][2 * k + 1], b) << "rank " << i << " call " << k;
         }
     }
+}
+
+TEST(group, ACollectiveCompletesOnItsHandlersExecutor) {
+    // A handler with no executor of its own runs on the group's (the
+    // io_context that runs the workers), inside the completion; one bound
+    // to another executor runs there, never on the workers' thread.
+    ranks_fixture f(transport::shared_memory, 2);
+    asio::io_context other;
+    std::array<std::uint32_t, 2> in{3, 4}, plain_out{}, bound_out{};
+    int plain = 0, bound = 0;
+    for (int i = 0; i < 2; ++i) {
+        f.groups[i].async_allreduce(std::span<const std::uint32_t>(&in[i], 1),
+                                    std::span<std::uint32_t>(&plain_out[i], 1), ucx::reduce_op::sum,
+                                    [&](ucx::error_code ec) {
+                                        EXPECT_FALSE(ec) << ec.message();
+                                        EXPECT_TRUE(f.io.get_executor().running_in_this_thread());
+                                        EXPECT_FALSE(other.get_executor().running_in_this_thread());
+                                        ++plain;
+                                    });
+        f.groups[i].async_allreduce(std::span<const std::uint32_t>(&in[i], 1),
+                                    std::span<std::uint32_t>(&bound_out[i], 1), ucx::reduce_op::max,
+                                    asio::bind_executor(other, [&](ucx::error_code ec) {
+                                        EXPECT_FALSE(ec) << ec.message();
+                                        EXPECT_TRUE(other.get_executor().running_in_this_thread());
+                                        EXPECT_FALSE(f.io.get_executor().running_in_this_thread());
+                                        ++bound;
+                                    }));
+    }
+    ASSERT_TRUE(run_until(f.io, [&] { return plain == 2; }));
+    // The bound handlers wait for `other` to run, however long `io` runs.
+    EXPECT_TRUE(run_ticks(f.io, 20));
+    EXPECT_EQ(bound, 0);
+    other.run();
+    EXPECT_EQ(bound, 2);
+    EXPECT_EQ(plain_out, (std::array<std::uint32_t, 2>{7, 7}));
+    EXPECT_EQ(bound_out, (std::array<std::uint32_t, 2>{4, 4}));
 }
 
 TEST(group, EachCollectiveHasItsOwnDeadlineThroughOneTimer) {

@@ -1,0 +1,106 @@
+// Internal: a free list of equal-size blocks for the operation states of one
+// owner's handlers, and the allocator its handlers name as their associated
+// allocator.
+//
+// Asio's recycling allocator keeps two blocks per thread: an owner with more
+// operations in flight at once (a broadcast's root sends to each child while
+// the collective's own handler is held) allocates and frees on the heap every
+// time. A pool of its own keeps as many blocks as it had in flight at once
+// (up to a limit).
+// Not thread-safe: its owner runs on one executor.
+#pragma once
+
+#include <cstddef>
+#include <new>
+
+namespace ucx::detail {
+
+class block_pool {
+public:
+    /// Free blocks kept at most; beyond it they go back to the heap.
+    static constexpr std::size_t keep_limit = 64;
+
+    block_pool() = default;
+    block_pool(const block_pool&) = delete;
+    block_pool& operator=(const block_pool&) = delete;
+    ~block_pool() { drop(); }
+
+    /// A block of at least `n` bytes. The pool's blocks are as large as the
+    /// largest request so far: a larger request retires the free ones.
+    void* allocate(std::size_t n) {
+        if (n > size_) {
+            drop();
+            size_ = (n + header - 1) / header * header;
+        }
+        if (node* b = free_) {
+            free_ = b->next;
+            --kept_;
+            return b;
+        }
+        auto* base = static_cast<std::byte*>(::operator new(header + size_));
+        *reinterpret_cast<std::size_t*>(base) = size_;
+        return base + header;
+    }
+
+    void deallocate(void* p, std::size_t) noexcept {
+        std::byte* base = static_cast<std::byte*>(p) - header;
+        const std::size_t size = *reinterpret_cast<std::size_t*>(base);
+        if (size != size_ || kept_ == keep_limit)
+            return ::operator delete(base, header + size);
+        free_ = new (p) node{free_};
+        ++kept_;
+    }
+
+    /// Free blocks held now.
+    std::size_t kept() const noexcept { return kept_; }
+
+private:
+    /// Each block starts with its size (a multiple of this), before the
+    /// bytes handed out.
+    static constexpr std::size_t header = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+    struct node {
+        node* next;
+    };
+    void drop() noexcept {
+        while (free_) {
+            node* n = free_;
+            free_ = n->next;
+            ::operator delete(reinterpret_cast<std::byte*>(n) - header, header + size_);
+        }
+        kept_ = 0;
+    }
+    node* free_ = nullptr;
+    std::size_t kept_ = 0;
+    std::size_t size_ = 0;
+};
+
+/// An allocator drawing from a `block_pool` (which must outlive the blocks:
+/// a handler naming it holds the pool's owner).
+template <class T>
+class pool_allocator {
+public:
+    using value_type = T;
+
+    explicit pool_allocator(block_pool* pool) noexcept : pool_(pool) {}
+    template <class U>
+    pool_allocator(const pool_allocator<U>& other) noexcept : pool_(other.pool()) {}
+
+    T* allocate(std::size_t n) {
+        static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__,
+                      "block_pool hands out blocks with the default alignment");
+        return static_cast<T*>(pool_->allocate(n * sizeof(T)));
+    }
+    void deallocate(T* p, std::size_t n) noexcept { pool_->deallocate(p, n * sizeof(T)); }
+
+    block_pool* pool() const noexcept { return pool_; }
+
+    template <class U>
+    friend bool operator==(const pool_allocator& a, const pool_allocator<U>& b) noexcept {
+        return a.pool_ == b.pool();
+    }
+
+private:
+    block_pool* pool_;
+};
+
+} // namespace ucx::detail
