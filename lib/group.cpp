@@ -626,8 +626,10 @@ private:
             deadline = {};
             device_out = nullptr;
             device_out_bytes = 0;
-            std::vector<std::byte>().swap(host_in);
-            std::vector<std::byte>().swap(host_out);
+            if (host_in.capacity() > 0 || host_out.capacity() > 0) {
+                std::vector<std::byte>().swap(host_in);
+                std::vector<std::byte>().swap(host_out);
+            }
             ready = true;
             local_error = {};
         }
@@ -755,6 +757,8 @@ private:
     /// Keeps the larger of `spare` and `used` within the limit; `used` ends
     /// with no memory.
     static void keep_spare(std::vector<std::byte>& spare, std::vector<std::byte>& used) noexcept {
+        if (used.capacity() == 0)
+            return;
         if (used.capacity() > spare.capacity() && used.capacity() <= spare_limit) {
             used.clear();
             spare.swap(used);
@@ -1076,10 +1080,12 @@ void group_impl::transfer_done::operator()(error_code ec, std::size_t n) {
     running& r = *run;
     if (!ec && !send && n != expected)
         ec = make_error_code(error::collective_mismatch);
-    if (ec == errc::message_truncated)
-        ec = make_error_code(error::collective_mismatch);
-    if (ec && !r.ec)
-        r.ec = ec;
+    if (ec) [[unlikely]] {
+        if (ec == errc::message_truncated)
+            ec = make_error_code(error::collective_mismatch);
+        if (!r.ec)
+            r.ec = ec;
+    }
     if (--r.outstanding > 0)
         return;
     if (r.ec)
@@ -1090,10 +1096,12 @@ void group_impl::transfer_done::operator()(error_code ec, std::size_t n) {
 
 void group_impl::finish_round(running& r) {
     const coll::round& rd = r.plan->rounds[r.round];
-    const std::size_t es = coll::element_size(r.args.type);
-    for (const auto& c : rd.combines)
-        coll::reduce_elements(r.args.type, r.args.op, region_ptr(r, c.lower),
-                              region_ptr(r, c.higher), region_ptr(r, c.out), c.out.length / es);
+    if (!rd.combines.empty()) {
+        const std::size_t es = coll::element_size(r.args.type);
+        for (const auto& c : rd.combines)
+            coll::reduce_elements(r.args.type, r.args.op, region_ptr(r, c.lower),
+                                  region_ptr(r, c.higher), region_ptr(r, c.out), c.out.length / es);
+    }
     for (const auto& c : rd.copies)
         if (c.from.length > 0)
             std::memmove(region_ptr(r, c.to), region_ptr(r, c.from), c.from.length);

@@ -194,7 +194,10 @@ inline constexpr int any_rank = -1;
 ///   device buffers as tag messages do (staged through host memory where UCX
 ///   cannot move device memory).
 ///
-/// Operations are started from the worker's executor's thread. Buffers must
+/// Operations are started from the worker's executor's thread. A handler
+/// runs on its associated executor; one with none of its own runs on the
+/// worker's executor, called directly from the completion that ends the
+/// operation there (never inside the call that starts it). Buffers must
 /// stay valid until the handler runs. Movable, not copyable; destroying the
 /// group closes it as `async_close` does, without waiting for the close (its
 /// pending operations complete with `operation_aborted`).

@@ -40,11 +40,11 @@ void operator delete(void* p, std::size_t) noexcept {
 }
 
 // Asio's recycling allocator takes a block from aligned_alloc, not operator
-// new, when its per-thread cache (two blocks) has none free. The collectives'
-// test counts those too (`counting_cache_misses`). The point-to-point tests
-// below count operator new only: their two workers share one thread, and
-// the active-message loop's operations, with the event fd's waits, overflow
-// that cache about once per operation.
+// new, when its per-thread cache (two blocks) has none free. The tag
+// ping-pong and the collectives count those too (`counting_cache_misses`).
+// The active-message loop counts operator new only: its two workers share one
+// thread, and its operations, with the event fd's waits, overflow that cache
+// about once per operation (measured: 1.0 in event mode, 0.5 in poll mode).
 std::atomic<bool> counting_cache_misses{false};
 extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
     if (counting_cache_misses.load(std::memory_order_relaxed))
@@ -127,18 +127,19 @@ TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
 
     target = 12000;
     allocations = 0;
-    counting = true;
+    counting = counting_cache_misses = true;
     ++ping;
     ping_side();
     while (done < target && !failed)
         io.run_one();
-    counting = false;
+    counting = counting_cache_misses = false;
     ASSERT_FALSE(failed);
     const std::size_t ops = 4 * 10000; // two sends and two receives per round trip
     std::printf("heap allocations during %zu operations: %zu\n", ops, allocations.load());
-    // A rare cache miss of the recycling allocator is tolerated; one per
+    // A rare cache miss of the recycling allocator is tolerated (measured: 6
+    // to 13 with aligned_alloc counted, sanitizers included); one per
     // operation would be 40,000.
-    EXPECT_LE(allocations.load(), 8u) << "per-operation heap allocation";
+    EXPECT_LE(allocations.load(), 40u) << "per-operation heap allocation";
 }
 
 // The same for active messages: a pull receive on one side, a push handler on
