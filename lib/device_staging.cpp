@@ -60,7 +60,8 @@ using completion = staging_operation::transfer_completion;
 template <class Result, class Handler>
 typename Result::op_type* internal_op(worker_impl& w, Handler&& h) {
     using op_type = handler_operation<std::decay_t<Handler>, worker_core::executor_type, Result>;
-    return op_type::create(std::forward<Handler>(h), w.get_executor());
+    return op_type::create(std::forward<Handler>(h), w.get_executor(),
+                           w.operation_pool(w.running_in_owner()));
 }
 
 /// The internal UCX operation of a staged entry's transfer, reporting to

@@ -49,7 +49,6 @@
 #include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 
-#include "block_pool.hpp"
 #include "collective_plan.hpp"
 #include "device_staging.hpp"
 #include "worker_impl.hpp"
@@ -60,7 +59,6 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
@@ -278,20 +276,13 @@ private:
                                    step_done<Handler>{this, std::move(h)});
     }
     /// A message's completion: `h` with the fabric's failure, if any, in
-    /// place of the endpoint's error; its operation is allocated with `h`'s
-    /// allocator.
+    /// place of the endpoint's error.
     template <class Handler>
     struct step_done {
         fabric* f;
         Handler h;
         void operator()(error_code ec, std::size_t n) { h(f->failed_ ? f->failed_ : ec, n); }
         void operator()(error_code ec, std::size_t n, std::uint32_t) { (*this)(ec, n); }
-        using allocator_type =
-            boost::asio::associated_allocator_t<Handler, boost::asio::recycling_allocator<void>>;
-        allocator_type get_allocator() const noexcept {
-            return boost::asio::get_associated_allocator(h,
-                                                         boost::asio::recycling_allocator<void>());
-        }
     };
 
     template <class Handler>
@@ -770,17 +761,15 @@ private:
         keep_spare(spare_scratch_, r.scratch);
         keep_spare(spare_work_, r.work);
     }
-    /// The completion of one transfer of the running collective `run`. Its
-    /// operation comes from the group's pool (`ops_`): a round's transfers
-    /// are in flight at once, more than Asio's per-thread cache keeps.
+    /// The completion of one transfer of the running collective `run`. (Its
+    /// operation comes from the worker's pool, like every operation's: a
+    /// round's transfers are in flight at once.)
     struct transfer_done {
         std::shared_ptr<group_impl> self;
         running* run;
         std::size_t expected;
         bool send;
         void operator()(error_code ec, std::size_t n);
-        using allocator_type = pool_allocator<void>;
-        allocator_type get_allocator() const noexcept { return allocator_type(&self->ops_); }
     };
     void start_next();
     void arm_watchdog(std::chrono::steady_clock::time_point at);
@@ -789,8 +778,6 @@ private:
     /// Ends `r`, the collective at the head of the queue, and starts the next.
     void finish(running& r, error_code ec);
 
-    /// The transfers' operation states (see transfer_done).
-    block_pool ops_;
     std::shared_ptr<fabric> fabric_;
     std::uint32_t id_;
     int rank_;

@@ -1,6 +1,7 @@
-// The pool behind the group's transfer operations: blocks are reused, sized
-// for the largest request, kept up to a limit, and usable as an allocator.
-#include "block_pool.hpp"
+// The pool of a worker's operation states: blocks are reused, sized for the
+// largest request, kept up to a limit, and usable as an allocator (without a
+// pool, Asio's recycling allocator's).
+#include <ucx/detail/block_pool.hpp>
 
 #include <gtest/gtest.h>
 
@@ -101,6 +102,19 @@ TEST(pool_allocator, serves_standard_containers_and_compares_by_pool) {
         EXPECT_EQ(*s, 7u);
     }
     EXPECT_GT(pool.kept(), 0u);
+}
+
+TEST(pool_allocator, without_a_pool_uses_the_recycling_allocator) {
+    pool_allocator<std::uint64_t> a(nullptr);
+    EXPECT_TRUE(a == pool_allocator<int>(nullptr));
+    std::uint64_t* p = a.allocate(4);
+    for (int i = 0; i < 4; ++i)
+        p[i] = static_cast<std::uint64_t>(i);
+    EXPECT_EQ(p[3], 3u);
+    a.deallocate(p, 4);
+    std::vector<int, pool_allocator<int>> v(pool_allocator<int>(nullptr));
+    v.assign(100, 7);
+    EXPECT_EQ(v[99], 7);
 }
 
 } // namespace

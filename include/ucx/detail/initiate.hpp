@@ -6,6 +6,7 @@
 // are inline, and everything else is a non-template function of the library.
 #pragma once
 
+#include <ucx/detail/block_pool.hpp>
 #include <ucx/detail/operation.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -56,6 +57,11 @@ public:
     void submission_queued() noexcept { queued_.fetch_add(1, std::memory_order_relaxed); }
     void submission_runs() noexcept { queued_.fetch_sub(1, std::memory_order_relaxed); }
 
+    /// The pool of operation states, for an operation started on the
+    /// worker's thread (`running_in_owner()`); null for one started on
+    /// another thread.
+    block_pool* operation_pool(bool in_owner) noexcept { return in_owner ? &pool_ : nullptr; }
+
 protected:
     explicit worker_core(const executor_type& ex)
         : executor_(ex),
@@ -66,6 +72,8 @@ protected:
     /// executor_'s target when it is a plain io_context executor.
     const boost::asio::io_context::executor_type* native_executor_ = nullptr;
     std::atomic<unsigned> queued_{0};
+    /// Declared last: destroyed after whatever the derived worker destroys.
+    block_pool pool_;
 };
 
 /// The worker an object belongs to (lib/operations.cpp).
@@ -123,11 +131,12 @@ private:
 template <class Result, class Handler, class Submit>
 void start_operation(Handler&& handler, worker_core& w, Submit&& submit) {
     using op_type = handler_operation<std::decay_t<Handler>, worker_core::executor_type, Result>;
-    auto* op = op_type::create(std::move(handler), w.get_executor());
+    const bool in_owner = w.running_in_owner();
+    auto* op = op_type::create(std::move(handler), w.get_executor(), w.operation_pool(in_owner));
     auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
     if (slot.is_connected())
         slot.template emplace<operation_canceller>(op);
-    if (w.running_in_owner())
+    if (in_owner)
         return submit(op);
     w.submission_queued();
     boost::asio::dispatch(w.get_executor(), [pending = submission<op_type>(op), w = &w,
@@ -150,7 +159,7 @@ void start_target_operation(Handler&& handler, worker_core& w,
     if (w.running_in_owner()) {
         // The handler, now inside the operation, keeps whatever owns *t.
         Target* t = target.get();
-        auto* op = op_type::create(std::move(handler), w.get_executor());
+        auto* op = op_type::create(std::move(handler), w.get_executor(), w.operation_pool(true));
         auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
         if (slot.is_connected())
             slot.template emplace<operation_canceller>(op);
@@ -158,7 +167,7 @@ void start_target_operation(Handler&& handler, worker_core& w,
         return;
     }
     std::shared_ptr<Target> keep = target;
-    auto* op = op_type::create(std::move(handler), w.get_executor());
+    auto* op = op_type::create(std::move(handler), w.get_executor(), w.operation_pool(false));
     auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
     if (slot.is_connected())
         slot.template emplace<operation_canceller>(op);

@@ -1,13 +1,15 @@
 // Internal: one UCX request as an Asio asynchronous operation.
 //
 // Every ucp_*_nbx call of the library goes through this: the state is
-// allocated with the handler's associated allocator (Asio's recycling
-// allocator by default, so the steady state allocates nothing), UCX's callback
+// allocated with the handler's associated allocator (by default the worker's
+// pool of operation states, on the worker's thread, so the steady state
+// allocates nothing however many operations are in flight), UCX's callback
 // only records the result and queues the operation on its worker, and the
 // worker delivers it after ucp_worker_progress returned; user handlers never
 // run inside a UCX callback, and never inside the initiating function.
 #pragma once
 
+#include <ucx/detail/block_pool.hpp>
 #include <ucx/error.hpp>
 
 #include <boost/asio/associated_allocator.hpp>
@@ -194,10 +196,12 @@ struct stream_write_op : transfer_op {
     std::size_t count = 0;
 };
 
-/// The allocator an operation uses: the handler's, or Asio's recycling one.
+/// The allocator an operation uses: the handler's, or else the worker's pool
+/// (`pool`; null where the operation starts on another thread: then Asio's
+/// recycling allocator).
 template <class Handler>
-auto operation_allocator(const Handler& h) {
-    return boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>());
+auto operation_allocator(const Handler& h, block_pool* pool) {
+    return boost::asio::get_associated_allocator(h, pool_allocator<void>(pool));
 }
 
 /// An operation bound to its handler. `Result::op_type` is its kind, and
@@ -210,14 +214,15 @@ class handler_operation final : public Result::op_type {
 
 public:
     using alloc_type = typename std::allocator_traits<decltype(operation_allocator(
-        std::declval<Handler&>()))>::template rebind_alloc<handler_operation>;
+        std::declval<Handler&>(), nullptr))>::template rebind_alloc<handler_operation>;
 
-    /// Allocates an operation with the handler's allocator.
-    static handler_operation* create(Handler&& h, const IoExecutor& io_ex) {
-        alloc_type alloc(operation_allocator(h));
+    /// Allocates an operation with the handler's allocator, or from `pool`
+    /// (see operation_allocator).
+    static handler_operation* create(Handler&& h, const IoExecutor& io_ex, block_pool* pool) {
+        alloc_type alloc(operation_allocator(h, pool));
         handler_operation* p = std::allocator_traits<alloc_type>::allocate(alloc, 1);
         try {
-            return new (p) handler_operation(std::move(h), io_ex);
+            return new (p) handler_operation(std::move(h), io_ex, pool);
         } catch (...) {
             std::allocator_traits<alloc_type>::deallocate(alloc, p, 1);
             throw;
@@ -261,8 +266,8 @@ private:
         }
     }
 
-    handler_operation(Handler&& h, const IoExecutor& io_ex)
-        : base_type(&do_complete), handler_(std::move(h)), io_ex_(&io_ex),
+    handler_operation(Handler&& h, const IoExecutor& io_ex, block_pool* pool)
+        : base_type(&do_complete), handler_(std::move(h)), io_ex_(&io_ex), pool_(pool),
           handler_work_(make_work(handler_, io_ex)) {}
 
     static void do_complete(operation* base, delivery d) {
@@ -276,7 +281,7 @@ private:
         [[maybe_unused]] const IoExecutor& io_ex = *self->io_ex_;
         const error_code ec = self->result_code();
         auto args = Result::extract(ec, *self);
-        alloc_type alloc(operation_allocator(handler));
+        alloc_type alloc(operation_allocator(handler, self->pool_));
         self->~handler_operation();
         std::allocator_traits<alloc_type>::deallocate(alloc, self, 1);
 
@@ -311,6 +316,8 @@ private:
     Handler handler_;
     /// The worker's executor (the worker outlives its operations' delivery).
     const IoExecutor* io_ex_;
+    /// Where the state came from when the handler has no allocator.
+    block_pool* pool_;
     work_holder handler_work_;
 };
 

@@ -1,14 +1,16 @@
-// Internal: a free list of equal-size blocks for the operation states of one
-// owner's handlers, and the allocator its handlers name as their associated
-// allocator.
+// Internal: a free list of blocks for operation states, and the allocator
+// that draws from it.
 //
-// Asio's recycling allocator keeps two blocks per thread: an owner with more
-// operations in flight at once (a broadcast's root sends to each child while
-// the collective's own handler is held) allocates and frees on the heap every
-// time. A pool of its own keeps as many blocks as it had in flight at once
-// (up to a limit).
-// Not thread-safe: its owner runs on one executor.
+// Asio's recycling allocator keeps two blocks per thread: a thread with more
+// operations in flight at once (a broadcast's root sends to each child;
+// several endpoints each with a receive and a send pending) allocates and
+// frees on the heap again and again. A worker's operations take their state
+// from the worker's pool instead, which keeps as many blocks as were in
+// flight at once (up to a limit). Not thread-safe: a worker's pool is used
+// on the worker's thread only.
 #pragma once
+
+#include <boost/asio/recycling_allocator.hpp>
 
 #include <cstddef>
 #include <new>
@@ -74,8 +76,9 @@ private:
     std::size_t size_ = 0;
 };
 
-/// An allocator drawing from a `block_pool` (which must outlive the blocks:
-/// a handler naming it holds the pool's owner).
+/// An allocator drawing from a `block_pool` (which must outlive the blocks),
+/// or, without one, from Asio's recycling allocator (an operation started on
+/// another thread than its worker's).
 template <class T>
 class pool_allocator {
 public:
@@ -88,9 +91,15 @@ public:
     T* allocate(std::size_t n) {
         static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__,
                       "block_pool hands out blocks with the default alignment");
+        if (!pool_)
+            return boost::asio::recycling_allocator<T>().allocate(n);
         return static_cast<T*>(pool_->allocate(n * sizeof(T)));
     }
-    void deallocate(T* p, std::size_t n) noexcept { pool_->deallocate(p, n * sizeof(T)); }
+    void deallocate(T* p, std::size_t n) noexcept {
+        if (!pool_)
+            return boost::asio::recycling_allocator<T>().deallocate(p, n);
+        pool_->deallocate(p, n * sizeof(T));
+    }
 
     block_pool* pool() const noexcept { return pool_; }
 
