@@ -48,7 +48,7 @@ public:
         std::byte* base = static_cast<std::byte*>(p) - header;
         const std::size_t size = *reinterpret_cast<std::size_t*>(base);
         if (size != size_ || kept_ == keep_limit)
-            return ::operator delete(base, header + size);
+            return ::operator delete(base);
         free_ = new (p) node{free_};
         ++kept_;
     }
@@ -67,7 +67,7 @@ private:
         while (free_) {
             node* n = free_;
             free_ = n->next;
-            ::operator delete(reinterpret_cast<std::byte*>(n) - header, header + size_);
+            ::operator delete(reinterpret_cast<std::byte*>(n) - header);
         }
         kept_ = 0;
     }
