@@ -113,6 +113,9 @@ public:
     /// directly: messages keep their order).
     bool tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                   ucp_tag_t tag) noexcept;
+    /// Whether a staged send on `ep` has not reached UCX yet (a send on
+    /// `ep` then waits behind it).
+    bool holds_sends(const endpoint_impl& ep) const noexcept { return send_queues_.contains(&ep); }
     /// A per-endpoint send (`endpoint_impl::send`), as `tag_send`.
     bool endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                        std::uint32_t tag) noexcept;

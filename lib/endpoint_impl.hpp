@@ -126,6 +126,14 @@ public:
     void send(transfer_op* op, const void* data, std::size_t size, std::uint32_t tag) noexcept;
     void recv(tag_recv_op* op, void* data, std::size_t size, std::uint32_t tag,
               std::uint32_t mask) noexcept;
+    /// A per-endpoint send of host memory that UCX completes inside this call
+    /// (its short protocol: the data is copied out before it returns), with
+    /// no operation and no completion to deliver. True when sent; false
+    /// leaves nothing done: the endpoint is not usable now, an earlier staged
+    /// send on it still waits (messages keep their order), or UCX cannot
+    /// complete it at once (size above its short limit, no send resources).
+    /// The caller then sends it with `send`, which reports any error.
+    bool send_now(const void* data, std::size_t size, std::uint32_t tag) noexcept;
     void wait_error(operation* op) noexcept;
     /// Graceful close; the goodbye tells the peer `stream_bytes` (what a
     /// ucx::stream wrote).

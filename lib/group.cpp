@@ -51,6 +51,7 @@
 
 #include "collective_plan.hpp"
 #include "device_staging.hpp"
+#include "endpoint_impl.hpp"
 #include "worker_impl.hpp"
 
 #include <boost/asio/append.hpp>
@@ -218,6 +219,16 @@ public:
                 return h(ec, 0);
             self->start_send(to, data, size, tag, std::move(h));
         });
+    }
+
+    /// Sends to fabric rank `to` inside this call when UCX can (a small
+    /// message with send resources free: `endpoint_impl::send_now`), with no
+    /// operation and no handler. False leaves it to `send`.
+    bool send_now(int to, const void* data, std::size_t size, std::uint32_t tag) noexcept {
+        if (failed_ || to == rank_ || peers_[to].state != peer::ready)
+            return false;
+        const auto& impl = access::get_impl(peers_[to].ep);
+        return impl && impl->send_now(data, size, tag);
     }
 
     /// Receives from fabric rank `from`.
@@ -771,12 +782,32 @@ private:
         bool send;
         void operator()(error_code ec, std::size_t n);
     };
+    /// Starts the collective at the head of the queue, if it is ready. A
+    /// collective may end inside its start (its transfers all sent at once):
+    /// the next one then starts from the loop here, not from a nested call.
     void start_next();
+    void start_head();
     void arm_watchdog(std::chrono::steady_clock::time_point at);
-    void run_round(running& r);
+    /// Starts the transfers of `r`'s rounds until one must wait; ends `r`
+    /// when none is left. `in_start`: called by the collective's start.
+    void run_round(running& r, bool in_start);
     void finish_round(running& r);
     /// Ends `r`, the collective at the head of the queue, and starts the next.
     void finish(running& r, error_code ec);
+    /// `r` ended inside its start (its transfers all sent at once): it ends
+    /// from the worker's next pass, as an operation completed at once does.
+    /// Its handler never runs inside the call that started it, and a chain of
+    /// collectives that end at once does not hold the thread.
+    void defer_finish(running& r);
+    /// The completion of that deferral.
+    struct deferred_end {
+        std::shared_ptr<group_impl> self;
+        running* run;
+        void operator()(const error_code& ec) {
+            const error_code& failed = self->fabric_->failed();
+            self->finish(*run, failed ? failed : ec);
+        }
+    };
 
     std::shared_ptr<fabric> fabric_;
     std::uint32_t id_;
@@ -811,6 +842,9 @@ private:
     };
     run_queue queue_;
     bool busy_ = false;
+    /// Inside start_next's loop; another start was asked for meanwhile.
+    bool starting_ = false;
+    bool restart_ = false;
     std::uint32_t seq_ = 0;
     /// Watches the running collective's deadline (see arm_watchdog).
     std::shared_ptr<boost::asio::steady_timer> watchdog_;
@@ -977,6 +1011,22 @@ void group_impl::collective(collective_args a, group_done_handler h) {
 }
 
 void group_impl::start_next() {
+    if (starting_) {
+        restart_ = true; // the loop below starts it
+        return;
+    }
+    struct guard {
+        bool& flag;
+        ~guard() { flag = false; }
+    } g{starting_};
+    starting_ = true;
+    do {
+        restart_ = false;
+        start_head();
+    } while (restart_);
+}
+
+void group_impl::start_head() {
     if (queue_.empty() || !queue_.front()->ready) {
         busy_ = false;
         return;
@@ -1009,7 +1059,7 @@ void group_impl::start_next() {
         if (!watchdog_armed_ || r.deadline < watchdog_->expiry())
             arm_watchdog(r.deadline);
     }
-    run_round(r);
+    run_round(r, true);
 }
 
 // One timer watches the deadlines of the collectives, one at a time: it is
@@ -1038,29 +1088,46 @@ void group_impl::arm_watchdog(std::chrono::steady_clock::time_point at) {
     });
 }
 
-void group_impl::run_round(running& r) {
+void group_impl::run_round(running& r, bool in_start) {
     while (r.round < r.plan->rounds.size()) {
         const coll::round& rd = r.plan->rounds[r.round];
-        if (rd.transfers.empty()) {
-            finish_round(r);
-            continue;
-        }
         r.outstanding = static_cast<int>(rd.transfers.size());
         const std::uint32_t tag = collective_tag(id_, r.seq);
         for (const auto& t : rd.transfers) {
             std::byte* data = region_ptr(r, t.data);
+            const int peer = member(t.peer);
+            // A small send UCX completes inside the call is done: no
+            // operation, no completion to wait for.
+            if (t.send && fabric_->send_now(peer, data, t.data.length, tag)) {
+                --r.outstanding;
+                continue;
+            }
             // The handler holds the group; the group holds `r` at the head
             // of its queue until every transfer of `r` has completed.
             transfer_done done{shared_from_this(), &r, t.data.length, t.send};
-            const int peer = member(t.peer);
             if (t.send)
                 fabric_->send(peer, data, t.data.length, tag, std::move(done));
             else
                 fabric_->recv(peer, data, t.data.length, tag, std::move(done));
         }
-        return;
+        // The others complete later, never inside the calls that started
+        // them: the last one goes on.
+        if (r.outstanding > 0)
+            return;
+        finish_round(r);
     }
+    if (in_start)
+        return defer_finish(r);
     finish(r, {});
+}
+
+void group_impl::defer_finish(running& r) {
+    worker_impl& w = *fabric_->worker();
+    using op_type = handler_operation<deferred_end, worker_core::executor_type, error_result<>>;
+    operation* op = op_type::create(deferred_end{shared_from_this(), &r}, w.get_executor(),
+                                    w.operation_pool(w.running_in_owner()));
+    w.start(op);
+    w.complete(op, {});
 }
 
 void group_impl::transfer_done::operator()(error_code ec, std::size_t n) {
@@ -1078,7 +1145,7 @@ void group_impl::transfer_done::operator()(error_code ec, std::size_t n) {
     if (r.ec)
         return self->finish(r, r.ec);
     self->finish_round(r);
-    self->run_round(r);
+    self->run_round(r, false);
 }
 
 void group_impl::finish_round(running& r) {

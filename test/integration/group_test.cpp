@@ -8,6 +8,7 @@
 
 #include "copy_engine.hpp"
 #include "device_staging.hpp"
+#include "endpoint_impl.hpp"
 #include "worker_impl.hpp"
 
 #include <ucx/asio.hpp>
@@ -537,6 +538,136 @@ TEST(group, ACollectiveCompletesOnItsHandlersExecutor) {
     EXPECT_EQ(bound, 2);
     EXPECT_EQ(plain_out, (std::array<std::uint32_t, 2>{7, 7}));
     EXPECT_EQ(bound_out, (std::array<std::uint32_t, 2>{4, 4}));
+}
+
+TEST(group, SmallSendsThatUcxCompletesAtOnceNeedNoOperation) {
+    // A root's 8-byte broadcasts to two ranks: each send completes inside
+    // UCX's call (its short protocol over shared memory), so the root's worker
+    // delivers one operation per broadcast (the collective's end, from a
+    // later pass), not one per send. Chained from their handlers, every
+    // broadcast ends outside the call that started it, in order, with every
+    // rank's value the root's.
+    for (const transport t : {transport::shared_memory, transport::tcp}) {
+        SCOPED_TRACE(t == transport::tcp ? "tcp" : "shared memory");
+        ranks_fixture f(t, 3);
+        std::array<std::uint64_t, 3> buf{7, 0, 0};
+        ranks_fixture::expect_ok(f.on_all([&](int i, auto h) {
+            f.groups[i].async_broadcast(asio::buffer(&buf[i], sizeof(buf[i])), 0, h);
+        }));
+        ASSERT_EQ(buf, (std::array<std::uint64_t, 3>{7, 7, 7}));
+        constexpr int calls = 300;
+        const std::size_t before = f.workers_[0]->stats().completions;
+        std::array<std::vector<std::uint64_t>, 3> seen;
+        bool inside = false;
+        int finished = 0;
+        std::function<void(int, int)> step = [&](int i, int k) {
+            if (i == 0)
+                buf[0] = 1000 + static_cast<std::uint64_t>(k);
+            inside = true;
+            f.groups[i].async_broadcast(asio::buffer(&buf[i], sizeof(buf[i])), 0,
+                                        [&, i, k](ucx::error_code ec) {
+                                            EXPECT_FALSE(ec) << ec.message();
+                                            EXPECT_FALSE(inside) << "ran inside its initiation";
+                                            seen[i].push_back(buf[i]);
+                                            if (k + 1 < calls)
+                                                step(i, k + 1);
+                                            else
+                                                ++finished;
+                                        });
+            inside = false;
+        };
+        for (int i = 0; i < 3; ++i)
+            step(i, 0);
+        ASSERT_TRUE(run_until(f.io, [&] { return finished == 3; }));
+        for (int i = 0; i < 3; ++i) {
+            ASSERT_EQ(seen[i].size(), static_cast<std::size_t>(calls)) << "rank " << i;
+            for (int k = 0; k < calls; ++k)
+                ASSERT_EQ(seen[i][k], 1000 + static_cast<std::uint64_t>(k))
+                    << "rank " << i << " call " << k;
+        }
+        const std::size_t delivered = f.workers_[0]->stats().completions - before;
+        std::printf("root: %zu operations delivered for %d broadcasts to two ranks\n", delivered,
+                    calls);
+        // Over TCP a send may find the socket busy and go as an operation.
+        if (t == transport::shared_memory) {
+            EXPECT_LE(delivered, static_cast<std::size_t>(calls + calls / 10));
+        }
+    }
+}
+
+TEST(group, ManyCollectivesQueuedAtARootStartOneAfterAnother) {
+    // 5,000 broadcasts started at once on the root, whose sends complete at
+    // once: each ends from a later pass and the next starts then (no call
+    // nested in the previous one's). The other rank receives them in order.
+    ranks_fixture f(transport::shared_memory, 2);
+    constexpr int calls = 5000;
+    std::vector<std::uint32_t> values(calls), received(calls);
+    std::iota(values.begin(), values.end(), 1u);
+    int root_done = 0, leaf_done = 0;
+    for (int k = 0; k < calls; ++k) {
+        f.groups[0].async_broadcast(asio::buffer(&values[k], sizeof(values[k])), 0,
+                                    [&, k](ucx::error_code ec) {
+                                        EXPECT_FALSE(ec) << ec.message();
+                                        EXPECT_EQ(root_done, k);
+                                        ++root_done;
+                                    });
+        f.groups[1].async_broadcast(asio::buffer(&received[k], sizeof(received[k])), 0,
+                                    [&](ucx::error_code ec) {
+                                        EXPECT_FALSE(ec) << ec.message();
+                                        ++leaf_done;
+                                    });
+    }
+    ASSERT_TRUE(run_until(f.io, [&] { return root_done == calls && leaf_done == calls; }));
+    EXPECT_EQ(received, values);
+}
+
+TEST(endpoint_send_now, SendsASmallMessageInsideTheCallOrNothing) {
+    // The immediate send of a connected endpoint: a small message goes inside
+    // the call and arrives as a send's would; one above UCX's short limit is
+    // not sent at all (false, nothing arrives); a closed endpoint sends none.
+    asio::io_context io;
+    ucx::context ctx{options_for(transport::shared_memory)};
+    ucx::worker server_worker{ctx, io};
+    ucx::worker client_worker{ctx, io};
+    ucx::listener server{server_worker,
+                         asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open() && accepted.is_open());
+    const auto held = ucx::detail::access::get_impl(client); // outlives the close below
+    ucx::detail::endpoint_impl& impl = *held;
+
+    const std::uint64_t small = 0x1122334455667788u;
+    ASSERT_TRUE(impl.send_now(&small, sizeof(small), 5));
+    std::uint64_t in = 0;
+    std::optional<ucx::error_code> r;
+    std::size_t n = 0;
+    std::uint32_t tag = 0;
+    accepted.async_recv(asio::buffer(&in, sizeof(in)), 0, 0,
+                        [&](ucx::error_code ec, std::size_t len, std::uint32_t sent_tag) {
+                            r = ec;
+                            n = len;
+                            tag = sent_tag;
+                        });
+    ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
+    EXPECT_FALSE(*r) << r->message();
+    EXPECT_EQ(n, sizeof(small));
+    EXPECT_EQ(in, small);
+    EXPECT_EQ(tag, 5u);
+
+    // 1 MiB: UCX would need a request (rendezvous), so nothing is sent.
+    std::vector<char> big(1 << 20, 'x');
+    EXPECT_FALSE(impl.send_now(big.data(), big.size(), 6));
+    std::optional<ucx::error_code> probe;
+    std::vector<char> sink(big.size());
+    accepted.async_recv(asio::buffer(sink), 0, 0,
+                        [&](ucx::error_code ec, std::size_t, std::uint32_t) { probe = ec; });
+    EXPECT_TRUE(run_ticks(io, 20));
+    EXPECT_FALSE(probe.has_value()) << "a message arrived that was not sent";
+
+    client.close();
+    EXPECT_FALSE(impl.send_now(&small, sizeof(small), 5));
+    accepted.close();
+    EXPECT_TRUE(run_until(io, [&] { return probe.has_value(); }));
 }
 
 TEST(group, EachCollectiveHasItsOwnDeadlineThroughOneTimer) {
