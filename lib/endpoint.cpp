@@ -699,6 +699,25 @@ bool endpoint_impl::send_now(const void* data, std::size_t size, std::uint32_t t
     return UCS_PTR_STATUS(r) == UCS_OK;
 }
 
+endpoint_impl::at_once endpoint_impl::recv_at_once(tag_recv_op* op, void* data, std::size_t size,
+                                                   std::uint32_t tag) noexcept {
+    worker_impl& w = *worker_;
+    if (!w.is_open() || !ep_ || error() || !has_handshake() || !fsm_.established())
+        return at_once::not_here;
+    const ucp_tag_t ucx_tag = (fsm_.local_tag() & id_mask) | tag;
+    constexpr ucp_tag_t whole = ~ucp_tag_t{0};
+    ucp_tag_recv_info_t info{};
+    if (!ucp_tag_probe_nb(w.native(), ucx_tag, whole, 0, &info) || info.length != size)
+        return at_once::not_here;
+    op->endpoint = this;
+    if (!w.tag_recv_at_once(op, data, size, ucx_tag, whole))
+        return at_once::started;
+    op->status = UCS_OK;
+    op->bytes = size;
+    op->sender_tag = info.sender_tag;
+    return at_once::done;
+}
+
 void endpoint_impl::recv(tag_recv_op* op, void* data, std::size_t size, std::uint32_t tag,
                          std::uint32_t mask) noexcept {
     worker_impl& w = *worker_;

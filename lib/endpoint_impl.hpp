@@ -134,6 +134,20 @@ public:
     /// complete it at once (size above its short limit, no send resources).
     /// The caller then sends it with `send`, which reports any error.
     bool send_now(const void* data, std::size_t size, std::uint32_t tag) noexcept;
+    /// What `recv_at_once` did with its operation.
+    enum class at_once {
+        not_here, ///< nothing: no message of that size is here yet, or the endpoint is not usable
+        done,     ///< received inside the call; the operation is not delivered
+        started   ///< started as `recv` starts one, delivered later
+    };
+    /// A per-endpoint receive of host memory that takes a message already
+    /// here inside this call: when UCX holds a message with `tag` of exactly
+    /// `size` bytes, it is received into `data` (`done`, with `op->bytes`
+    /// and `op->sender_tag` set; the caller destroys `op`), or, if UCX cannot
+    /// complete it at once, `op` is started (`started`). `not_here` leaves
+    /// `op` untouched for `recv`, which also reports a message of another
+    /// size.
+    at_once recv_at_once(tag_recv_op* op, void* data, std::size_t size, std::uint32_t tag) noexcept;
     void wait_error(operation* op) noexcept;
     /// Graceful close; the goodbye tells the peer `stream_bytes` (what a
     /// ucx::stream wrote).

@@ -231,6 +231,35 @@ public:
         return impl && impl->send_now(data, size, tag);
     }
 
+    /// A collective's receive from fabric rank `from`: taken inside this call
+    /// when the message (exactly `size` bytes) is already here
+    /// (`endpoint_impl::recv_at_once`): true, and `h` is destroyed, not
+    /// called. Otherwise as `recv`: false, and `h` is called later.
+    template <class Handler>
+    bool recv_now(int from, void* data, std::size_t size, std::uint32_t tag, Handler h) {
+        if (failed_ || from == rank_ || peers_[from].state != peer::ready) {
+            recv(from, data, size, tag, std::move(h));
+            return false;
+        }
+        const auto& impl = access::get_impl(peers_[from].ep);
+        worker_core& w = core_of(*w_);
+        using op_type =
+            handler_operation<step_done<Handler>, worker_core::executor_type, endpoint_recv_result>;
+        auto* op = op_type::create(step_done<Handler>{this, std::move(h)}, w.get_executor(),
+                                   w.operation_pool(w.running_in_owner()));
+        switch (impl->recv_at_once(op, data, size, tag)) {
+        case endpoint_impl::at_once::done:
+            op->complete(operation::delivery::destroy);
+            return true;
+        case endpoint_impl::at_once::started:
+            return false;
+        case endpoint_impl::at_once::not_here:
+            break;
+        }
+        endpoint_recv(*impl, op, data, size, tag, ~std::uint32_t{0});
+        return false;
+    }
+
     /// Receives from fabric rank `from`.
     template <class Handler>
     void recv(int from, void* data, std::size_t size, std::uint32_t tag, Handler h) {
@@ -794,11 +823,15 @@ private:
     void finish_round(running& r);
     /// Ends `r`, the collective at the head of the queue, and starts the next.
     void finish(running& r, error_code ec);
-    /// `r` ended inside its start (its transfers all sent at once): it ends
-    /// from the worker's next pass, as an operation completed at once does.
-    /// Its handler never runs inside the call that started it, and a chain of
-    /// collectives that end at once does not hold the thread.
+    /// `r` ended inside its start (its transfers all sent at once) within
+    /// the initiating call, or after `max_chained` others did in one loop of
+    /// start_next: it ends from the worker's next pass, as an operation
+    /// completed at once does. Its handler never runs inside the call that
+    /// started it, and a chain of collectives that end at once (each started
+    /// by the previous one's handler) gives the thread back to the
+    /// io_context's other handlers, and UCX its progress, every few calls.
     void defer_finish(running& r);
+    static constexpr int max_chained = 16;
     /// The completion of that deferral.
     struct deferred_end {
         std::shared_ptr<group_impl> self;
@@ -845,6 +878,8 @@ private:
     /// Inside start_next's loop; another start was asked for meanwhile.
     bool starting_ = false;
     bool restart_ = false;
+    /// Collectives ended inside their start in this loop of start_next.
+    int chained_ = 0;
     std::uint32_t seq_ = 0;
     /// Watches the running collective's deadline (see arm_watchdog).
     std::shared_ptr<boost::asio::steady_timer> watchdog_;
@@ -1020,6 +1055,7 @@ void group_impl::start_next() {
         ~guard() { flag = false; }
     } g{starting_};
     starting_ = true;
+    chained_ = 0;
     do {
         restart_ = false;
         start_head();
@@ -1096,8 +1132,8 @@ void group_impl::run_round(running& r, bool in_start) {
         for (const auto& t : rd.transfers) {
             std::byte* data = region_ptr(r, t.data);
             const int peer = member(t.peer);
-            // A small send UCX completes inside the call is done: no
-            // operation, no completion to wait for.
+            // A small send UCX completes inside the call, or a message
+            // already here, is done: no completion to wait for.
             if (t.send && fabric_->send_now(peer, data, t.data.length, tag)) {
                 --r.outstanding;
                 continue;
@@ -1107,8 +1143,8 @@ void group_impl::run_round(running& r, bool in_start) {
             transfer_done done{shared_from_this(), &r, t.data.length, t.send};
             if (t.send)
                 fabric_->send(peer, data, t.data.length, tag, std::move(done));
-            else
-                fabric_->recv(peer, data, t.data.length, tag, std::move(done));
+            else if (fabric_->recv_now(peer, data, t.data.length, tag, std::move(done)))
+                --r.outstanding;
         }
         // The others complete later, never inside the calls that started
         // them: the last one goes on.
@@ -1116,7 +1152,7 @@ void group_impl::run_round(running& r, bool in_start) {
             return;
         finish_round(r);
     }
-    if (in_start)
+    if (in_start && (initiating_ || ++chained_ > max_chained))
         return defer_finish(r);
     finish(r, {});
 }

@@ -287,6 +287,23 @@ void worker_impl::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_ta
     submitted(op, r);
 }
 
+bool worker_impl::tag_recv_at_once(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
+                                   ucp_tag_t mask) noexcept {
+    start(op);
+    op->cancellable = true;
+    ucp_request_param_t param = recv_param(&worker_impl::recv_callback, op);
+    ucp_tag_recv_info_t info{};
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    param.recv_info.tag_info = &info;
+    const ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
+    if (r == nullptr) {
+        unlink(op);
+        return true;
+    }
+    submitted(op, r);
+    return false;
+}
+
 void worker_impl::cancel(operation* op) noexcept {
     if (op->status != UCS_INPROGRESS || !op->in_flight)
         return;

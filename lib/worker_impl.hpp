@@ -90,6 +90,14 @@ public:
     /// Starts a tag receive.
     void tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
                   ucp_tag_t mask) noexcept;
+    /// Starts a tag receive that UCX may complete inside this call (its
+    /// message already in UCX's unexpected queue, whole): true when it did;
+    /// `op` is then unlinked, not delivered, and the caller destroys it
+    /// (UCX 1.13 does not report the length of such a receive: the caller
+    /// knows it from a probe). False: `op` was started as `tag_recv` starts
+    /// it, and is delivered later.
+    bool tag_recv_at_once(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
+                          ucp_tag_t mask) noexcept;
     /// A UCX callback finished `op`: queue it for delivery after progress.
     void finished(operation* op) noexcept;
     /// Cancels an operation from its cancellation slot: tag receives through
