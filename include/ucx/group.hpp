@@ -197,7 +197,11 @@ inline constexpr int any_rank = -1;
 /// Operations are started from the worker's executor's thread. A handler
 /// runs on its associated executor; one with none of its own runs on the
 /// worker's executor, called directly from the completion that ends the
-/// operation there (never inside the call that starts it). Buffers must
+/// operation there (never inside the call that starts it). A collective
+/// whose messages all completed inside its start (small sends that UCX
+/// completes at once, messages already here) ends there when the previous
+/// collective's handler started it, up to 16 in a row; otherwise from a
+/// later pass of the worker. Buffers must
 /// stay valid until the handler runs. Movable, not copyable; destroying the
 /// group closes it as `async_close` does, without waiting for the close (its
 /// pending operations complete with `operation_aborted`).

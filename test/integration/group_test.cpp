@@ -673,18 +673,28 @@ TEST(group, ABroadcastOfAnotherSizeFailsWithCollectiveMismatch) {
     }
 }
 
-TEST(endpoint_at_once, SendsASmallMessageInsideTheCallOrNothing) {
-    // The immediate send of a connected endpoint: a small message goes inside
-    // the call and arrives as a send's would; one above UCX's short limit is
-    // not sent at all (false, nothing arrives); a closed endpoint sends none.
+/// Two connected endpoints over shared memory, for the endpoint's sends and
+/// receives done inside the call (what a group's collectives use).
+class endpoint_at_once : public testing::Test {
+protected:
+    void SetUp() override {
+        std::tie(client, accepted) = connect_pair(io, server, client_worker);
+        ASSERT_TRUE(client.is_open() && accepted.is_open());
+    }
+
     asio::io_context io;
     ucx::context ctx{options_for(transport::shared_memory)};
     ucx::worker server_worker{ctx, io};
     ucx::worker client_worker{ctx, io};
     ucx::listener server{server_worker,
                          asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
-    auto [client, accepted] = connect_pair(io, server, client_worker);
-    ASSERT_TRUE(client.is_open() && accepted.is_open());
+    ucx::endpoint client, accepted;
+};
+
+TEST_F(endpoint_at_once, SendsASmallMessageInsideTheCallOrNothing) {
+    // The immediate send of a connected endpoint: a small message goes inside
+    // the call and arrives as a send's would; one above UCX's short limit is
+    // not sent at all (false, nothing arrives); a closed endpoint sends none.
     const auto held = ucx::detail::access::get_impl(client); // outlives the close below
     ucx::detail::endpoint_impl& impl = *held;
 
@@ -722,18 +732,10 @@ TEST(endpoint_at_once, SendsASmallMessageInsideTheCallOrNothing) {
     EXPECT_TRUE(run_until(io, [&] { return probe.has_value(); }));
 }
 
-TEST(endpoint_at_once, ReceivesAMessageAlreadyHereInsideTheCall) {
+TEST_F(endpoint_at_once, ReceivesAMessageAlreadyHereInsideTheCall) {
     // recv_at_once takes a message of exactly the asked size that UCX
     // already holds, inside the call, with no delivery; it leaves a message
     // of another size, and a message not there yet, to an ordinary receive.
-    asio::io_context io;
-    ucx::context ctx{options_for(transport::shared_memory)};
-    ucx::worker server_worker{ctx, io};
-    ucx::worker client_worker{ctx, io};
-    ucx::listener server{server_worker,
-                         asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
-    auto [client, accepted] = connect_pair(io, server, client_worker);
-    ASSERT_TRUE(client.is_open() && accepted.is_open());
     ucx::detail::endpoint_impl& impl = *ucx::detail::access::get_impl(accepted);
     using namespace ucx::detail;
 
