@@ -678,9 +678,13 @@ void endpoint_impl::send(transfer_op* op, const void* data, std::size_t size,
     tag_send(op, data, size, (fsm_.peer_tag() & id_mask) | tag);
 }
 
+bool endpoint_impl::usable_at_once() const noexcept {
+    return worker_->is_open() && ep_ && !error() && has_handshake() && fsm_.established();
+}
+
 bool endpoint_impl::send_now(const void* data, std::size_t size, std::uint32_t tag) noexcept {
     worker_impl& w = *worker_;
-    if (!w.is_open() || !ep_ || error() || !has_handshake() || !fsm_.established())
+    if (!usable_at_once())
         return false;
     if (const device_staging* s = w.staging(); s && s->holds_sends(*this))
         return false;
@@ -702,7 +706,7 @@ bool endpoint_impl::send_now(const void* data, std::size_t size, std::uint32_t t
 endpoint_impl::at_once endpoint_impl::recv_at_once(tag_recv_op* op, void* data, std::size_t size,
                                                    std::uint32_t tag) noexcept {
     worker_impl& w = *worker_;
-    if (!w.is_open() || !ep_ || error() || !has_handshake() || !fsm_.established())
+    if (!usable_at_once())
         return at_once::not_here;
     const ucp_tag_t ucx_tag = (fsm_.local_tag() & id_mask) | tag;
     constexpr ucp_tag_t whole = ~ucp_tag_t{0};

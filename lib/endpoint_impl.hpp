@@ -148,6 +148,9 @@ public:
     /// `op` untouched for `recv`, which also reports a message of another
     /// size.
     at_once recv_at_once(tag_recv_op* op, void* data, std::size_t size, std::uint32_t tag) noexcept;
+    /// Whether `send_now` and `recv_at_once` may go to UCX: the worker is
+    /// open, the endpoint established and not failed.
+    bool usable_at_once() const noexcept;
     void wait_error(operation* op) noexcept;
     /// Graceful close; the goodbye tells the peer `stream_bytes` (what a
     /// ucx::stream wrote).
