@@ -69,9 +69,10 @@ void check_ok(int rank, const ucx::error_code& ec) {
 }
 
 /// `left` collectives made by `start`, each started by the previous one's
-/// handler.
+/// handler: a lambda holding one pointer, as an application writes it.
+template <class Start>
 struct chain {
-    const std::function<void(std::function<void(ucx::error_code)>)>& start;
+    const Start& start;
     int rank;
     int left;
     bool finished = false;
@@ -119,7 +120,9 @@ double time_it(int n, const std::function<void(int)>& ops, calls_fn calls) {
 
 std::string format_time(double s) {
     char buf[32];
-    if (s < 1e-3)
+    if (s < 1e-5)
+        std::snprintf(buf, sizeof buf, "%.2f us", s * 1e6);
+    else if (s < 1e-3)
         std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
     else
         std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
@@ -223,12 +226,11 @@ int main(int argc, char** argv) {
     run_until(io, done);
     ucx::group& g = *group;
 
-    using done_handler = std::function<void(ucx::error_code)>;
-    // `n` collectives started by `start`. By default as an Asio program runs
-    // them: each one's handler starts the next, inside the io_context (as a
-    // coroutine's loop does). With --run-one, each is started from outside,
-    // between two io_context::run_one() calls.
-    const auto ucx_ops = [&](const std::function<void(done_handler)>& start) {
+    // `n` collectives started by `start(handler)`. By default as an Asio
+    // program runs them: each one's handler starts the next, inside the
+    // io_context (as a coroutine's loop does). With --run-one, each is
+    // started from outside, between two io_context::run_one() calls.
+    const auto ucx_ops = [&](auto start) -> std::function<void(int)> {
         return [&, start](int n) {
             bool finished = false;
             if (run_one) {
@@ -242,9 +244,7 @@ int main(int argc, char** argv) {
                 }
                 return;
             }
-            // The handler holds one pointer: the function object wrapping
-            // it allocates nothing, as Open MPI's loop allocates nothing.
-            chain c{start, rank, n};
+            chain<decltype(start)> c{start, rank, n};
             asio::post(io, [&c] { c.step(); });
             run_until(io, c.finished);
         };
@@ -278,39 +278,38 @@ int main(int argc, char** argv) {
         std::vector<float> in(std::max<std::size_t>(count, 1), 1.0f), out(in.size() * size);
         std::vector<char> bytes(std::max<std::size_t>(c.bytes, 1));
         std::function<void()> mpi_op;
-        std::function<void(done_handler)> ucx_op;
+        std::function<void(int)> ucx_run;
         if (c.name == "barrier") {
             mpi_op = [] { MPI_Barrier(MPI_COMM_WORLD); };
-            ucx_op = [&](done_handler h) { g.async_barrier(std::move(h)); };
+            ucx_run = ucx_ops([&](auto h) { g.async_barrier(std::move(h)); });
         } else if (c.name == "broadcast") {
             mpi_op = [&] {
                 MPI_Bcast(bytes.data(), static_cast<int>(c.bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
             };
-            ucx_op = [&](done_handler h) {
+            ucx_run = ucx_ops([&](auto h) {
                 g.async_broadcast(asio::buffer(bytes.data(), c.bytes), 0, std::move(h));
-            };
+            });
         } else if (c.name == "allreduce") {
             mpi_op = [&] {
                 MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                               MPI_COMM_WORLD);
             };
-            ucx_op = [&](done_handler h) {
+            ucx_run = ucx_ops([&](auto h) {
                 g.async_allreduce(std::span<const float>(in.data(), count),
                                   std::span<float>(out.data(), count), ucx::reduce_op::sum,
                                   std::move(h));
-            };
+            });
         } else {
             mpi_op = [&] {
                 MPI_Allgather(in.data(), static_cast<int>(count), MPI_FLOAT, out.data(),
                               static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
             };
-            ucx_op = [&](done_handler h) {
+            ucx_run = ucx_ops([&](auto h) {
                 g.async_allgather(asio::buffer(in.data(), c.bytes),
                                   asio::buffer(out.data(), c.bytes * size), std::move(h));
-            };
+            });
         }
         const auto mpi_run = mpi_ops(mpi_op);
-        const auto ucx_run = ucx_ops(ucx_op);
         // Warm-up (connections, registrations), then the rounds.
         time_it(1, mpi_run, group_bench_mpi_calls);
         time_it(1, ucx_run, group_bench_group_calls);
