@@ -181,6 +181,12 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
     // Workers of one context may run on different threads (one worker per
     // thread is the library's model), which UCX requires to be declared.
     params.mt_workers_shared = 1;
+    // Every request has room for a pointer: a receive made with no
+    // operation, in case UCX completes it inside the call, finds there the
+    // operation attached when UCX answered with a request
+    // (worker_impl::tag_recv_at_once).
+    params.field_mask |= UCP_PARAM_FIELD_REQUEST_SIZE;
+    params.request_size = sizeof(void*);
     if (options.estimated_endpoints != 0) {
         params.field_mask |= UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
         params.estimated_num_eps = options.estimated_endpoints;

@@ -703,23 +703,22 @@ bool endpoint_impl::send_now(const void* data, std::size_t size, std::uint32_t t
     return UCS_PTR_STATUS(r) == UCS_OK;
 }
 
-endpoint_impl::at_once endpoint_impl::recv_at_once(tag_recv_op* op, void* data, std::size_t size,
-                                                   std::uint32_t tag) noexcept {
-    worker_impl& w = *worker_;
+endpoint_impl::at_once endpoint_impl::recv_at_once(void* data, std::size_t size, std::uint32_t tag,
+                                                   ucs_status_ptr_t& pending) noexcept {
     if (!usable_at_once())
         return at_once::not_here;
     const ucp_tag_t ucx_tag = (fsm_.local_tag() & id_mask) | tag;
     constexpr ucp_tag_t whole = ~ucp_tag_t{0};
     ucp_tag_recv_info_t info{};
-    if (!ucp_tag_probe_nb(w.native(), ucx_tag, whole, 0, &info) || info.length != size)
+    if (!ucp_tag_probe_nb(worker_->native(), ucx_tag, whole, 0, &info) || info.length != size)
         return at_once::not_here;
+    pending = worker_->tag_recv_at_once(data, size, ucx_tag, whole);
+    return pending ? at_once::pending : at_once::done;
+}
+
+void endpoint_impl::adopt_recv(tag_recv_op* op, ucs_status_ptr_t pending) noexcept {
     op->endpoint = this;
-    if (!w.tag_recv_at_once(op, data, size, ucx_tag, whole))
-        return at_once::started;
-    op->status = UCS_OK;
-    op->bytes = size;
-    op->sender_tag = info.sender_tag;
-    return at_once::done;
+    worker_->adopt_recv(op, pending);
 }
 
 void endpoint_impl::recv(tag_recv_op* op, void* data, std::size_t size, std::uint32_t tag,

@@ -134,20 +134,25 @@ public:
     /// complete it at once (size above its short limit, no send resources).
     /// The caller then sends it with `send`, which reports any error.
     bool send_now(const void* data, std::size_t size, std::uint32_t tag) noexcept;
-    /// What `recv_at_once` did with its operation.
+    /// What `recv_at_once` did.
     enum class at_once {
         not_here, ///< nothing: no message of that size is here yet, or the endpoint is not usable
-        done,     ///< received inside the call; the operation is not delivered
-        started   ///< started as `recv` starts one, delivered later
+        done,     ///< received inside the call
+        pending   ///< the receive is made, UCX needs a request: see `adopt_recv`
     };
     /// A per-endpoint receive of host memory that takes a message already
-    /// here inside this call: when UCX holds a message with `tag` of exactly
-    /// `size` bytes, it is received into `data` (`done`, with `op->bytes`
-    /// and `op->sender_tag` set; the caller destroys `op`), or, if UCX cannot
-    /// complete it at once, `op` is started (`started`). `not_here` leaves
-    /// `op` untouched for `recv`, which also reports a message of another
-    /// size.
-    at_once recv_at_once(tag_recv_op* op, void* data, std::size_t size, std::uint32_t tag) noexcept;
+    /// here inside this call, with no operation: when UCX holds a message
+    /// with `tag` of exactly `size` bytes, it is received into `data`
+    /// (`done`; its tag is `tag`, its length `size`). When UCX cannot
+    /// complete it at once (a message it moves by rendezvous), `pending`
+    /// holds UCX's answer and the caller gives it an operation with
+    /// `adopt_recv` before anything else runs on the worker. `not_here`
+    /// leaves it to `recv`, which also reports a message of another size.
+    at_once recv_at_once(void* data, std::size_t size, std::uint32_t tag,
+                         ucs_status_ptr_t& pending) noexcept;
+    /// `op` completes the receive `recv_at_once` left pending, as one
+    /// started by `recv` completes.
+    void adopt_recv(tag_recv_op* op, ucs_status_ptr_t pending) noexcept;
     /// Whether `send_now` and `recv_at_once` may go to UCX: the worker is
     /// open, the endpoint established and not failed.
     bool usable_at_once() const noexcept;

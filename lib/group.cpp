@@ -233,30 +233,31 @@ public:
 
     /// A collective's receive from fabric rank `from`: taken inside this call
     /// when the message (exactly `size` bytes) is already here
-    /// (`endpoint_impl::recv_at_once`): true, and `h` is destroyed, not
-    /// called. Otherwise as `recv`: false, and `h` is called later.
-    template <class Handler>
-    bool recv_now(int from, void* data, std::size_t size, std::uint32_t tag, Handler h) {
+    /// (`endpoint_impl::recv_at_once`, no operation made): true. Otherwise as
+    /// `recv` with the handler `make_handler()` gives: false, and it is
+    /// called later.
+    template <class MakeHandler>
+    bool recv_now(int from, void* data, std::size_t size, std::uint32_t tag,
+                  MakeHandler make_handler) {
         if (failed_ || from == rank_ || peers_[from].state != peer::ready) {
-            recv(from, data, size, tag, std::move(h));
+            recv(from, data, size, tag, make_handler());
             return false;
         }
-        const auto& impl = access::get_impl(peers_[from].ep);
+        endpoint_impl& impl = *access::get_impl(peers_[from].ep);
+        ucs_status_ptr_t pending = nullptr;
+        const auto done = impl.recv_at_once(data, size, tag, pending);
+        if (done == endpoint_impl::at_once::done)
+            return true;
+        using Handler = decltype(make_handler());
         worker_core& w = core_of(*w_);
         using op_type =
             handler_operation<step_done<Handler>, worker_core::executor_type, endpoint_recv_result>;
-        auto* op = op_type::create(step_done<Handler>{this, std::move(h)}, w.get_executor(),
+        auto* op = op_type::create(step_done<Handler>{this, make_handler()}, w.get_executor(),
                                    w.operation_pool(w.running_in_owner()));
-        switch (impl->recv_at_once(op, data, size, tag)) {
-        case endpoint_impl::at_once::done:
-            op->complete(operation::delivery::destroy);
-            return true;
-        case endpoint_impl::at_once::started:
-            return false;
-        case endpoint_impl::at_once::not_here:
-            break;
-        }
-        endpoint_recv(*impl, op, data, size, tag, ~std::uint32_t{0});
+        if (done == endpoint_impl::at_once::pending)
+            impl.adopt_recv(op, pending);
+        else
+            endpoint_recv(impl, op, data, size, tag, ~std::uint32_t{0});
         return false;
     }
 
@@ -614,7 +615,7 @@ public:
         failure_waiters_.push_back(std::move(h));
     }
 
-    void collective(collective_args a, group_done_handler h);
+    void collective(collective_args&& a, group_done_handler h);
     void split(int color, int key, group_new_handler h);
 
 private:
@@ -1013,7 +1014,7 @@ error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
     return {};
 }
 
-void group_impl::collective(collective_args a, group_done_handler h) {
+void group_impl::collective(collective_args&& a, group_done_handler h) {
     if (error_)
         return post(std::move(h), error_);
     auto r = new_running();
@@ -1140,10 +1141,12 @@ void group_impl::run_round(running& r, bool in_start) {
             }
             // The handler holds the group; the group holds `r` at the head
             // of its queue until every transfer of `r` has completed.
-            transfer_done done{shared_from_this(), &r, t.data.length, t.send};
+            const auto done = [&] {
+                return transfer_done{shared_from_this(), &r, t.data.length, t.send};
+            };
             if (t.send)
-                fabric_->send(peer, data, t.data.length, tag, std::move(done));
-            else if (fabric_->recv_now(peer, data, t.data.length, tag, std::move(done)))
+                fabric_->send(peer, data, t.data.length, tag, done());
+            else if (fabric_->recv_now(peer, data, t.data.length, tag, done))
                 --r.outstanding;
         }
         // The others complete later, never inside the calls that started
@@ -1620,7 +1623,7 @@ void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_
     g->recv_any(data, size, tag, std::move(h));
 }
 
-void group_collective(const std::shared_ptr<group_impl>& g, collective_args args,
+void group_collective(const std::shared_ptr<group_impl>& g, collective_args&& args,
                       group_done_handler h) {
     g->collective(std::move(args), std::move(h));
 }

@@ -287,21 +287,35 @@ void worker_impl::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_ta
     submitted(op, r);
 }
 
-bool worker_impl::tag_recv_at_once(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
-                                   ucp_tag_t mask) noexcept {
+ucs_status_ptr_t worker_impl::tag_recv_at_once(void* data, std::size_t size, ucp_tag_t tag,
+                                               ucp_tag_t mask) noexcept {
+    // No operation yet: most such receives complete inside the call. A
+    // request's callback runs from a later progress, never inside the call,
+    // so the operation that completes it is attached after UCX has answered
+    // (`adopt_recv`), in the request's own space (see the context's
+    // `request_size`), empty until then.
+    const ucp_request_param_t param = recv_param(&worker_impl::adopted_recv_callback, nullptr);
+    const ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
+    if (UCS_PTR_IS_PTR(r))
+        *static_cast<operation**>(r) = nullptr;
+    return r;
+}
+
+void worker_impl::adopt_recv(tag_recv_op* op, ucs_status_ptr_t r) noexcept {
     start(op);
     op->cancellable = true;
-    ucp_request_param_t param = recv_param(&worker_impl::recv_callback, op);
-    ucp_tag_recv_info_t info{};
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
-    param.recv_info.tag_info = &info;
-    const ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
-    if (r == nullptr) {
-        unlink(op);
-        return true;
-    }
+    if (UCS_PTR_IS_PTR(r))
+        *static_cast<operation**>(r) = op;
     submitted(op, r);
-    return false;
+}
+
+void worker_impl::adopted_recv_callback(void* request, ucs_status_t status,
+                                        const ucp_tag_recv_info_t* info, void*) noexcept {
+    if (auto* op = *static_cast<operation**>(request))
+        return recv_callback(request, status, info, op);
+    // Its operation was never made (the caller's allocation threw): nothing
+    // waits for it.
+    ucp_request_free(request);
 }
 
 void worker_impl::cancel(operation* op) noexcept {

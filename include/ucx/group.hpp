@@ -136,7 +136,7 @@ void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std:
                 std::uint32_t tag, group_bytes_handler h);
 void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size,
                     std::uint32_t tag, group_from_handler h);
-void group_collective(const std::shared_ptr<group_impl>& g, collective_args args,
+void group_collective(const std::shared_ptr<group_impl>& g, collective_args&& args,
                       group_done_handler h);
 void group_split(const std::shared_ptr<group_impl>& g, int color, int key, group_new_handler h);
 void group_wait_failure(const std::shared_ptr<group_impl>& g, group_done_handler h);
@@ -266,10 +266,11 @@ public:
     async_send(int to, boost::asio::const_buffer data, std::uint32_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
-            [impl = checked()](auto h, int to, boost::asio::const_buffer data, std::uint32_t tag) {
+            [](auto h, const std::shared_ptr<detail::group_impl>& impl, int to,
+               boost::asio::const_buffer data, std::uint32_t tag) {
                 detail::group_send(impl, to, data.data(), data.size(), tag, std::move(h));
             },
-            token, to, data, tag);
+            token, checked(), to, data, tag);
     }
 
     /// Receives the next message from rank `from` with `tag`. A larger
@@ -283,11 +284,11 @@ public:
     async_recv(int from, boost::asio::mutable_buffer data, std::uint32_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
-            [impl = checked()](auto h, int from, boost::asio::mutable_buffer data,
-                               std::uint32_t tag) {
+            [](auto h, const std::shared_ptr<detail::group_impl>& impl, int from,
+               boost::asio::mutable_buffer data, std::uint32_t tag) {
                 detail::group_recv(impl, from, data.data(), data.size(), tag, std::move(h));
             },
-            token, from, data, tag);
+            token, checked(), from, data, tag);
     }
 
     /// Receives the next message with `tag` from any other rank of this group
@@ -335,10 +336,11 @@ public:
         boost::asio::mutable_buffer data, std::uint32_t tag,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, int, std::size_t)>(
-            [impl = checked()](auto h, boost::asio::mutable_buffer data, std::uint32_t tag) {
+            [](auto h, const std::shared_ptr<detail::group_impl>& impl,
+               boost::asio::mutable_buffer data, std::uint32_t tag) {
                 detail::group_recv_any(impl, data.data(), data.size(), tag, std::move(h));
             },
-            token, data, tag);
+            token, checked(), data, tag);
     }
 
     /// Completes once every rank has called it. Algorithm: dissemination
@@ -470,10 +472,10 @@ public:
         int color, int key,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, group)>(
-            [impl = checked()](auto h, int color, int key) {
+            [](auto h, const std::shared_ptr<detail::group_impl>& impl, int color, int key) {
                 detail::group_split(impl, color, key, std::move(h));
             },
-            token, color, key);
+            token, checked(), color, key);
     }
 
     /// Completes when the group fails (with the reason), or when it is
@@ -483,7 +485,10 @@ public:
     auto async_wait_failure(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
-            [impl = checked()](auto h) { detail::group_wait_failure(impl, std::move(h)); }, token);
+            [](auto h, const std::shared_ptr<detail::group_impl>& impl) {
+                detail::group_wait_failure(impl, std::move(h));
+            },
+            token, checked());
     }
 
     /// Leaves the group gracefully once its operations are done: messages
@@ -494,7 +499,10 @@ public:
     auto async_close(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
-            [impl = checked()](auto h) { detail::group_close(impl, std::move(h)); }, token);
+            [](auto h, const std::shared_ptr<detail::group_impl>& impl) {
+                detail::group_close(impl, std::move(h));
+            },
+            token, checked());
     }
 
     /// Fails the group here at once (pending operations complete with
@@ -508,6 +516,10 @@ private:
     friend struct detail::access;
     explicit group(std::shared_ptr<detail::group_impl> impl) noexcept : impl_(std::move(impl)) {}
 
+    // The state, passed to each initiation as an argument of
+    // `async_initiate`: a handler token gets this reference, a deferred token
+    // (a coroutine's, `asio::deferred`) keeps its own copy until it is
+    // launched. The arguments reach the initiation as rvalues in both cases.
     const std::shared_ptr<detail::group_impl>& checked() const {
         if (!impl_)
             throw boost::system::system_error(boost::asio::error::bad_descriptor,
@@ -529,7 +541,8 @@ private:
     template <class CompletionToken>
     auto collective(detail::collective_args a, CompletionToken&& token) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
-            [impl = checked()](auto h, detail::collective_args a) {
+            [](auto h, const std::shared_ptr<detail::group_impl>& impl,
+               detail::collective_args&& a) {
                 a.direct_handler = requires {
                     typename boost::asio::associated_executor<
                         decltype(h),
@@ -537,7 +550,7 @@ private:
                 };
                 detail::group_collective(impl, std::move(a), std::move(h));
             },
-            token, std::move(a));
+            token, checked(), std::move(a));
     }
 
     std::shared_ptr<detail::group_impl> impl_;

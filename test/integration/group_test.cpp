@@ -734,16 +734,10 @@ TEST_F(endpoint_at_once, SendsASmallMessageInsideTheCallOrNothing) {
 
 TEST_F(endpoint_at_once, ReceivesAMessageAlreadyHereInsideTheCall) {
     // recv_at_once takes a message of exactly the asked size that UCX
-    // already holds, inside the call, with no delivery; it leaves a message
+    // already holds, inside the call, with no operation; it leaves a message
     // of another size, and a message not there yet, to an ordinary receive.
     ucx::detail::endpoint_impl& impl = *ucx::detail::access::get_impl(accepted);
     using namespace ucx::detail;
-
-    int called = 0;
-    auto handler = [&called](ucx::error_code, std::size_t, std::uint32_t) { ++called; };
-    using op_type =
-        handler_operation<decltype(handler), worker_core::executor_type, endpoint_recv_result>;
-    const auto& ex = core_of(*access::get_impl(server_worker)).get_executor();
     auto send = [&](std::uint64_t value, std::uint32_t tag) {
         std::optional<ucx::error_code> sent;
         client.async_send(asio::buffer(&value, sizeof(value)), tag,
@@ -754,26 +748,24 @@ TEST_F(endpoint_at_once, ReceivesAMessageAlreadyHereInsideTheCall) {
 
     // Nothing sent yet.
     std::uint64_t in = 0;
-    auto* op = op_type::create(decltype(handler)(handler), ex, nullptr);
-    EXPECT_EQ(impl.recv_at_once(op, &in, sizeof(in), 9), endpoint_impl::at_once::not_here);
-    op->complete(operation::delivery::destroy);
+    ucs_status_ptr_t pending = nullptr;
+    EXPECT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending), endpoint_impl::at_once::not_here);
+    EXPECT_EQ(pending, nullptr);
 
     // Here, the size asked: received in the call.
     send(0xA1B2C3D4E5F60718u, 9);
-    op = op_type::create(decltype(handler)(handler), ex, nullptr);
-    ASSERT_EQ(impl.recv_at_once(op, &in, sizeof(in), 9), endpoint_impl::at_once::done);
-    EXPECT_EQ(op->bytes, sizeof(in));
-    EXPECT_EQ(static_cast<std::uint32_t>(op->sender_tag), 9u);
-    op->complete(operation::delivery::destroy);
+    ASSERT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending), endpoint_impl::at_once::done);
+    EXPECT_EQ(pending, nullptr);
     EXPECT_EQ(in, 0xA1B2C3D4E5F60718u);
+
+    // Taken once: a second receive finds nothing.
+    EXPECT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending), endpoint_impl::at_once::not_here);
 
     // Here, another size: left for the ordinary receive, which gets it.
     send(77, 10);
     std::array<std::uint64_t, 2> wide{};
-    op = op_type::create(decltype(handler)(handler), ex, nullptr);
-    EXPECT_EQ(impl.recv_at_once(op, wide.data(), sizeof(wide), 10),
+    EXPECT_EQ(impl.recv_at_once(wide.data(), sizeof(wide), 10, pending),
               endpoint_impl::at_once::not_here);
-    op->complete(operation::delivery::destroy);
     std::optional<ucx::error_code> r;
     std::size_t n = 0;
     accepted.async_recv(asio::buffer(wide), 10, ~std::uint32_t{0},
@@ -785,7 +777,55 @@ TEST_F(endpoint_at_once, ReceivesAMessageAlreadyHereInsideTheCall) {
     EXPECT_FALSE(*r) << r->message();
     EXPECT_EQ(n, sizeof(std::uint64_t));
     EXPECT_EQ(wide[0], 77u);
-    EXPECT_EQ(called, 0) << "an operation taken at once or left alone was delivered";
+}
+
+TEST_F(endpoint_at_once, AMessageUcxCannotTakeAtOnceCompletesThroughItsAdoptedOperation) {
+    // A rendezvous message (1 MiB) is here, announced with its size: UCX
+    // answers the receive with a request. The operation attached to it then
+    // completes once, with every byte, as an ordinary receive does.
+    ucx::detail::endpoint_impl& impl = *ucx::detail::access::get_impl(accepted);
+    using namespace ucx::detail;
+    std::vector<std::uint32_t> out(1 << 18), in(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i)
+        out[i] = static_cast<std::uint32_t>(i * 2654435761u);
+    const std::size_t bytes = out.size() * sizeof(std::uint32_t);
+    std::optional<ucx::error_code> sent;
+    client.async_send(asio::buffer(out.data(), bytes), 11,
+                      [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    // The announcement reaches the receiving worker (the data waits for the
+    // receive).
+    ucs_status_ptr_t pending = nullptr;
+    endpoint_impl::at_once got = endpoint_impl::at_once::not_here;
+    ASSERT_TRUE(run_until(io, [&] {
+        if (got == endpoint_impl::at_once::not_here)
+            got = impl.recv_at_once(in.data(), bytes, 11, pending);
+        return got != endpoint_impl::at_once::not_here;
+    }));
+    ASSERT_EQ(got, endpoint_impl::at_once::pending);
+    ASSERT_NE(pending, nullptr);
+
+    int called = 0;
+    std::optional<ucx::error_code> r;
+    std::size_t n = 0;
+    std::uint32_t tag = 0;
+    auto handler = [&](ucx::error_code ec, std::size_t len, std::uint32_t t) {
+        ++called;
+        r = ec;
+        n = len;
+        tag = t;
+    };
+    using op_type =
+        handler_operation<decltype(handler), worker_core::executor_type, endpoint_recv_result>;
+    const auto& ex = core_of(*access::get_impl(server_worker)).get_executor();
+    impl.adopt_recv(op_type::create(std::move(handler), ex, nullptr), pending);
+    ASSERT_TRUE(run_until(io, [&] { return r.has_value() && sent.has_value(); }));
+    EXPECT_FALSE(*r) << r->message();
+    EXPECT_FALSE(*sent) << sent->message();
+    EXPECT_EQ(n, bytes);
+    EXPECT_EQ(tag, 11u);
+    EXPECT_TRUE(in == out) << "the adopted receive lost or changed bytes";
+    EXPECT_TRUE(run_ticks(io, 5));
+    EXPECT_EQ(called, 1);
 }
 
 TEST(group, EachCollectiveHasItsOwnDeadlineThroughOneTimer) {
