@@ -184,7 +184,7 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
     // Every request has room for a pointer: a receive made with no
     // operation, in case UCX completes it inside the call, finds there the
     // operation attached when UCX answered with a request
-    // (worker_impl::tag_recv_at_once).
+    // (worker_impl::tag_msg_recv_at_once).
     params.field_mask |= UCP_PARAM_FIELD_REQUEST_SIZE;
     params.request_size = sizeof(void*);
     if (options.estimated_endpoints != 0) {

@@ -704,15 +704,19 @@ bool endpoint_impl::send_now(const void* data, std::size_t size, std::uint32_t t
 }
 
 endpoint_impl::at_once endpoint_impl::recv_at_once(void* data, std::size_t size, std::uint32_t tag,
-                                                   ucs_status_ptr_t& pending) noexcept {
+                                                   ucs_status_ptr_t& pending,
+                                                   std::size_t& length) noexcept {
     if (!usable_at_once())
         return at_once::not_here;
-    const ucp_tag_t ucx_tag = (fsm_.local_tag() & id_mask) | tag;
-    constexpr ucp_tag_t whole = ~ucp_tag_t{0};
+    // The probe takes the message out of UCX's unexpected queue; the receive
+    // of that message then searches nothing.
     ucp_tag_recv_info_t info{};
-    if (!ucp_tag_probe_nb(worker_->native(), ucx_tag, whole, 0, &info) || info.length != size)
+    const ucp_tag_message_h message = ucp_tag_probe_nb(
+        worker_->native(), (fsm_.local_tag() & id_mask) | tag, ~ucp_tag_t{0}, 1, &info);
+    if (!message)
         return at_once::not_here;
-    pending = worker_->tag_recv_at_once(data, size, ucx_tag, whole);
+    length = info.length;
+    pending = worker_->tag_msg_recv_at_once(data, size, message);
     return pending ? at_once::pending : at_once::done;
 }
 

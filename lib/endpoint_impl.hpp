@@ -136,20 +136,21 @@ public:
     bool send_now(const void* data, std::size_t size, std::uint32_t tag) noexcept;
     /// What `recv_at_once` did.
     enum class at_once {
-        not_here, ///< nothing: no message of that size is here yet, or the endpoint is not usable
+        not_here, ///< nothing: no message with the tag is here yet, or the endpoint is not usable
         done,     ///< received inside the call
-        pending   ///< the receive is made, UCX needs a request: see `adopt_recv`
+        pending   ///< the message is taken, UCX needs a request: see `adopt_recv`
     };
     /// A per-endpoint receive of host memory that takes a message already
-    /// here inside this call, with no operation: when UCX holds a message
-    /// with `tag` of exactly `size` bytes, it is received into `data`
-    /// (`done`; its tag is `tag`, its length `size`). When UCX cannot
-    /// complete it at once (a message it moves by rendezvous), `pending`
-    /// holds UCX's answer and the caller gives it an operation with
-    /// `adopt_recv` before anything else runs on the worker. `not_here`
-    /// leaves it to `recv`, which also reports a message of another size.
-    at_once recv_at_once(void* data, std::size_t size, std::uint32_t tag,
-                         ucs_status_ptr_t& pending) noexcept;
+    /// here inside this call, with no operation. When UCX holds a message
+    /// with `tag`, it is taken, and `length` is its length: received into
+    /// `data` (`done`; at most `size` bytes: a longer one is reported as
+    /// `pending` with UCX's truncation error), or, when UCX cannot complete
+    /// it at once (a message it moves by rendezvous), `pending` holds UCX's
+    /// answer and the caller gives it an operation with `adopt_recv` before
+    /// anything else runs on the worker. `not_here` does nothing: `recv`
+    /// receives the message later.
+    at_once recv_at_once(void* data, std::size_t size, std::uint32_t tag, ucs_status_ptr_t& pending,
+                         std::size_t& length) noexcept;
     /// `op` completes the receive `recv_at_once` left pending, as one
     /// started by `recv` completes.
     void adopt_recv(tag_recv_op* op, ucs_status_ptr_t pending) noexcept;

@@ -232,20 +232,20 @@ public:
     }
 
     /// A collective's receive from fabric rank `from`: taken inside this call
-    /// when the message (exactly `size` bytes) is already here
-    /// (`endpoint_impl::recv_at_once`, no operation made): true. Otherwise as
-    /// `recv` with the handler `make_handler()` gives: false, and it is
-    /// called later.
+    /// when a message with the tag is already here
+    /// (`endpoint_impl::recv_at_once`, no operation made): true, with its
+    /// length in `length` (the caller checks it). Otherwise as `recv` with
+    /// the handler `make_handler()` gives: false, and it is called later.
     template <class MakeHandler>
     bool recv_now(int from, void* data, std::size_t size, std::uint32_t tag,
-                  MakeHandler make_handler) {
+                  MakeHandler make_handler, std::size_t& length) {
         if (failed_ || from == rank_ || peers_[from].state != peer::ready) {
             recv(from, data, size, tag, make_handler());
             return false;
         }
         endpoint_impl& impl = *access::get_impl(peers_[from].ep);
         ucs_status_ptr_t pending = nullptr;
-        const auto done = impl.recv_at_once(data, size, tag, pending);
+        const auto done = impl.recv_at_once(data, size, tag, pending, length);
         if (done == endpoint_impl::at_once::done)
             return true;
         using Handler = decltype(make_handler());
@@ -1144,15 +1144,21 @@ void group_impl::run_round(running& r, bool in_start) {
             const auto done = [&] {
                 return transfer_done{shared_from_this(), &r, t.data.length, t.send};
             };
-            if (t.send)
+            std::size_t length = 0;
+            if (t.send) {
                 fabric_->send(peer, data, t.data.length, tag, done());
-            else if (fabric_->recv_now(peer, data, t.data.length, tag, done))
+            } else if (fabric_->recv_now(peer, data, t.data.length, tag, done, length)) {
+                if (length != t.data.length && !r.ec) [[unlikely]]
+                    r.ec = make_error_code(error::collective_mismatch);
                 --r.outstanding;
+            }
         }
         // The others complete later, never inside the calls that started
         // them: the last one goes on.
         if (r.outstanding > 0)
             return;
+        if (r.ec) [[unlikely]]
+            return finish(r, r.ec);
         finish_round(r);
     }
     if (in_start && (initiating_ || ++chained_ > max_chained))

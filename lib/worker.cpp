@@ -287,15 +287,15 @@ void worker_impl::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_ta
     submitted(op, r);
 }
 
-ucs_status_ptr_t worker_impl::tag_recv_at_once(void* data, std::size_t size, ucp_tag_t tag,
-                                               ucp_tag_t mask) noexcept {
+ucs_status_ptr_t worker_impl::tag_msg_recv_at_once(void* data, std::size_t size,
+                                                   ucp_tag_message_h message) noexcept {
     // No operation yet: most such receives complete inside the call. A
     // request's callback runs from a later progress, never inside the call,
     // so the operation that completes it is attached after UCX has answered
     // (`adopt_recv`), in the request's own space (see the context's
     // `request_size`), empty until then.
     const ucp_request_param_t param = recv_param(&worker_impl::adopted_recv_callback, nullptr);
-    const ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
+    const ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, data, size, message, &param);
     if (UCS_PTR_IS_PTR(r))
         *static_cast<operation**>(r) = nullptr;
     return r;

@@ -90,15 +90,16 @@ public:
     /// Starts a tag receive.
     void tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
                   ucp_tag_t mask) noexcept;
-    /// A tag receive that UCX may complete inside this call (its message
-    /// already in UCX's unexpected queue, whole), made with no operation:
-    /// null when it did (UCX 1.13 does not report the length of such a
-    /// receive: the caller knows it from a probe). Otherwise UCX's answer, a
-    /// request or an error status, which the caller hands to an operation
-    /// with `adopt_recv` at once; that operation is delivered later.
-    ucs_status_ptr_t tag_recv_at_once(void* data, std::size_t size, ucp_tag_t tag,
-                                      ucp_tag_t mask) noexcept;
-    /// `op` completes `r`, the answer of `tag_recv_at_once`, as a receive
+    /// The receive of `message` (taken out of UCX's unexpected queue by a
+    /// probe), made with no operation, which UCX may complete inside this
+    /// call: null when it did (UCX 1.13 does not report the length of such
+    /// a receive: the caller knows it from the probe). Otherwise UCX's
+    /// answer, a request or an error status, which the caller hands to an
+    /// operation with `adopt_recv` at once; that operation is delivered
+    /// later.
+    ucs_status_ptr_t tag_msg_recv_at_once(void* data, std::size_t size,
+                                          ucp_tag_message_h message) noexcept;
+    /// `op` completes `r`, the answer of `tag_msg_recv_at_once`, as a receive
     /// started by `tag_recv` completes.
     void adopt_recv(tag_recv_op* op, ucs_status_ptr_t r) noexcept;
     /// A UCX callback finished `op`: queue it for delivery after progress.
@@ -222,7 +223,7 @@ public:
 
     // UCX callbacks; they only record and queue.
     static void send_callback(void* request, ucs_status_t status, void* user_data) noexcept;
-    /// The callback of `tag_recv_at_once`'s requests: the operation is in
+    /// The callback of `tag_msg_recv_at_once`'s requests: the operation is in
     /// the request's space.
     static void adopted_recv_callback(void* request, ucs_status_t status,
                                       const ucp_tag_recv_info_t* info, void*) noexcept;

@@ -733,14 +733,15 @@ TEST_F(endpoint_at_once, SendsASmallMessageInsideTheCallOrNothing) {
 }
 
 TEST_F(endpoint_at_once, ReceivesAMessageAlreadyHereInsideTheCall) {
-    // recv_at_once takes a message of exactly the asked size that UCX
-    // already holds, inside the call, with no operation; it leaves a message
-    // of another size, and a message not there yet, to an ordinary receive.
+    // recv_at_once takes a message that UCX already holds inside the call,
+    // with no operation, and says its length; a message not there yet is
+    // left to an ordinary receive; a longer one than the buffer fails with
+    // UCX's truncation, through the operation it is given.
     ucx::detail::endpoint_impl& impl = *ucx::detail::access::get_impl(accepted);
     using namespace ucx::detail;
-    auto send = [&](std::uint64_t value, std::uint32_t tag) {
+    auto send = [&](const void* data, std::size_t size, std::uint32_t tag) {
         std::optional<ucx::error_code> sent;
-        client.async_send(asio::buffer(&value, sizeof(value)), tag,
+        client.async_send(asio::buffer(data, size), tag,
                           [&](ucx::error_code ec, std::size_t) { sent = ec; });
         EXPECT_TRUE(run_until(io, [&] { return sent.has_value(); }));
         EXPECT_TRUE(run_ticks(io, 5)); // it reaches the other worker
@@ -749,34 +750,54 @@ TEST_F(endpoint_at_once, ReceivesAMessageAlreadyHereInsideTheCall) {
     // Nothing sent yet.
     std::uint64_t in = 0;
     ucs_status_ptr_t pending = nullptr;
-    EXPECT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending), endpoint_impl::at_once::not_here);
+    std::size_t length = 0;
+    EXPECT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending, length),
+              endpoint_impl::at_once::not_here);
     EXPECT_EQ(pending, nullptr);
 
-    // Here, the size asked: received in the call.
-    send(0xA1B2C3D4E5F60718u, 9);
-    ASSERT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending), endpoint_impl::at_once::done);
+    // Here: received in the call, with its length.
+    const std::uint64_t value = 0xA1B2C3D4E5F60718u;
+    send(&value, sizeof(value), 9);
+    ASSERT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending, length), endpoint_impl::at_once::done);
     EXPECT_EQ(pending, nullptr);
-    EXPECT_EQ(in, 0xA1B2C3D4E5F60718u);
+    EXPECT_EQ(length, sizeof(in));
+    EXPECT_EQ(in, value);
 
     // Taken once: a second receive finds nothing.
-    EXPECT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending), endpoint_impl::at_once::not_here);
-
-    // Here, another size: left for the ordinary receive, which gets it.
-    send(77, 10);
-    std::array<std::uint64_t, 2> wide{};
-    EXPECT_EQ(impl.recv_at_once(wide.data(), sizeof(wide), 10, pending),
+    EXPECT_EQ(impl.recv_at_once(&in, sizeof(in), 9, pending, length),
               endpoint_impl::at_once::not_here);
-    std::optional<ucx::error_code> r;
-    std::size_t n = 0;
-    accepted.async_recv(asio::buffer(wide), 10, ~std::uint32_t{0},
-                        [&](ucx::error_code ec, std::size_t len, std::uint32_t) {
-                            r = ec;
-                            n = len;
-                        });
-    ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
-    EXPECT_FALSE(*r) << r->message();
-    EXPECT_EQ(n, sizeof(std::uint64_t));
+
+    // A shorter message than the buffer: received, its own length said.
+    const std::uint64_t short_value = 77;
+    send(&short_value, sizeof(short_value), 10);
+    std::array<std::uint64_t, 2> wide{};
+    ASSERT_EQ(impl.recv_at_once(wide.data(), sizeof(wide), 10, pending, length),
+              endpoint_impl::at_once::done);
+    EXPECT_EQ(length, sizeof(std::uint64_t));
     EXPECT_EQ(wide[0], 77u);
+
+    // A longer one: taken, and its operation reports the truncation.
+    const std::array<std::uint64_t, 2> long_value{1, 2};
+    send(long_value.data(), sizeof(long_value), 11);
+    ASSERT_EQ(impl.recv_at_once(&in, sizeof(in), 11, pending, length),
+              endpoint_impl::at_once::pending);
+    EXPECT_EQ(length, sizeof(long_value));
+    int called = 0;
+    std::optional<ucx::error_code> r;
+    auto handler = [&](ucx::error_code ec, std::size_t, std::uint32_t) {
+        ++called;
+        r = ec;
+    };
+    using op_type =
+        handler_operation<decltype(handler), worker_core::executor_type, endpoint_recv_result>;
+    const auto& ex = core_of(*access::get_impl(server_worker)).get_executor();
+    impl.adopt_recv(op_type::create(std::move(handler), ex, nullptr), pending);
+    ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
+    EXPECT_EQ(*r, ucx::errc::message_truncated) << r->message();
+    EXPECT_TRUE(run_ticks(io, 5));
+    EXPECT_EQ(called, 1);
+    EXPECT_EQ(impl.recv_at_once(&in, sizeof(in), 11, pending, length),
+              endpoint_impl::at_once::not_here);
 }
 
 TEST_F(endpoint_at_once, AMessageUcxCannotTakeAtOnceCompletesThroughItsAdoptedOperation) {
@@ -795,14 +816,16 @@ TEST_F(endpoint_at_once, AMessageUcxCannotTakeAtOnceCompletesThroughItsAdoptedOp
     // The announcement reaches the receiving worker (the data waits for the
     // receive).
     ucs_status_ptr_t pending = nullptr;
+    std::size_t length = 0;
     endpoint_impl::at_once got = endpoint_impl::at_once::not_here;
     ASSERT_TRUE(run_until(io, [&] {
         if (got == endpoint_impl::at_once::not_here)
-            got = impl.recv_at_once(in.data(), bytes, 11, pending);
+            got = impl.recv_at_once(in.data(), bytes, 11, pending, length);
         return got != endpoint_impl::at_once::not_here;
     }));
     ASSERT_EQ(got, endpoint_impl::at_once::pending);
     ASSERT_NE(pending, nullptr);
+    EXPECT_EQ(length, bytes);
 
     int called = 0;
     std::optional<ucx::error_code> r;
