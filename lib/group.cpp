@@ -621,8 +621,11 @@ public:
 private:
     struct running {
         collective_args args;
-        /// Shared with the group's plan cache (see cached_plan).
-        std::shared_ptr<const coll::plan> plan;
+        /// One of the group's cached plans (`plan_slot`, in use until the
+        /// collective finishes: see `plan_entry`), or `own_plan`.
+        const coll::plan* plan = nullptr;
+        int plan_slot = -1;
+        std::unique_ptr<const coll::plan> own_plan;
         std::vector<std::byte> scratch;
         std::vector<std::byte> work;
         std::size_t round = 0;
@@ -648,7 +651,9 @@ private:
         /// `args` is assigned when it starts).
         void reset() noexcept {
             args.blocks.clear();
-            plan.reset();
+            plan = nullptr;
+            plan_slot = -1;
+            own_plan.reset();
             scratch.clear();
             work.clear();
             round = 0;
@@ -757,28 +762,64 @@ private:
     /// The plans of the last few distinct collectives: a loop of the same
     /// collective computes (and allocates) its plan once. A plan depends on
     /// the arguments below (with this rank and the group's size); arguments
-    /// that gave a plan were valid.
+    /// that gave a plan were valid. An entry that queued collectives use
+    /// (`users`) is not replaced: they point to its plan.
     struct plan_entry {
         collective_args::kind_type kind{};
         int root = 0;
         std::size_t in_bytes = 0, out_bytes = 0;
         datatype type{};
         std::vector<std::size_t> blocks;
-        std::shared_ptr<const coll::plan> plan;
+        std::unique_ptr<const coll::plan> plan;
+        int users = 0;
         bool matches(const collective_args& a) const noexcept {
             return plan && kind == a.kind && root == a.root && in_bytes == a.in_bytes &&
                    out_bytes == a.out_bytes && type == a.type && blocks == a.blocks;
         }
     };
-    std::shared_ptr<const coll::plan> cached_plan(const collective_args& a) const noexcept {
-        for (const auto& e : plans_)
-            if (e.matches(a))
-                return e.plan;
-        return nullptr;
+    /// The slot of the cached plan for `a`, or -1.
+    int cached_plan(const collective_args& a) const noexcept {
+        for (std::size_t i = 0; i < plans_.size(); ++i)
+            if (plans_[i].matches(a))
+                return static_cast<int>(i);
+        return -1;
     }
-    void remember_plan(const collective_args& a, std::shared_ptr<const coll::plan> p) {
-        plan_entry& e = plans_[next_plan_++ % plans_.size()];
-        e = {a.kind, a.root, a.in_bytes, a.out_bytes, a.type, a.blocks, std::move(p)};
+    /// Caches `p` for `a` in a slot no collective uses, and returns the
+    /// slot; -1 (and `p` left alone) when every slot is in use.
+    int remember_plan(const collective_args& a, std::unique_ptr<const coll::plan>& p) {
+        for (std::size_t n = 0; n < plans_.size(); ++n) {
+            const std::size_t i = next_plan_++ % plans_.size();
+            plan_entry& e = plans_[i];
+            if (e.users > 0)
+                continue;
+            e.kind = a.kind;
+            e.root = a.root;
+            e.in_bytes = a.in_bytes;
+            e.out_bytes = a.out_bytes;
+            e.type = a.type;
+            e.blocks = a.blocks;
+            e.plan = std::move(p);
+            return static_cast<int>(i);
+        }
+        return -1;
+    }
+    /// `r` runs on the plan of `slot` (-1: `own`, which it then owns).
+    void use_plan(running& r, int slot, std::unique_ptr<const coll::plan> own) noexcept {
+        if (slot < 0) {
+            r.own_plan = std::move(own);
+            r.plan = r.own_plan.get();
+            return;
+        }
+        ++plans_[static_cast<std::size_t>(slot)].users;
+        r.plan_slot = slot;
+        r.plan = plans_[static_cast<std::size_t>(slot)].plan.get();
+    }
+    /// `r` is done with its plan.
+    void release_plan(running& r) noexcept {
+        if (r.plan_slot >= 0)
+            --plans_[static_cast<std::size_t>(r.plan_slot)].users;
+        r.plan_slot = -1;
+        r.plan = nullptr;
     }
     std::array<plan_entry, 4> plans_;
     unsigned next_plan_ = 0;
@@ -1017,15 +1058,17 @@ error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
 void group_impl::collective(collective_args&& a, group_done_handler h) {
     if (error_)
         return post(std::move(h), error_);
-    auto r = new_running();
-    r->plan = cached_plan(a);
-    if (!r->plan) {
-        auto p = std::make_shared<coll::plan>();
+    int slot = cached_plan(a);
+    std::unique_ptr<const coll::plan> own;
+    if (slot < 0) {
+        auto p = std::make_unique<coll::plan>();
         if (auto ec = validate(a, *p))
             return post(std::move(h), ec);
-        r->plan = p;
-        remember_plan(a, r->plan);
+        own = std::move(p);
+        slot = remember_plan(a, own);
     }
+    auto r = new_running();
+    use_plan(*r, slot, std::move(own));
     // Device memory (where the library was built with CUDA and a device
     // exists): the memory type of each buffer, found once.
     device_staging* staging = fabric_->worker()->staging();
@@ -1076,8 +1119,10 @@ void group_impl::start_head() {
         return finish(r, error_);
     if (r.local_error)
         return finish(r, r.local_error);
-    r.scratch.swap(spare_scratch_);
-    r.scratch.resize(r.plan->scratch_bytes);
+    if (r.plan->scratch_bytes > 0) {
+        r.scratch.swap(spare_scratch_);
+        r.scratch.resize(r.plan->scratch_bytes);
+    }
     // A rank whose `out` is not part of the result (a reduce's non-root)
     // works in a buffer of its own.
     if (r.args.out_bytes < r.plan->out_bytes) {
@@ -1220,6 +1265,7 @@ void group_impl::finish(running& r, error_code ec) {
     std::shared_ptr<running> done = std::move(queue_.front());
     queue_.pop_front();
     recycle(r);
+    release_plan(r);
     auto h = std::move(r.handler);
     if (!ec && r.device_out) {
         stage_out(done, std::move(h));

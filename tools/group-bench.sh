@@ -2,7 +2,11 @@
 # ucx::group's collectives against Open MPI's, with Open MPI's default
 # transports and with its UCX PML (docs/groups.md#performance).
 #
-#   tools/group-bench.sh [--ranks N] [--build-dir DIR] [group-bench options...]
+#   tools/group-bench.sh [--ranks N] [--build-dir DIR] [--bind] [group-bench options...]
+#
+# --bind pins the ranks to cores (mpirun --bind-to core:overload-allowed,
+# ranks dealt round-robin over the cores): the same placement for both sides
+# and from run to run. Without it the kernel places and moves them.
 #
 # Every process keeps UCX on loopback (UCX_NET_DEVICES=lo).
 set -euo pipefail
@@ -10,10 +14,12 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 build="$here/build"
 ranks=4
 args=()
+bind=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) ranks="$2"; shift 2 ;;
     --build-dir) build="$2"; shift 2 ;;
+    --bind) bind=(--bind-to core:overload-allowed); shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -23,7 +29,7 @@ if [[ ! -x "$bench" ]]; then
   exit 2
 fi
 export UCX_NET_DEVICES=lo OMPI_MCA_plm_rsh_agent=
-mpirun=(mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x UCX_NET_DEVICES)
+mpirun=(mpirun --allow-run-as-root --oversubscribe ${bind[@]+"${bind[@]}"} -np "$ranks" -x UCX_NET_DEVICES)
 echo "## Open MPI with its default transports"
 "${mpirun[@]}" "$bench" "${args[@]}"
 echo

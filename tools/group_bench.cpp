@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
 
     const int scale = quick ? 10 : 1;
     const std::vector<bench_case> cases = {
-        {"barrier", 0, 2000 / scale},        {"broadcast", 8, 2000 / scale},
+        {"barrier", 0, 2000 / scale},        {"broadcast", 8, 20000 / scale},
         {"broadcast", 1 << 20, 100 / scale}, {"allreduce", 8, 2000 / scale},
         {"allreduce", 1 << 20, 50 / scale},  {"allreduce", 64 << 20, quick ? 1 : 5},
         {"allgather", 8, 2000 / scale},      {"allgather", 1 << 20, 50 / scale},

@@ -623,6 +623,43 @@ TEST(group, ManyCollectivesQueuedAtARootStartOneAfterAnother) {
     EXPECT_EQ(received, values);
 }
 
+TEST(group, MoreDistinctCollectivesQueuedThanCachedPlansAllComplete) {
+    // The group caches the plans of 4 distinct collectives; 12 distinct ones
+    // (allreduces of 1 to 12 elements) queued at once use every slot and
+    // then plans of their own. Each result is checked, then the same again
+    // from the cache.
+    ranks_fixture f(transport::shared_memory, 3);
+    constexpr int kinds = 12;
+    for (int pass = 0; pass < 2; ++pass) {
+        SCOPED_TRACE("pass " + std::to_string(pass));
+        std::vector<std::vector<std::int64_t>> in(3 * kinds), out(3 * kinds);
+        int done = 0;
+        for (int r = 0; r < 3; ++r)
+            for (int k = 0; k < kinds; ++k) {
+                auto& i = in[static_cast<std::size_t>(r * kinds + k)];
+                auto& o = out[static_cast<std::size_t>(r * kinds + k)];
+                i.resize(static_cast<std::size_t>(k + 1));
+                o.resize(i.size());
+                for (std::size_t e = 0; e < i.size(); ++e)
+                    i[e] = static_cast<std::int64_t>(100 * r + 10 * k + static_cast<int>(e));
+                f.groups[static_cast<std::size_t>(r)].async_allreduce(
+                    std::span<const std::int64_t>(i), std::span<std::int64_t>(o),
+                    ucx::reduce_op::sum, [&](ucx::error_code ec) {
+                        EXPECT_FALSE(ec) << ec.message();
+                        ++done;
+                    });
+            }
+        ASSERT_TRUE(run_until(f.io, [&] { return done == 3 * kinds; }));
+        for (int r = 0; r < 3; ++r)
+            for (int k = 0; k < kinds; ++k)
+                for (int e = 0; e <= k; ++e)
+                    EXPECT_EQ(
+                        out[static_cast<std::size_t>(r * kinds + k)][static_cast<std::size_t>(e)],
+                        300 + 30 * k + 3 * e)
+                        << "rank " << r << ", " << k + 1 << " elements, element " << e;
+    }
+}
+
 TEST(group, ABroadcastOfAnotherSizeFailsWithCollectiveMismatch) {
     // The root sends 8 bytes, the other rank expects 16 (or the root 16 and
     // the other 8): the receiving rank's broadcast fails with
