@@ -17,6 +17,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -621,6 +622,31 @@ TEST(group, ManyCollectivesQueuedAtARootStartOneAfterAnother) {
     }
     ASSERT_TRUE(run_until(f.io, [&] { return root_done == calls && leaf_done == calls; }));
     EXPECT_EQ(received, values);
+}
+
+TEST(group, ADeferredCollectiveHoldsItsGroupUntilLaunched) {
+    // A collective made with asio::deferred keeps the group's state: launched
+    // later, it runs; launched after its group object was destroyed, it fails
+    // with operation_aborted (never a dangling group).
+    ranks_fixture f(transport::shared_memory, 2);
+    std::uint64_t value = 7, got = 0;
+    auto root = f.groups[0].async_broadcast(asio::buffer(&value, sizeof(value)), 0, asio::deferred);
+    auto leaf = f.groups[1].async_broadcast(asio::buffer(&got, sizeof(got)), 0, asio::deferred);
+    std::optional<ucx::error_code> r0, r1;
+    std::move(leaf)([&](ucx::error_code ec) { r1 = ec; });
+    std::move(root)([&](ucx::error_code ec) { r0 = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return r0.has_value() && r1.has_value(); }));
+    EXPECT_FALSE(*r0) << r0->message();
+    EXPECT_FALSE(*r1) << r1->message();
+    EXPECT_EQ(got, 7u);
+
+    auto late = f.groups[0].async_barrier(asio::deferred);
+    f.groups[0] = ucx::group(); // closes rank 0's group
+    std::optional<ucx::error_code> r;
+    std::move(late)([&](ucx::error_code ec) { r = ec; });
+    EXPECT_FALSE(r.has_value()) << "completed inside the launching call";
+    ASSERT_TRUE(run_until(f.io, [&] { return r.has_value(); }));
+    EXPECT_EQ(*r, asio::error::operation_aborted) << r->message();
 }
 
 TEST(group, MoreDistinctCollectivesQueuedThanCachedPlansAllComplete) {
