@@ -1,13 +1,15 @@
 // A child process with pipes to its stdin and stdout, for two-process tests.
 #pragma once
 
+#include <cerrno>
 #include <csignal>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <fcntl.h>
-#include <spawn.h>
 #include <stdexcept>
 #include <string>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -18,26 +20,52 @@ namespace ucx_test {
 
 class child_process {
 public:
+    /// Starts `argv[0]` (a path) with `argv`. The child's stdin and stdout
+    /// are pipes to this process; it shares its stderr, and nothing else this
+    /// process has open (its descriptors are its own: a test that limits them
+    /// counts on it). It is killed when this process ends, however it ends,
+    /// so a test that dies leaves no peer running.
     explicit child_process(const std::vector<std::string>& argv) {
-        int in[2], out[2];
-        if (pipe(in) != 0 || pipe(out) != 0)
+        int in[2], out[2], failed[2];
+        if (pipe2(in, O_CLOEXEC) != 0)
             throw std::runtime_error("pipe failed");
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-        posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-        posix_spawn_file_actions_addclose(&fa, in[1]);
-        posix_spawn_file_actions_addclose(&fa, out[0]);
+        if (pipe2(out, O_CLOEXEC) != 0) {
+            close(in[0]);
+            close(in[1]);
+            throw std::runtime_error("pipe failed");
+        }
+        if (pipe2(failed, O_CLOEXEC) != 0) {
+            for (int fd : {in[0], in[1], out[0], out[1]})
+                close(fd);
+            throw std::runtime_error("pipe failed");
+        }
         std::vector<char*> args;
         for (const auto& a : argv)
             args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);
-        int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
-        posix_spawn_file_actions_destroy(&fa);
+        const pid_t parent = getpid();
+        pid_ = fork();
+        if (pid_ == 0)
+            start_child(in[0], out[1], failed[1], parent, args.data()); // never returns
+        const int fork_errno = errno;
         close(in[0]);
         close(out[1]);
-        if (rc != 0)
-            throw std::runtime_error("posix_spawn failed: " + argv[0]);
+        close(failed[1]);
+        int child_errno = 0;
+        ssize_t n = 0;
+        while (pid_ > 0 && (n = read(failed[0], &child_errno, sizeof child_errno)) < 0 &&
+               errno == EINTR) {
+        }
+        const bool exec_failed = n == static_cast<ssize_t>(sizeof child_errno);
+        close(failed[0]);
+        if (pid_ < 0 || exec_failed) {
+            close(in[1]);
+            close(out[0]);
+            if (exec_failed)
+                wait();
+            throw std::runtime_error("could not start " + argv[0] + ": " +
+                                     std::strerror(pid_ < 0 ? fork_errno : child_errno));
+        }
         to_child_ = fdopen(in[1], "w");
         from_child_ = fdopen(out[0], "r");
     }
@@ -117,6 +145,30 @@ public:
     }
 
 private:
+    /// In the child after fork(): only async-signal-safe calls until exec.
+    [[noreturn]] static void start_child(int in, int out, int failed, pid_t parent,
+                                         char* const* args) {
+        // The parent may have died between fork() and prctl(): then the
+        // death signal would never come.
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(127);
+        const auto attach = [](int fd, int to) {
+            // dup2 to itself keeps close-on-exec: clear it by hand then.
+            return fd == to ? fcntl(fd, F_SETFD, 0) == 0 : dup2(fd, to) == to;
+        };
+        if (attach(in, 0) && attach(out, 1)) {
+            // Everything but stdin, stdout, stderr and the pipe that reports
+            // a failed exec (closed by the exec itself).
+            if (failed > 3)
+                close_range(3, static_cast<unsigned>(failed) - 1, 0);
+            close_range(static_cast<unsigned>(failed) + 1, ~0u, 0);
+            execve(args[0], args, environ);
+        }
+        const int e = errno;
+        [[maybe_unused]] const auto n = write(failed, &e, sizeof e);
+        _exit(127);
+    }
+
     pid_t pid_ = -1;
     int status_ = -1;
     FILE* to_child_ = nullptr;

@@ -242,13 +242,21 @@ TEST_P(fault, sigstop_of_the_client_is_seen_by_both) {
 // A server out of descriptors: a client that cannot be taken is refused at
 // once with a clear error, and the server serves again once descriptors are
 // free. The server runs with a small descriptor limit (prlimit).
+//
+// Over TCP: the test kills clients in the middle of their traffic, and over
+// UCX 1.13's shared memory a sender killed between taking a slot of the
+// receiver's queue and filling it blocks that queue for good (the receiver
+// waits on the slot): the server would hear no client over shared memory
+// again. Measured: a client stopped in a debugger right after the slot is
+// taken, then killed, leaves the next client unable to connect; one killed
+// before it, never.
 TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
     if (sh("command -v prlimit") != 0)
         GTEST_SKIP() << "prlimit (util-linux) is not installed";
     std::vector<std::string> server_argv = {
-        "/usr/bin/env",       "prlimit",         "--nofile=40:40",    "env",
-        "UCX_NET_DEVICES=lo", "UCX_TLS=sm,self", UCX_ASIO_FAULT_PEER, "server",
-        "--address",          "127.0.0.1",       "--peer-timeout-ms", "5000"};
+        "/usr/bin/env",       "prlimit",          "--nofile=48:48",    "env",
+        "UCX_NET_DEVICES=lo", "UCX_TLS=tcp,self", UCX_ASIO_FAULT_PEER, "server",
+        "--address",          "127.0.0.1",        "--peer-timeout-ms", "5000"};
     child_process server(server_argv);
     ASSERT_TRUE(pair::wait_for(server, "\n", 30s)) << server.output();
     const std::string& out = server.output();
@@ -256,7 +264,7 @@ TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
     const std::string port = out.substr(10, out.find('\n') - 10);
     auto client = [&] {
         return std::make_unique<child_process>(std::vector<std::string>{
-            "/usr/bin/env", "UCX_NET_DEVICES=lo", "UCX_TLS=sm,self", UCX_ASIO_FAULT_PEER, "client",
+            "/usr/bin/env", "UCX_NET_DEVICES=lo", "UCX_TLS=tcp,self", UCX_ASIO_FAULT_PEER, "client",
             "--host", "127.0.0.1", "--port", port, "--peer-timeout-ms", "5000"});
     };
     // First the server loses one client while it has descriptors to spare,
@@ -293,21 +301,59 @@ TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
             << "client " << i << " was neither taken nor refused; it printed: " << c.output();
     }
     ASSERT_TRUE(refused) << "no client was refused with " << clients.size() << " connected";
-    EXPECT_TRUE(clients.back()->output_contains("failed Connection refused"))
-        << "the refused client was not told clearly";
+    server.output_contains("");
+    ASSERT_TRUE(clients.back()->output_contains("failed Connection refused"))
+        << "the refused client was not told clearly; it printed: " << clients.back()->output()
+        << "the server printed: " << server.output();
+    // The server's 48 descriptors take about 14 clients; a refusal much
+    // earlier is no refusal for want of descriptors.
+    ASSERT_GE(clients.size(), 10u) << "refused with only " << clients.size() - 1
+                                   << " clients connected; the server printed: " << server.output();
     std::printf("out of descriptors after %zu clients: refused at once\n", clients.size() - 1);
     // Free some descriptors (UCX needs a few for a new connection too): the
     // server takes the next client.
     clients.pop_back();
+    const auto failures = [&] {
+        server.output_contains("");
+        std::size_t n = 0;
+        for (auto at = server.output().find("failed"); at != std::string::npos;
+             at = server.output().find("failed", at + 1))
+            ++n;
+        return n;
+    };
+    const std::size_t seen = failures();
     for (int i = 0; i < 8; ++i) {
         clients.back()->kill_now();
         clients.pop_back();
     }
-    // The server learns of each death at once and closes that connection.
-    std::this_thread::sleep_for(1s);
-    auto again = client();
-    EXPECT_TRUE(pair::wait_for(*again, "connected", 10s))
-        << "the server did not serve again; the client printed: " << again->output();
+    // The server learns of each death at once and closes that connection;
+    // UCX lets the connection's descriptors go a little later (on a loaded
+    // machine, more than a second later), so a client may still be refused
+    // for a while: the server must take one within 20 s.
+    const auto deadline = clock_type::now() + 20s;
+    while (failures() < seen + 8 && clock_type::now() < deadline)
+        std::this_thread::sleep_for(2ms);
+    ASSERT_GE(failures(), seen + 8)
+        << "the server did not see its clients die: " << server.output();
+    int attempts = 0;
+    bool served = false;
+    std::string refusals;
+    while (!served && clock_type::now() < deadline) {
+        ++attempts;
+        auto again = client();
+        const auto limit = clock_type::now() + 12s;
+        while (!served && clock_type::now() < limit && !again->output_contains("failed")) {
+            served = again->output_contains("connected");
+            if (!served)
+                std::this_thread::sleep_for(2ms);
+        }
+        if (!served) {
+            refusals += again->output();
+            std::this_thread::sleep_for(100ms);
+        }
+    }
+    EXPECT_TRUE(served) << "the server did not serve again; its clients printed: " << refusals;
+    std::printf("served again after %d attempts\n", attempts);
     EXPECT_EQ(kill(server.pid(), 0), 0) << "the server died";
 }
 
