@@ -245,11 +245,8 @@ TEST_P(fault, sigstop_of_the_client_is_seen_by_both) {
 //
 // Over TCP: the test kills clients in the middle of their traffic, and over
 // UCX 1.13's shared memory a sender killed between taking a slot of the
-// receiver's queue and filling it blocks that queue for good (the receiver
-// waits on the slot): the server would hear no client over shared memory
-// again. Measured: a client stopped in a debugger right after the slot is
-// taken, then killed, leaves the next client unable to connect; one killed
-// before it, never.
+// receiver's FIFO and filling it stalls that FIFO for good: the server would
+// hear no client over shared memory again (docs/connections.md, Limitations).
 TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
     if (sh("command -v prlimit") != 0)
         GTEST_SKIP() << "prlimit (util-linux) is not installed";
