@@ -148,15 +148,14 @@ private:
     /// In the child after fork(): only async-signal-safe calls until exec.
     [[noreturn]] static void start_child(int in, int out, int failed, pid_t parent,
                                          char* const* args) {
-        // The parent may have died between fork() and prctl(): then the
-        // death signal would never come.
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
-            _exit(127);
         const auto attach = [](int fd, int to) {
             // dup2 to itself keeps close-on-exec: clear it by hand then.
             return fd == to ? fcntl(fd, F_SETFD, 0) == 0 : dup2(fd, to) == to;
         };
-        if (attach(in, 0) && attach(out, 1)) {
+        // The parent may have died between fork() and prctl(): then the
+        // death signal would never come.
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && getppid() == parent && attach(in, 0) &&
+            attach(out, 1)) {
             // Everything but stdin, stdout, stderr and the pipe that reports
             // a failed exec (closed by the exec itself).
             if (failed > 3)

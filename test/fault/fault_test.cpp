@@ -281,20 +281,27 @@ TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
     // failed; its handshake deadline (10 s) bounds the wait, so a client
     // the server neither takes nor refuses fails the test with what it
     // printed instead of hanging it.
+    enum class outcome { connected, refused, neither };
+    const auto follow = [](child_process& c, std::chrono::seconds limit) {
+        const auto deadline = clock_type::now() + limit;
+        for (;;) {
+            if (c.output_contains("connected"))
+                return outcome::connected;
+            if (c.output_contains("failed"))
+                return outcome::refused;
+            if (clock_type::now() >= deadline)
+                return outcome::neither;
+            std::this_thread::sleep_for(2ms);
+        }
+    };
     std::vector<std::unique_ptr<child_process>> clients;
     bool refused = false;
     for (int i = 0; i < 60 && !refused; ++i) {
         clients.push_back(client());
         child_process& c = *clients.back();
-        const auto deadline = clock_type::now() + 30s;
-        bool connected = false;
-        while (!connected && !refused && clock_type::now() < deadline) {
-            connected = c.output_contains("connected");
-            refused = !connected && c.output_contains("failed");
-            if (!connected && !refused)
-                std::this_thread::sleep_for(2ms);
-        }
-        ASSERT_TRUE(connected || refused)
+        const outcome o = follow(c, 30s);
+        refused = o == outcome::refused;
+        ASSERT_NE(o, outcome::neither)
             << "client " << i << " was neither taken nor refused; it printed: " << c.output();
     }
     ASSERT_TRUE(refused) << "no client was refused with " << clients.size() << " connected";
@@ -338,12 +345,7 @@ TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
     while (!served && clock_type::now() < deadline) {
         ++attempts;
         auto again = client();
-        const auto limit = clock_type::now() + 12s;
-        while (!served && clock_type::now() < limit && !again->output_contains("failed")) {
-            served = again->output_contains("connected");
-            if (!served)
-                std::this_thread::sleep_for(2ms);
-        }
+        served = follow(*again, 12s) == outcome::connected;
         if (!served) {
             refusals += again->output();
             std::this_thread::sleep_for(100ms);
