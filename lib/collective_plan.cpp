@@ -34,9 +34,12 @@ std::pair<std::size_t, std::size_t> block_of(std::size_t count, int n, int i) no
     return {first, base + (u < extra ? 1 : 0)};
 }
 
-/// The lowest set bit of `v` (v > 0).
-int lowbit(int v) noexcept {
-    return v & -v;
+/// The highest set bit of `v` (v > 0).
+int highbit(int v) noexcept {
+    int h = 1;
+    while (h * 2 <= v)
+        h *= 2;
+    return h;
 }
 
 } // namespace
@@ -58,24 +61,22 @@ plan barrier(int rank, int size) {
 
 plan broadcast(int rank, int size, int root, std::size_t bytes) {
     // Binomial tree over ranks relative to the root: a rank receives from
-    // the rank that differs in its lowest set bit, then sends to the ranks
-    // below that bit, largest subtree first (log2 size steps deep).
+    // the rank without its highest set bit, then sends to the ranks that
+    // add one higher bit, largest subtree first (log2 size steps deep).
     plan p;
     p.algorithm = "binomial tree";
     p.out_bytes = bytes;
     const int v = mod(rank - root, size);
-    int top = 1;
-    while (top < size)
-        top <<= 1;
+    int high = 0;
     if (v != 0) {
+        high = highbit(v);
         round r;
-        r.transfers.push_back({mod(v - lowbit(v) + root, size), false, out(0, bytes)});
+        r.transfers.push_back({mod(v - high + root, size), false, out(0, bytes)});
         p.rounds.push_back(std::move(r));
     }
     round sends;
-    for (int k = (v == 0 ? top : lowbit(v)) >> 1; k >= 1; k >>= 1)
-        if (v + k < size)
-            sends.transfers.push_back({mod(v + k + root, size), true, out(0, bytes)});
+    for (int k = v == 0 ? 1 : high << 1; v + k < size; k <<= 1)
+        sends.transfers.push_back({mod(v + k + root, size), true, out(0, bytes)});
     if (!sends.transfers.empty())
         p.rounds.push_back(std::move(sends));
     return p;

@@ -177,6 +177,51 @@ TEST(CollectivePlan, BroadcastFromEveryRoot) {
         }
 }
 
+TEST(CollectivePlan, BroadcastTreeStartsWithTheRootsNeighbourAndIsLog2Deep) {
+    // Eight ranks, root 0: each rank receives from itself without its
+    // highest bit and sends to itself plus each higher bit, the largest
+    // subtree first.
+    const std::vector<std::vector<int>> sends = {{1, 2, 4}, {3, 5}, {6}, {7}, {}, {}, {}, {}};
+    const int parents[] = {-1, 0, 0, 1, 0, 1, 2, 3};
+    for (int i = 0; i < 8; ++i) {
+        const auto p = coll::broadcast(i, 8, 0, 8);
+        std::vector<int> to;
+        int from = -1;
+        for (const auto& r : p.rounds)
+            for (const auto& t : r.transfers)
+                (t.send ? to.push_back(t.peer) : void(from = t.peer));
+        EXPECT_EQ(to, sends[static_cast<std::size_t>(i)]) << i;
+        EXPECT_EQ(from, parents[i]) << i;
+    }
+    // Every size and root: a rank is at most ceil(log2 n) messages from the
+    // root, and the root's first message goes to its neighbour.
+    for (int n : sizes)
+        for (int root = 0; root < n; ++root) {
+            int levels = 0;
+            while ((1 << levels) < n)
+                ++levels;
+            std::vector<int> parent(static_cast<std::size_t>(n), -1);
+            for (int i = 0; i < n; ++i) {
+                for (const auto& r : coll::broadcast(i, n, root, 8).rounds) {
+                    for (const auto& t : r.transfers) {
+                        if (!t.send)
+                            parent[static_cast<std::size_t>(i)] = t.peer;
+                    }
+                }
+            }
+            for (int i = 0; i < n; ++i) {
+                int depth = 0;
+                for (int j = i; j != root; j = parent[static_cast<std::size_t>(j)]) {
+                    ASSERT_LE(++depth, levels) << n << " root " << root << " rank " << i;
+                }
+            }
+            const auto p = coll::broadcast(root, n, root, 8);
+            if (n > 1) {
+                EXPECT_EQ(p.rounds.front().transfers.front().peer, (root + 1) % n) << n;
+            }
+        }
+}
+
 TEST(CollectivePlan, GatherConcatenatesInRankOrder) {
     for (int n : sizes)
         for (int root : {0, n - 1}) {
