@@ -62,7 +62,10 @@ plan barrier(int rank, int size) {
 plan broadcast(int rank, int size, int root, std::size_t bytes) {
     // Binomial tree over ranks relative to the root: a rank receives from
     // the rank without its highest set bit, then sends to the ranks that
-    // add one higher bit, largest subtree first (log2 size steps deep).
+    // add one higher bit, largest subtree first (log2 size steps deep). The
+    // root's first child, the root of the largest subtree, is its neighbour
+    // (rank root + 1): with ranks dealt round-robin over cores or hosts, the
+    // two busiest ranks of back-to-back broadcasts do not share one.
     plan p;
     p.algorithm = "binomial tree";
     p.out_bytes = bytes;
