@@ -553,9 +553,7 @@ public:
     group_impl(std::shared_ptr<fabric> f, std::uint32_t id, int rank, std::vector<int> members,
                std::chrono::milliseconds timeout)
         : fabric_(std::move(f)), id_(id), rank_(rank), members_(std::move(members)),
-          timeout_(timeout) {
-        spare_runs_.reserve(spare_runs_limit);
-    }
+          timeout_(timeout) {}
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return static_cast<int>(members_.size()); }
@@ -620,6 +618,8 @@ public:
 
 private:
     struct running {
+        /// The next collective in the queue, or the next spare state.
+        std::unique_ptr<running> next;
         collective_args args;
         /// One of the group's cached plans (`plan_slot`, in use until the
         /// collective finishes: see `plan_entry`), or `own_plan`.
@@ -647,15 +647,12 @@ private:
         /// That copy failed: the collective fails with it.
         error_code local_error;
 
-        /// As made, for the next collective (the handler was moved out;
-        /// `args` is assigned when it starts).
+        /// As made, for the next collective (the handler was moved out, the
+        /// buffers recycled and the plan released; `args` is assigned when
+        /// it starts).
         void reset() noexcept {
             args.blocks.clear();
-            plan = nullptr;
-            plan_slot = -1;
             own_plan.reset();
-            scratch.clear();
-            work.clear();
             round = 0;
             outstanding = 0;
             ec = {};
@@ -672,33 +669,38 @@ private:
         }
     };
 
-    /// The states of finished collectives, kept for the next ones: a loop of
-    /// collectives allocates none.
-    std::vector<std::shared_ptr<running>> spare_runs_;
-    static constexpr std::size_t spare_runs_limit = 2;
-    std::shared_ptr<running> new_running() {
-        if (spare_runs_.empty())
-            return std::make_shared<running>();
-        auto r = std::move(spare_runs_.back());
-        spare_runs_.pop_back();
+    using run_ptr = std::unique_ptr<running>;
+    /// The states of finished collectives, kept for the next ones (a list
+    /// through `running::next`): a loop of collectives allocates none.
+    run_ptr spare_runs_;
+    int spare_count_ = 0;
+    static constexpr int spare_runs_limit = 2;
+    run_ptr new_running() {
+        if (!spare_runs_)
+            return std::make_unique<running>();
+        run_ptr r = std::move(spare_runs_);
+        spare_runs_ = std::move(r->next);
+        --spare_count_;
         return r;
     }
-    /// `r` finished and nothing else holds it: kept for a next collective.
-    void keep_running(std::shared_ptr<running>& r) noexcept {
-        if (r.use_count() != 1 || spare_runs_.size() >= spare_runs_limit)
+    /// `r` finished: kept for a next collective (or freed).
+    void keep_running(run_ptr r) noexcept {
+        if (spare_count_ >= spare_runs_limit)
             return;
         r->reset();
-        spare_runs_.push_back(std::move(r)); // reserved: does not throw
+        r->next = std::move(spare_runs_);
+        spare_runs_ = std::move(r);
+        ++spare_count_;
     }
 
     /// Makes `r` run on host copies of its device buffers: the input is
     /// copied now (`r` is ready once it arrives), the result after the
-    /// collective (`stage_out`).
-    void stage_in(const std::shared_ptr<running>& r, device_staging& s, bool device_in,
-                  bool device_out);
-    void input_ready(const std::shared_ptr<running>& r, const error_code& ec);
+    /// collective (`stage_out`). The queue holds `r` until it has finished,
+    /// and the copy's completion holds the group.
+    void stage_in(running& r, device_staging& s, bool device_in, bool device_out);
+    void input_ready(running* r, const error_code& ec);
     /// Copies the result to the user's device `out`, then completes `h`.
-    void stage_out(const std::shared_ptr<running>& r, group_done_handler h);
+    void stage_out(run_ptr r, group_done_handler h);
 
     std::byte* region_ptr(running& r, const coll::region& g) {
         switch (g.buf) {
@@ -891,29 +893,37 @@ private:
     std::chrono::milliseconds timeout_;
     error_code error_;
     std::vector<group_done_handler> failure_waiters_;
-    /// The collectives started and not finished, in order: a queue in a
-    /// vector that keeps its memory (a deque frees and allocates a block as
-    /// its head moves on).
+    /// The collectives started and not finished, in order: a list through
+    /// `running::next` (each state is made once and reused: see
+    /// `new_running`).
     class run_queue {
     public:
-        bool empty() const noexcept { return head_ == items_.size(); }
-        const std::shared_ptr<running>& front() const noexcept { return items_[head_]; }
-        std::shared_ptr<running>& front() noexcept { return items_[head_]; }
-        void push_back(std::shared_ptr<running> r) { items_.push_back(std::move(r)); }
-        void pop_front() noexcept {
-            items_[head_++].reset();
-            if (head_ == items_.size()) {
-                items_.clear();
-                head_ = 0;
-            } else if (head_ >= 64 && head_ * 2 >= items_.size()) {
-                items_.erase(items_.begin(), items_.begin() + static_cast<std::ptrdiff_t>(head_));
-                head_ = 0;
-            }
+        run_queue() = default;
+        run_queue(const run_queue&) = delete;
+        run_queue& operator=(const run_queue&) = delete;
+        ~run_queue() {
+            // One at a time: a long queue is not destroyed by recursion.
+            while (head_)
+                head_ = std::move(head_->next);
+        }
+        bool empty() const noexcept { return !head_; }
+        running& front() const noexcept { return *head_; }
+        void push_back(run_ptr r) noexcept {
+            running* last = r.get();
+            (tail_ ? tail_->next : head_) = std::move(r);
+            tail_ = last;
+        }
+        run_ptr pop_front() noexcept {
+            run_ptr r = std::move(head_);
+            head_ = std::move(r->next);
+            if (!head_)
+                tail_ = nullptr;
+            return r;
         }
 
     private:
-        std::vector<std::shared_ptr<running>> items_;
-        std::size_t head_ = 0;
+        run_ptr head_;
+        running* tail_ = nullptr;
     };
     run_queue queue_;
     bool busy_ = false;
@@ -1078,7 +1088,7 @@ void group_impl::collective(collective_args&& a, group_done_handler h) {
     r->handler.swap(h);
     r->seq = seq_++;
     if (device_in || device_out) [[unlikely]]
-        stage_in(r, *staging, device_in, device_out);
+        stage_in(*r, *staging, device_in, device_out);
     queue_.push_back(std::move(r));
     if (!busy_) {
         // A collective with nothing to send (one rank) ends in here: its
@@ -1107,14 +1117,14 @@ void group_impl::start_next() {
 }
 
 void group_impl::start_head() {
-    if (queue_.empty() || !queue_.front()->ready) {
+    if (queue_.empty() || !queue_.front().ready) {
         busy_ = false;
         return;
     }
     busy_ = true;
     // The queue holds it until `finish` (its transfers never complete
     // inside the calls that start them).
-    running& r = *queue_.front();
+    running& r = queue_.front();
     if (error_)
         return finish(r, error_);
     if (r.local_error)
@@ -1162,10 +1172,10 @@ void group_impl::arm_watchdog(std::chrono::steady_clock::time_point at) {
         self->watchdog_armed_ = false;
         if (ec || self->error_ || !self->busy_ || self->queue_.empty())
             return;
-        const auto& r = self->queue_.front();
-        if (r->deadline > std::chrono::steady_clock::now())
-            return self->arm_watchdog(r->deadline);
-        say(log::severity::info, "group: collective ", r->seq, " passed its deadline");
+        const running& r = self->queue_.front();
+        if (r.deadline > std::chrono::steady_clock::now())
+            return self->arm_watchdog(r.deadline);
+        say(log::severity::info, "group: collective ", r.seq, " passed its deadline");
         self->fabric_->fail(make_error_code(error::group_timeout));
     });
 }
@@ -1262,18 +1272,17 @@ void group_impl::finish(running& r, error_code ec) {
         if (r.local_error)
             ec = r.local_error;
     }
-    std::shared_ptr<running> done = std::move(queue_.front());
-    queue_.pop_front();
+    run_ptr done = queue_.pop_front(); // `r`
     recycle(r);
     release_plan(r);
     auto h = std::move(r.handler);
     if (!ec && r.device_out) {
-        stage_out(done, std::move(h));
+        stage_out(std::move(done), std::move(h));
         return start_next();
     }
     const bool direct = r.args.direct_handler;
     // Kept before the handler runs: the collective it starts reuses it.
-    keep_running(done);
+    keep_running(std::move(done));
     if (initiating_)
         boost::asio::post(executor(), boost::asio::append(std::move(h), ec));
     else if (direct)
@@ -1285,16 +1294,15 @@ void group_impl::finish(running& r, error_code ec) {
 
 // --- device buffers ---
 
-void group_impl::stage_in(const std::shared_ptr<running>& r, device_staging& s, bool device_in,
-                          bool device_out) {
-    collective_args& a = r->args;
+void group_impl::stage_in(running& r, device_staging& s, bool device_in, bool device_out) {
+    collective_args& a = r.args;
     const bool in_place = a.in == a.out;
     void* const user_in = const_cast<void*>(a.in);
     if (device_out) {
-        r->device_out = a.out;
-        r->device_out_bytes = a.out_bytes;
-        r->host_out.resize(a.out_bytes);
-        a.out = r->host_out.data();
+        r.device_out = a.out;
+        r.device_out_bytes = a.out_bytes;
+        r.host_out.resize(a.out_bytes);
+        a.out = r.host_out.data();
     }
     // What the collective reads: `in`, or a broadcast root's `out`.
     void* from = nullptr;
@@ -1302,43 +1310,44 @@ void group_impl::stage_in(const std::shared_ptr<running>& r, device_staging& s, 
     std::byte* to = nullptr;
     if (device_in) {
         if (in_place && device_out) {
-            to = r->host_out.data();
+            to = r.host_out.data();
         } else {
-            r->host_in.resize(a.in_bytes);
-            to = r->host_in.data();
+            r.host_in.resize(a.in_bytes);
+            to = r.host_in.data();
         }
         a.in = to;
         from = user_in;
         bytes = a.in_bytes;
     } else if (device_out && a.kind == collective_args::broadcast && a.root == rank_) {
-        from = r->device_out;
-        bytes = r->device_out_bytes;
-        to = r->host_out.data();
+        from = r.device_out;
+        bytes = r.device_out_bytes;
+        to = r.host_out.data();
     }
     if (!from)
         return;
-    r->ready = false;
+    r.ready = false;
     s.copy_through(
         staging_direction::outgoing, from, bytes,
         [to](void* host, std::size_t n, staging_operation::transfer_completion done) {
             std::memcpy(to, host, n);
             done(error_code(), n);
         },
-        [self = shared_from_this(), r](const error_code& ec) { self->input_ready(r, ec); });
+        [self = shared_from_this(), r = &r](const error_code& ec) { self->input_ready(r, ec); });
 }
 
-void group_impl::input_ready(const std::shared_ptr<running>& r, const error_code& ec) {
+void group_impl::input_ready(running* r, const error_code& ec) {
     r->ready = true;
     if (ec) {
         say(log::severity::warning, "group: collective ", r->seq,
             ": copying device input failed: ", ec.message());
         r->local_error = ec;
     }
-    if (!busy_ && !queue_.empty() && queue_.front() == r)
+    if (!busy_ && !queue_.empty() && &queue_.front() == r)
         start_next();
 }
 
-void group_impl::stage_out(const std::shared_ptr<running>& r, group_done_handler h) {
+void group_impl::stage_out(run_ptr done, group_done_handler h) {
+    std::shared_ptr<running> r(std::move(done)); // for the copy's step below
     auto hp = std::make_shared<group_done_handler>(std::move(h));
     auto complete = [hp](const error_code& ec) {
         boost::asio::dispatch(boost::asio::append(std::move(*hp), ec));
