@@ -630,6 +630,10 @@ private:
         std::vector<std::byte> work;
         std::size_t round = 0;
         int outstanding = 0;
+        /// Where the plan's buffers start (`coll::buffer` order: in, out,
+        /// scratch) and the tag of its messages, once it has started.
+        std::array<std::byte*, 3> base{};
+        std::uint32_t tag = 0;
         error_code ec;
         group_done_handler handler;
         std::uint32_t seq = 0;
@@ -702,17 +706,9 @@ private:
     /// Copies the result to the user's device `out`, then completes `h`.
     void stage_out(run_ptr r, group_done_handler h);
 
-    std::byte* region_ptr(running& r, const coll::region& g) {
-        switch (g.buf) {
-        case coll::buffer::in:
-            return const_cast<std::byte*>(static_cast<const std::byte*>(r.args.in)) + g.offset;
-        case coll::buffer::out:
-            return (r.work.empty() ? static_cast<std::byte*>(r.args.out) : r.work.data()) +
-                   g.offset;
-        case coll::buffer::scratch:
-            return r.scratch.data() + g.offset;
-        }
-        return nullptr;
+    /// The bytes `g` names of `r`, a started collective.
+    static std::byte* region_ptr(running& r, const coll::region& g) noexcept {
+        return r.base[static_cast<std::size_t>(g.buf)] + g.offset;
     }
 
     /// A pending any-source receive.
@@ -864,7 +860,15 @@ private:
     /// Starts the transfers of `r`'s rounds until one must wait; ends `r`
     /// when none is left. `in_start`: called by the collective's start.
     void run_round(running& r, bool in_start);
-    void finish_round(running& r);
+    /// `rd`, `r`'s round whose transfers have all completed, is done: its
+    /// combines and copies (most rounds have none), and `r` goes on to the
+    /// next round.
+    void finish_round(running& r, const coll::round& rd) {
+        ++r.round;
+        if (!rd.combines.empty() || !rd.copies.empty())
+            combine_and_copy(r, rd);
+    }
+    void combine_and_copy(running& r, const coll::round& rd);
     /// Ends `r`, the collective at the head of the queue, and starts the next.
     void finish(running& r, error_code ec);
     /// `r` ended inside its start (its transfers all sent at once) within
@@ -1139,6 +1143,10 @@ void group_impl::start_head() {
         r.work.swap(spare_work_);
         r.work.resize(r.plan->out_bytes);
     }
+    r.base = {const_cast<std::byte*>(static_cast<const std::byte*>(r.args.in)),
+              r.work.empty() ? static_cast<std::byte*>(r.args.out) : r.work.data(),
+              r.scratch.data()};
+    r.tag = collective_tag(id_, r.seq);
     for (const auto& c : r.plan->prologue) {
         std::byte* from = region_ptr(r, c.from);
         std::byte* to = region_ptr(r, c.to);
@@ -1184,7 +1192,7 @@ void group_impl::run_round(running& r, bool in_start) {
     while (r.round < r.plan->rounds.size()) {
         const coll::round& rd = r.plan->rounds[r.round];
         r.outstanding = static_cast<int>(rd.transfers.size());
-        const std::uint32_t tag = collective_tag(id_, r.seq);
+        const std::uint32_t tag = r.tag;
         for (const auto& t : rd.transfers) {
             std::byte* data = region_ptr(r, t.data);
             const int peer = member(t.peer);
@@ -1214,7 +1222,7 @@ void group_impl::run_round(running& r, bool in_start) {
             return;
         if (r.ec) [[unlikely]]
             return finish(r, r.ec);
-        finish_round(r);
+        finish_round(r, rd);
     }
     if (in_start && (initiating_ || ++chained_ > max_chained))
         return defer_finish(r);
@@ -1244,12 +1252,11 @@ void group_impl::transfer_done::operator()(error_code ec, std::size_t n) {
         return;
     if (r.ec)
         return self->finish(r, r.ec);
-    self->finish_round(r);
+    self->finish_round(r, r.plan->rounds[r.round]);
     self->run_round(r, false);
 }
 
-void group_impl::finish_round(running& r) {
-    const coll::round& rd = r.plan->rounds[r.round];
+void group_impl::combine_and_copy(running& r, const coll::round& rd) {
     if (!rd.combines.empty()) {
         const std::size_t es = coll::element_size(r.args.type);
         for (const auto& c : rd.combines)
@@ -1259,7 +1266,6 @@ void group_impl::finish_round(running& r) {
     for (const auto& c : rd.copies)
         if (c.from.length > 0)
             std::memmove(region_ptr(r, c.to), region_ptr(r, c.from), c.from.length);
-    ++r.round;
 }
 
 void group_impl::finish(running& r, error_code ec) {
