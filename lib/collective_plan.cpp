@@ -65,7 +65,7 @@ plan broadcast(int rank, int size, int root, std::size_t bytes) {
     // add one higher bit, largest subtree first (log2 size steps deep). The
     // root's first child, the root of the largest subtree, is its neighbour
     // (rank root + 1): with ranks dealt round-robin over cores or hosts, the
-    // two busiest ranks of back-to-back broadcasts do not share one.
+    // root and its first forwarder do not share one.
     plan p;
     p.algorithm = "binomial tree";
     p.out_bytes = bytes;
