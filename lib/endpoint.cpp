@@ -678,7 +678,8 @@ void endpoint_impl::send(transfer_op* op, const void* data, std::size_t size,
     tag_send(op, data, size, (fsm_.peer_tag() & id_mask) | tag);
 }
 
-bool endpoint_impl::usable_at_once() const noexcept {
+// Inline: its two callers below run once per message of a collective.
+inline bool endpoint_impl::usable_at_once() const noexcept {
     return worker_->is_open() && ep_ && !error() && has_handshake() && fsm_.established();
 }
 
@@ -689,8 +690,9 @@ bool endpoint_impl::send_now(const void* data, std::size_t size, std::uint32_t t
     if (const device_staging* s = w.staging(); s && s->holds_sends(*this))
         return false;
     // UCX tries its inline (short) protocol only, and answers
-    // UCS_ERR_NO_RESOURCE rather than make a request.
-    ucp_request_param_t param{};
+    // UCS_ERR_NO_RESOURCE rather than make a request. (UCX reads only the
+    // fields that `op_attr_mask` names.)
+    ucp_request_param_t param;
     param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
     const ucs_status_ptr_t r =
         ucp_tag_send_nbx(ep_, data, size, (fsm_.peer_tag() & id_mask) | tag, &param);

@@ -155,8 +155,9 @@ public:
     /// started by `recv` completes.
     void adopt_recv(tag_recv_op* op, ucs_status_ptr_t pending) noexcept;
     /// Whether `send_now` and `recv_at_once` may go to UCX: the worker is
-    /// open, the endpoint established and not failed.
-    bool usable_at_once() const noexcept;
+    /// open, the endpoint established and not failed. (Used in
+    /// lib/endpoint.cpp only, where it is defined inline.)
+    inline bool usable_at_once() const noexcept;
     void wait_error(operation* op) noexcept;
     /// Graceful close; the goodbye tells the peer `stream_bytes` (what a
     /// ucx::stream wrote).
