@@ -34,14 +34,6 @@ std::pair<std::size_t, std::size_t> block_of(std::size_t count, int n, int i) no
     return {first, base + (u < extra ? 1 : 0)};
 }
 
-/// The highest set bit of `v` (v > 0).
-int highbit(int v) noexcept {
-    int h = 1;
-    while (h * 2 <= v)
-        h *= 2;
-    return h;
-}
-
 } // namespace
 
 plan barrier(int rank, int size) {
@@ -72,7 +64,7 @@ plan broadcast(int rank, int size, int root, std::size_t bytes) {
     const int v = mod(rank - root, size);
     int high = 0;
     if (v != 0) {
-        high = highbit(v);
+        high = static_cast<int>(std::bit_floor(static_cast<unsigned>(v)));
         round r;
         r.transfers.push_back({mod(v - high + root, size), false, out(0, bytes)});
         p.rounds.push_back(std::move(r));

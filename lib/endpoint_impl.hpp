@@ -154,10 +154,6 @@ public:
     /// `op` completes the receive `recv_at_once` left pending, as one
     /// started by `recv` completes.
     void adopt_recv(tag_recv_op* op, ucs_status_ptr_t pending) noexcept;
-    /// Whether `send_now` and `recv_at_once` may go to UCX: the worker is
-    /// open, the endpoint established and not failed. (Used in
-    /// lib/endpoint.cpp only, where it is defined inline.)
-    inline bool usable_at_once() const noexcept;
     void wait_error(operation* op) noexcept;
     /// Graceful close; the goodbye tells the peer `stream_bytes` (what a
     /// ucx::stream wrote).
@@ -238,6 +234,10 @@ public:
     static void error_callback(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
 
 private:
+    /// Whether `send_now` and `recv_at_once` may go to UCX: the worker is
+    /// open, the endpoint established and not failed. (Defined
+    /// inline in lib/endpoint.cpp, beside its two callers.)
+    inline bool usable_at_once() const noexcept;
     static void cancel_connect(operation* op) noexcept;
     /// The start shared by both connects: links `op`, checks the worker.
     /// False when `op` already failed.
