@@ -20,7 +20,7 @@
 namespace ucx {
 
 namespace detail {
-// The address acceptor's functions (lib/operations.cpp).
+// The address acceptor's functions (lib/connection/address_acceptor.cpp).
 /// Makes an address acceptor on `w` and opens it (`ec` says whether that
 /// worked; the acceptor is returned either way).
 std::shared_ptr<address_acceptor_impl> open_address_acceptor(const std::shared_ptr<worker_impl>& w,

@@ -32,7 +32,7 @@ struct am_recv_result {
     static std::tuple<error_code, am_message> extract(const error_code& ec, am_recv_op& op);
 };
 
-// Submit functions (lib/am.cpp, lib/operations.cpp).
+// Submit functions (lib/messaging/am.cpp).
 /// Sends one active message; `buffers` holds `count` IOV entries.
 void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
              std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
@@ -88,7 +88,7 @@ struct am_send_options {
 /// (active, tag and per-endpoint messages) keep their order behind such a
 /// send. Such a send is cancellable while its bytes are still copied
 /// (nothing was sent), and fails with `ucx::error::cuda_error`, sending
-/// nothing, when a copy fails. See docs/gpu.md.
+/// nothing, when a copy fails. See docs/guide/gpu.md.
 template <class ConstBufferSequence,
           class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
 requires boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value auto async_am_send(

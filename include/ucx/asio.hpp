@@ -18,6 +18,7 @@
 #include <ucx/memory_region.hpp>
 #include <ucx/memory_type.hpp>
 #include <ucx/progress_mode.hpp>
+#include <ucx/reduction.hpp>
 #include <ucx/remote_key.hpp>
 #include <ucx/rma.hpp>
 #include <ucx/store.hpp>

@@ -16,7 +16,7 @@
 namespace ucx {
 
 namespace detail {
-// Submit functions (lib/connect.cpp); `op` completes with the endpoint
+// Submit functions (lib/connection/connect.cpp); `op` completes with the endpoint
 // (`endpoint_result`). They run on the worker's executor.
 /// Resolves `host`:`service`, then connects to the first usable address.
 void connect_by_name(worker_impl& w, endpoint_op* op, const std::string& host,

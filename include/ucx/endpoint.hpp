@@ -30,8 +30,8 @@ namespace detail {
 /// The implementation of `ep`; throws if `ep` was never connected.
 inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep);
 
-// Submit functions of the endpoint's operations (lib/operations.cpp); they
-// run on the worker's executor.
+// Submit functions of the endpoint's operations (lib/messaging/tag.cpp,
+// lib/connection/endpoint.cpp); they run on the worker's executor.
 void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                    std::uint32_t tag) noexcept;
 void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
@@ -118,7 +118,7 @@ public:
     /// Connected endpoints only (`ucx::error::not_connected` otherwise).
     /// `data` (and the buffer of `async_recv`) may be CUDA device memory: as
     /// for `async_tag_send` and `async_tag_recv`, with their added errors
-    /// where UCX cannot move device memory (docs/gpu.md).
+    /// where UCX cannot move device memory (docs/guide/gpu.md).
     /// Completion signature: `void(error_code, std::size_t bytes_sent)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto

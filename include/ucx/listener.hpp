@@ -19,7 +19,7 @@
 namespace ucx {
 
 namespace detail {
-/// Starts an accept (lib/operations.cpp; on the worker's executor).
+/// Starts an accept (lib/connection/listener.cpp; on the worker's executor).
 void listener_accept(listener_impl& l, endpoint_op* op) noexcept;
 } // namespace detail
 
@@ -50,7 +50,7 @@ struct listener_options {
     /// its own worker and thread, all with this set) bind the same port; the
     /// kernel spreads the incoming connections across them, and each is
     /// served by the worker of the listener that took it (a multi-threaded
-    /// server: docs/connections.md). With UCX's socket-address method the
+    /// server: docs/guide/connections.md). With UCX's socket-address method the
     /// listener fails with `asio::error::operation_not_supported`.
     bool reuse_port = false;
 };

@@ -53,7 +53,7 @@ struct region_options {
 /// Either wraps memory the caller owns (which must outlive the region) or
 /// memory UCX allocates (`memory_region::allocate`, freed with the region).
 /// The destructor unregisters (`ucp_mem_unmap`). Keys already handed out do
-/// not keep the region alive: see docs/rma.md about using a key after its
+/// not keep the region alive: see docs/guide/rma.md about using a key after its
 /// region went away (the user's contract; UCX cannot detect it).
 ///
 /// Movable, not copyable. The context stays alive while the region does.

@@ -31,7 +31,7 @@ namespace detail {
 
 using key_ptr = std::shared_ptr<remote_key_impl>;
 
-// Submit functions (lib/rma.cpp). Each begins `op` on `ep`, checks the key
+// Submit functions (lib/rma/rma.cpp). Each begins `op` on `ep`, checks the key
 // (present, of this endpoint) and the bounds, and only then calls UCX; a
 // failed check completes `op` with the error.
 void rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
@@ -99,7 +99,7 @@ auto atomic_fetch(endpoint& ep, ucp_atomic_op_t opcode, std::uint64_t remote_add
 /// `ucx::error::out_of_bounds` (any byte outside the key's region). Then the
 /// endpoint's errors, as for sends. Not cancellable (UCX cannot cancel RMA).
 ///
-/// A buffer in GPU device memory where UCX cannot move it (docs/gpu.md) is
+/// A buffer in GPU device memory where UCX cannot move it (docs/guide/gpu.md) is
 /// staged through pinned host memory after these checks: one put (or get)
 /// per chunk at its offset, with copies from (or to) the device; a failed
 /// copy is `ucx::error::cuda_error`. Flush after the put completed.

@@ -51,7 +51,7 @@ struct stream_result {
 /// Most buffers of a sequence one pending read keeps.
 inline constexpr std::size_t stream_max_read_buffers = 16;
 
-// The stream's functions (lib/operations.cpp); the templates below call them.
+// The stream's functions (lib/stream/stream.cpp); the templates below call them.
 std::shared_ptr<stream_impl> make_stream(const std::shared_ptr<worker_impl>& w);
 const std::shared_ptr<worker_impl>& stream_worker(const stream_impl& s) noexcept;
 /// Whether the stream has an endpoint (connected or connecting).
@@ -359,7 +359,7 @@ public:
     /// (`asio::error`), `ucx::error::allocation_failed`.
     /// Cancellable through the handler's cancellation slot.
     ///
-    /// GPU device memory where UCX cannot move it (docs/gpu.md): a read
+    /// GPU device memory where UCX cannot move it (docs/guide/gpu.md): a read
     /// whose first non-empty buffer is device memory reads at most one
     /// staging chunk (1 MiB) into pinned host memory and copies it to that
     /// buffer; one whose first buffer is host memory fills the host buffers
@@ -388,7 +388,7 @@ public:
     /// Writes all of `buffers` (the first 64 non-empty buffers of a longer
     /// sequence), without copying them: a buffer sequence goes to UCX as an
     /// IOV. Flow control: a write that starts while 8 MiB written here are
-    /// unread by the peer waits until the peer reads (docs/stream.md).
+    /// unread by the peer waits until the peer reads (docs/guide/stream.md).
     /// The buffers must stay valid until completion. Errors:
     /// `connection_reset` (the peer failed), `ucx::error::peer_unresponsive`,
     /// `broken_pipe` (the peer closed),
@@ -396,7 +396,7 @@ public:
     /// after `abort()`, `ucx::error::allocation_failed`. Not cancellable (UCX
     /// cannot take a send back).
     ///
-    /// GPU device memory where UCX cannot move it (docs/gpu.md): a write
+    /// GPU device memory where UCX cannot move it (docs/guide/gpu.md): a write
     /// whose first buffer is device memory writes that buffer only, staged
     /// through pinned host memory chunk by chunk (each chunk a write of its
     /// own, in order); one whose first buffer is host memory writes the host

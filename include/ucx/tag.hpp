@@ -21,7 +21,7 @@
 namespace ucx {
 
 namespace detail {
-// Submit functions (lib/operations.cpp).
+// Submit functions (lib/messaging/tag.cpp).
 void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               tag_t tag) noexcept;
 void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
@@ -43,7 +43,7 @@ void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag
 ///
 /// `data` may be CUDA device memory. Where UCX cannot move device memory,
 /// the worker copies it into pinned host memory and sends it from there as
-/// one message (docs/gpu.md); then also `ucx::error::cuda_error` (the copy
+/// one message (docs/guide/gpu.md); then also `ucx::error::cuda_error` (the copy
 /// failed, nothing was sent), `ucx::error::allocation_failed` (no pinned
 /// memory left), `ucx::error::cuda_unavailable` (no copy engine), and the
 /// send can be cancelled while it is still being copied. Sends on one
@@ -78,7 +78,7 @@ auto async_tag_send(
 ///
 /// `data` may be CUDA device memory. Where UCX cannot move device memory,
 /// the message is received into pinned host memory and its bytes are copied
-/// to `data` before the handler runs (docs/gpu.md); then also
+/// to `data` before the handler runs (docs/guide/gpu.md); then also
 /// `ucx::error::cuda_error`, `ucx::error::allocation_failed` and
 /// `ucx::error::cuda_unavailable`.
 ///

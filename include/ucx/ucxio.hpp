@@ -21,7 +21,7 @@ namespace ucx {
 
 namespace detail {
 
-// lib/ucxio.cpp: one RMA operation at `offset` of the key's region, with the
+// lib/rma/ucxio.cpp: one RMA operation at `offset` of the key's region, with the
 // device rules (short at the end; eof for reads at or past the end; for
 // writes past the end `error::out_of_bounds`; zero bytes complete with 0).
 void ucxio_read(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint64_t offset, void* data,

@@ -45,7 +45,7 @@ enum class connection_method {
     /// flush of the endpoint completed); a server's endpoint is accepted at
     /// once. As with `ucx_sockaddr`, UCX 1.13's manager aborts the process on
     /// a few malformed bytes on its port: only for ports no stranger can
-    /// reach. docs/interop.md.
+    /// reach. docs/guide/interop.md.
     plain,
 };
 
@@ -96,7 +96,7 @@ struct worker_options {
     /// Active messages: the data bytes one id may hold in memory for messages
     /// nobody has taken yet. Past it, rendezvous data is left at the sender
     /// (whose send then waits) until the queue drains; eager messages stay in
-    /// UCX's receive buffers (see docs/active-messages.md). It is also how far
+    /// UCX's receive buffers (see docs/guide/active-messages.md). It is also how far
     /// rendezvous data is fetched ahead of the application: further ahead adds
     /// no bandwidth once the transport is busy, while a short window keeps the
     /// receive buffers in the processor's cache (1 MiB messages over shared
@@ -146,12 +146,12 @@ struct worker_stats {
     std::size_t cpu_yields = 0;
     std::size_t backoffs = 0; ///< passes that ended in a short back-off (UCX busy, nothing to do)
     /// Passes that ended parked: the worker spins in turns with the other
-    /// polling workers of its io_context (see docs/progress-engine.md).
+    /// polling workers of its io_context (see docs/design/progress-engine.md).
     std::size_t parks = 0;
     std::size_t safety_timer_passes = 0; ///< passes started by the safety timer
     std::size_t completions = 0;         ///< operations delivered
     /// Operations whose device buffer went through pinned host memory
-    /// because UCX cannot move device memory (docs/gpu.md), and their bytes.
+    /// because UCX cannot move device memory (docs/guide/gpu.md), and their bytes.
     std::size_t staged_operations = 0;
     std::size_t staged_bytes = 0;
 };
@@ -174,7 +174,7 @@ class worker_impl;
 /// connection set-up, heartbeats). With none of these it is not outstanding
 /// work, as an idle socket is not: `run()` returns once the io_context has
 /// nothing else to do, and the worker stays open for later use (see
-/// docs/context-and-worker.md, "When run() returns").
+/// docs/guide/context-and-worker.md, "When run() returns").
 ///
 /// Movable, not copyable. Destroying the worker (or calling `close()`)
 /// first lets the graceful closes under way finish (an endpoint's or a

@@ -6,7 +6,7 @@
 // watch each other with a 1 s peer timeout.
 //
 // Each test prints its detection times; tools/faults.sh repeats them for
-// docs/reliability.md. The bounds asserted here only keep a broken build from
+// docs/guide/reliability.md. The bounds asserted here only keep a broken build from
 // hanging (20 s, against 1 to 1.25 s expected).
 #include "child_process.hpp"
 
@@ -246,7 +246,7 @@ TEST_P(fault, sigstop_of_the_client_is_seen_by_both) {
 // Over TCP: the test kills clients in the middle of their traffic, and over
 // UCX 1.13's shared memory a sender killed between taking a slot of the
 // receiver's FIFO and filling it stalls that FIFO for good: the server would
-// hear no client over shared memory again (docs/connections.md, Limitations).
+// hear no client over shared memory again (docs/guide/connections.md, Limitations).
 TEST(fault_resources, a_server_out_of_descriptors_refuses_then_serves_again) {
     if (sh("command -v prlimit") != 0)
         GTEST_SKIP() << "prlimit (util-linux) is not installed";

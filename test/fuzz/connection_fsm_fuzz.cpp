@@ -17,7 +17,7 @@
 //   flushes its endpoint, once.
 #include "fuzz.hpp"
 
-#include "connection_fsm.hpp"
+#include "connection/connection_fsm.hpp"
 
 #include <boost/asio/error.hpp>
 

@@ -7,7 +7,7 @@
 // every length, 16 most often), that many header bytes, then the data.
 #include "fuzz.hpp"
 
-#include "control_message.hpp"
+#include "connection/control_message.hpp"
 
 #include <ucx/worker_address.hpp>
 

@@ -8,7 +8,7 @@
 // announced). A genuine peer's messages are the seeds.
 #include "fuzz.hpp"
 
-#include "door_protocol.hpp"
+#include "connection/door_protocol.hpp"
 
 #include <ucx/worker_address.hpp>
 

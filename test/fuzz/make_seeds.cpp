@@ -3,9 +3,9 @@
 // Usage: make_seeds <corpus directory> (test/fuzz/corpus).
 #include "fuzz.hpp"
 
-#include "control_message.hpp"
-#include "door_protocol.hpp"
-#include "tcp_store_protocol.hpp"
+#include "connection/control_message.hpp"
+#include "connection/door_protocol.hpp"
+#include "store/tcp_store_protocol.hpp"
 
 #include <ucx/remote_key.hpp>
 #include <ucx/worker_address.hpp>

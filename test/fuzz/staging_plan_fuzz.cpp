@@ -18,7 +18,7 @@
 //   the plan (it never stalls).
 #include "fuzz.hpp"
 
-#include "staging_plan.hpp"
+#include "gpu/staging_plan.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/system/errc.hpp>

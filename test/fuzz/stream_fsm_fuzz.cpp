@@ -9,7 +9,7 @@
 //   byte was read, never before, and stays.
 #include "fuzz.hpp"
 
-#include "stream_fsm.hpp"
+#include "stream/stream_fsm.hpp"
 
 #include <algorithm>
 #include <optional>

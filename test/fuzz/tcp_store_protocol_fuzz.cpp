@@ -22,7 +22,7 @@
 // the peer's bytes.
 #include "fuzz.hpp"
 
-#include "tcp_store_protocol.hpp"
+#include "store/tcp_store_protocol.hpp"
 
 #include <algorithm>
 #include <array>

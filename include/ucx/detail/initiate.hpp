@@ -76,7 +76,7 @@ protected:
     block_pool pool_;
 };
 
-/// The worker an object belongs to (lib/operations.cpp).
+/// The worker an object belongs to (defined beside each implementation class in lib/).
 worker_core& core_of(worker_impl& w) noexcept;
 worker_core& core_of(const endpoint_impl& ep) noexcept;
 worker_core& core_of(const listener_impl& l) noexcept;
@@ -85,7 +85,7 @@ worker_core& core_of(const address_acceptor_impl& a) noexcept;
 
 /// Cancels an operation from its cancellation slot: tag receives through
 /// UCX, library-owned operations through their hook; sends cannot be
-/// (lib/worker.cpp).
+/// (lib/engine/worker.cpp).
 void cancel(operation* op) noexcept;
 
 /// Installed in a handler's cancellation slot.

@@ -1,0 +1,186 @@
+// Internal: the worker's control channel. It owns the library's control
+// active-message id (`control_am_id`): sends control messages, decodes the
+// received ones inside the UCX callback, and routes them after progress to
+// the endpoint registered for their UCP endpoint or, for a hello over a UCP
+// endpoint the worker does not know (a peer that connected from a worker
+// address), to the listener that expects that peer (its handshake passed the
+// listener's door) or else to the worker's address acceptor.
+#pragma once
+
+#include <ucx/worker_address.hpp>
+
+#include "connection/control_message.hpp"
+#include "engine/worker_component.hpp"
+#include "util/guarded_timer.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ucx::detail {
+
+class endpoint_impl;
+class worker_impl;
+struct connection_timeouts;
+
+/// Something that takes connections from worker addresses: the address
+/// acceptor (any peer), or a listener (the peers its door admitted).
+class hello_taker {
+public:
+    /// Whether the hello of the worker at `peer` is for it. `ticket` is the
+    /// door ticket the hello carried (empty for a connection made from a
+    /// worker address alone): one worker may connect many times at once, and
+    /// the ticket says which of its door handshakes a hello follows.
+    virtual bool expects(const worker_address& peer,
+                         std::span<const std::byte> ticket) const noexcept = 0;
+    /// Whether another connection fits in its backlog.
+    virtual bool has_room() const noexcept = 0;
+    /// The timeouts of the connections it takes.
+    virtual connection_timeouts timeouts() const noexcept = 0;
+    /// A connection from `peer` (with `ticket`, as `expects`) whose handshake
+    /// is done; false when it could not be queued.
+    virtual bool offer(std::shared_ptr<endpoint_impl> ep, const worker_address& peer,
+                       std::span<const std::byte> ticket) noexcept = 0;
+    /// The worker's control channel goes away (the worker shuts down).
+    virtual void channel_gone() noexcept = 0;
+    /// Whether its connections get fabric ids (worker_impl::fabric_tag):
+    /// the worker's address acceptor's do (a group's fabric holds it while
+    /// the worker has a group), a listener's do not.
+    virtual bool fabric_ids() const noexcept { return false; }
+
+protected:
+    ~hello_taker() = default;
+};
+
+class control_channel final : public worker_component {
+public:
+    explicit control_channel(worker_impl& w) noexcept
+        : worker_component(component_kind::service), worker_(w) {}
+    ~control_channel();
+
+    /// Installs the control-message handler on the (new) UCP worker; false
+    /// when the context has no active messages.
+    bool open() noexcept;
+    bool is_open() const noexcept { return open_; }
+
+    /// Sends `m` on `ep`, fire and forget: counted as the worker's internal
+    /// work, so shutdown waits for it. `payload` goes as the message's data
+    /// (the hello of a connection from a worker address: that worker's address).
+    /// The buffers UCX reads until the send completes (UCX 1.13 cannot copy an
+    /// AM header) are recycled, so steady control traffic (a stream's
+    /// acknowledgements) allocates nothing. False when the message could not
+    /// be handed to UCX.
+    bool send(ucp_ep_h ep, const control_message& m, std::vector<std::byte> payload = {}) noexcept;
+
+    /// Routes the control messages that arrive over `ep` to `impl`.
+    void map(ucp_ep_h ep, endpoint_impl* impl);
+    void unmap(ucp_ep_h ep) noexcept;
+    /// The endpoint mapped to a UCP endpoint, or null. Every active message
+    /// looks up its sender: the last answer is remembered (most traffic
+    /// comes from the peer of the last message) until the map changes.
+    endpoint_impl* find(ucp_ep_h ep) const noexcept {
+        if (ep != nullptr && ep == last_found_ep_)
+            return last_found_;
+        auto it = endpoints_.find(ep);
+        endpoint_impl* impl = it == endpoints_.end() ? nullptr : it->second;
+        last_found_ep_ = ep;
+        last_found_ = impl;
+        return impl;
+    }
+    /// Control messages dropped as malformed or unroutable.
+    std::size_t dropped() const noexcept { return dropped_; }
+
+    /// Sends the hellos over unknown endpoints to `a` from now on; false when
+    /// another address acceptor has them. Once a taker was attached, hellos
+    /// nobody expects are refused (rather than dropped).
+    bool attach_acceptor(hello_taker* a) noexcept;
+    void detach_acceptor(hello_taker* a) noexcept;
+    /// A listener takes the hellos of the peers it `expects` (before the
+    /// address acceptor) until detached.
+    void attach_door(hello_taker* d);
+    void detach_door(hello_taker* d) noexcept;
+    /// The taker of a hello from `peer` with `ticket`: a door that expects
+    /// it, else the address acceptor (null: refused).
+    hello_taker* taker_for(const worker_address& peer,
+                           std::span<const std::byte> ticket) const noexcept;
+
+    /// The UCP endpoint, created by this worker, that UCX pairs with the
+    /// peer's connection whose messages arrive over `reply_ep` (the endpoint
+    /// UCX made for it), or null when none could be had. The caller owns it.
+    /// Its errors reach the endpoint mapped to it (`map`).
+    ///
+    /// UCX pairs the n-th endpoint a worker creates to a peer worker's
+    /// address with the n-th that peer created to it, whatever order their
+    /// first messages come in. A peer making many connections at once has
+    /// their hellos arrive out of that order; so this creates endpoints until
+    /// UCX answers with `reply_ep`, and keeps the others, each paired with
+    /// one of the peer's connections whose hello is still to come, for
+    /// those hellos (at most `max_unclaimed`; unclaimed for the worker's
+    /// handshake timeout, or failed, they are closed).
+    ucp_ep_h own_endpoint(ucp_ep_h reply_ep, const worker_address& peer) noexcept;
+    /// Endpoints created for hellos still to come.
+    std::size_t unclaimed() const noexcept { return unclaimed_.size(); }
+    static constexpr std::size_t max_unclaimed = 1024;
+
+    std::size_t run_deferred(deferred_stage stage) noexcept override;
+    /// Drops what is queued (the worker shuts down).
+    void shutdown() noexcept override;
+    /// An address acceptor waits for peers.
+    bool keeps_worker_running() const noexcept override { return acceptor_ != nullptr; }
+    /// The UCP worker goes: the acceptor is told.
+    void release() noexcept;
+
+private:
+    static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,
+                                   void* data, std::size_t length,
+                                   const ucp_am_recv_param_t* param) noexcept;
+    static void sent(void* request, ucs_status_t status, void* user_data) noexcept;
+    std::size_t route() noexcept;
+    struct send_state;
+    send_state* take_state() noexcept;
+    void recycle(send_state* s) noexcept;
+    std::size_t take_hellos() noexcept;
+    static void owned_error(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
+    /// Closes the unclaimed endpoints that failed or waited too long.
+    void sweep_unclaimed() noexcept;
+    void arm_unclaimed_timer() noexcept;
+
+    struct pending_hello {
+        ucp_ep_h reply_ep;
+        control_message hello;
+        std::vector<std::byte> address; // the connector's worker address
+    };
+
+    worker_impl& worker_;
+    bool open_ = false;
+    std::unordered_map<ucp_ep_h, endpoint_impl*> endpoints_;
+    mutable ucp_ep_h last_found_ep_ = nullptr;
+    mutable endpoint_impl* last_found_ = nullptr;
+    std::vector<std::pair<ucp_ep_h, control_message>> queue_;
+    std::vector<std::pair<ucp_ep_h, control_message>> spare_;
+    std::vector<pending_hello> hellos_;
+    std::vector<pending_hello> hellos_spare_;
+    hello_taker* acceptor_ = nullptr;
+    std::vector<hello_taker*> doors_;
+    /// Whether hellos over unknown endpoints are taken (an acceptor was attached).
+    bool takes_hellos_ = false;
+    std::size_t dropped_ = 0;
+    /// Send buffers whose send completed, for the next control messages.
+    std::vector<send_state*> free_states_;
+
+    struct unclaimed_endpoint {
+        ucp_ep_h ep;
+        std::chrono::steady_clock::time_point deadline;
+        bool failed = false;
+    };
+    std::vector<unclaimed_endpoint> unclaimed_;
+    std::unique_ptr<guarded_timer> unclaimed_timer_;
+};
+
+} // namespace ucx::detail

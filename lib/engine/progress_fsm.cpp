@@ -1,0 +1,54 @@
+#include "engine/progress_fsm.hpp"
+
+namespace ucx::detail {
+
+bool progress_fsm::request(clock::time_point now) noexcept {
+    last_activity_ = now;
+    if (in_pass_) {
+        // The running pass progresses again before it may arm: remember it.
+        requested_in_pass_ = true;
+        submitted_in_pass_ = true;
+        return false;
+    }
+    if (scheduled_)
+        return false;
+    scheduled_ = true;
+    return true;
+}
+
+progress_step progress_fsm::begin(clock::time_point now) noexcept {
+    if (!continuing_)
+        last_activity_ = now;
+    continuing_ = false;
+    pass_start_ = now;
+    spin_steps_ = 0;
+    scheduled_ = false;
+    in_pass_ = true;
+    armed_ = false;
+    requested_in_pass_ = false;
+    delivered_ = false;
+    submitted_in_pass_ = false;
+    steps_ = 0;
+    return progress_step::progress;
+}
+
+progress_step progress_fsm::on_wait_queued() noexcept {
+    wait_queued_ = true;
+    return progress_step::arm;
+}
+
+progress_step progress_fsm::on_armed(bool busy) noexcept {
+    ++steps_;
+    if (!busy) {
+        busy_quiet_ = 0;
+        return end(progress_step::sleep);
+    }
+    // An arm follows a quiet progress call: busy with nothing to do.
+    if (config_.busy_backoff_after > 0 && ++busy_quiet_ >= config_.busy_backoff_after)
+        return end(progress_step::backoff);
+    if (steps_ >= config_.max_steps_per_pass)
+        return end(progress_step::yield);
+    return progress_step::progress;
+}
+
+} // namespace ucx::detail

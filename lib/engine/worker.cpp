@@ -1,0 +1,781 @@
+#include <ucx/detail/initiate.hpp>
+#include <ucx/log.hpp>
+#include <ucx/memory_type.hpp>
+#include <ucx/worker.hpp>
+
+#include "core/context_impl.hpp"
+#include "engine/request_param.hpp"
+#include "engine/worker_impl.hpp"
+#include "gpu/device_staging.hpp"
+#include "util/intrusive_list.hpp"
+
+#include <sched.h>
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace ucx {
+namespace detail {
+
+namespace {
+
+progress_config make_progress_config(const worker_options& o) {
+    progress_config c;
+    c.mode = o.mode;
+    c.spin = o.spin_duration;
+    c.max_steps_per_pass = std::max(2u, o.max_steps_per_handler);
+    c.spin_slice = o.spin_slice;
+    c.yield_cpu = o.yield_cpu;
+    return c;
+}
+
+/// The operations in flight.
+using in_flight_list = intrusive_list<operation, &operation::prev, &operation::next>;
+} // namespace
+
+inline bool worker_impl::nothing_to_deliver() const noexcept {
+    return done_head_ == nullptr && !has_deferred_;
+}
+
+inline unsigned worker_impl::progress_ucp() noexcept {
+    const unsigned events = ucp_worker_progress(worker_);
+    // Stream data that arrived goes to its stream at once (see
+    // take_stream_data); only workers with a stream waiting without a read look.
+    if (events != 0 && streams_ != 0)
+        take_stream_data(*this);
+    return events;
+}
+
+inline bool worker_impl::work_pending() const noexcept {
+    return in_flight_count_ + internal_requests_ > 0;
+}
+
+inline bool worker_impl::awaited_work_pending() const noexcept {
+    return in_flight_count_ - background_count_ + internal_requests_ > 0;
+}
+
+// The UCX side of the progress engine: what run_progress_pass calls.
+struct engine_backend {
+    worker_impl& w;
+
+    std::size_t progress() {
+        ++w.stats_.progress_calls;
+        const unsigned events = w.progress_ucp();
+        // Most spinning steps find nothing: decide that inline.
+        if (w.nothing_to_deliver())
+            return events;
+        const std::size_t delivered = w.deliver_completions(operation::delivery::dispatch);
+        if (delivered != 0)
+            w.fsm_.on_delivered();
+        return events + delivered;
+    }
+    // Poll mode spins for the operations someone waits for, not for the
+    // library's standing receives.
+    bool work_pending() const noexcept { return w.awaited_work_pending(); }
+    bool submissions_queued() const noexcept { return w.submissions_queued(); }
+    void queue_wait() { w.queue_wait(); }
+    bool arm() {
+        ++w.stats_.arms;
+        const ucs_status_t st = ucp_worker_arm(w.worker_);
+        if (st == UCS_OK)
+            return false;
+        if (st == UCS_ERR_BUSY) {
+            ++w.stats_.arm_busy;
+            return true;
+        }
+        // Cannot sleep on the fd (no wakeup support): keep progressing, yielding.
+        if (!w.arm_error_logged_) {
+            w.arm_error_logged_ = true;
+            log::write(log::severity::warning,
+                       std::string("ucp_worker_arm: ") + ucs_status_string(st));
+        }
+        return true;
+    }
+    void post_pass() {
+        ++w.stats_.yields;
+        boost::asio::post(w.executor_, [weak = w.weak_from_this()] {
+            if (auto self = weak.lock())
+                self->run_pass();
+        });
+    }
+    void post_pass_after(std::chrono::nanoseconds d) {
+        ++w.stats_.backoffs;
+        w.backoff_timer_.start_after(d, w.weak_from_this(),
+                                     [](worker_impl& self, const error_code& ec) {
+                                         if (!ec)
+                                             self.run_pass();
+                                     });
+    }
+    void relax() {
+        ++w.stats_.cpu_yields;
+        sched_yield();
+    }
+    void park() {
+        ++w.stats_.parks;
+        w.spin_group_->park(w);
+    }
+    bool stopped() const noexcept { return w.worker_ == nullptr || w.stopping_; }
+};
+
+worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
+                         const worker_options& options)
+    : worker_core(ex), context_(std::move(ctx)), options_(options), efd_(ex), safety_timer_(ex),
+      backoff_timer_(ex), fsm_(make_progress_config(options)) {}
+
+worker_impl::~worker_impl() {
+    shutdown();
+}
+
+error_code worker_impl::accept_support() const noexcept {
+    if (!is_open())
+        return boost::asio::error::bad_descriptor;
+    if (!has_control_channel())
+        return make_error_code(error::feature_not_enabled);
+    return {};
+}
+
+void worker_impl::open() {
+    if (!context_ || !context_->native())
+        throw boost::system::system_error(make_error_code(error::context_closed),
+                                          "ucx::worker: the context is not open");
+    ucp_worker_params_t params{};
+    params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    // Serialized: one executor at a time, which may be a strand over threads.
+    params.thread_mode =
+        context_->multi_threaded() ? UCS_THREAD_MODE_MULTI : UCS_THREAD_MODE_SERIALIZED;
+    if (ucs_status_t st = ucp_worker_create(context_->native(), &params, &worker_); st != UCS_OK) {
+        worker_ = nullptr;
+        throw boost::system::system_error(make_error_code(st), "ucp_worker_create");
+    }
+    int fd = -1;
+    if (ucs_status_t st = ucp_worker_get_efd(worker_, &fd); st != UCS_OK) {
+        ucp_worker_destroy(worker_);
+        worker_ = nullptr;
+        throw boost::system::system_error(make_error_code(st), "ucp_worker_get_efd");
+    }
+    // The address, once: it does not change, and every connect by host:port
+    // and every client of a listener's door sends it.
+    {
+        ucp_address_t* addr = nullptr;
+        std::size_t len = 0;
+        if (ucs_status_t st = ucp_worker_get_address(worker_, &addr, &len); st != UCS_OK) {
+            ucp_worker_destroy(worker_);
+            worker_ = nullptr;
+            throw boost::system::system_error(make_error_code(st), "ucp_worker_get_address");
+        }
+        auto* p = reinterpret_cast<const std::byte*>(addr);
+        address_ = worker_address(std::vector<std::byte>(p, p + len));
+        ucp_worker_release_address(worker_, addr);
+    }
+    efd_.assign(fd);
+    // Active messages carry the control channel, and the registry on top.
+    if ((context_->features() & feature::am) == feature::am && channel_.open())
+        am_ = make_am_registry(*this);
+    // Device buffers go through host memory where UCX cannot move them;
+    // where it can, only the collectives' arithmetic needs host copies.
+    if (built_with_cuda() && cuda_device_count() > 0) {
+        device_staging::settings settings;
+        settings.messages = !context_->ucx_cuda_memory();
+        staging_ = std::make_shared<device_staging>(*this, nullptr, nullptr, settings);
+    }
+    // An io_context (plain or behind a strand): its work count.
+    if (native_executor_)
+        work_context_ = &native_executor_->context();
+    else if (auto* strand =
+                 executor_.target<boost::asio::strand<boost::asio::io_context::executor_type>>())
+        work_context_ = &strand->get_inner_executor().context();
+    // Polling workers of one io_context spin in turns (see spin_group).
+    if (options_.mode != progress_mode::event && native_executor_) {
+        spin_group_ = &spin_group::of(native_executor_->context());
+        spin_group_->join(*this);
+    }
+    // Serve the peers from the start: the first pass queues the wait on the fd.
+    request_progress();
+    log::write(log::severity::debug,
+               "worker created, progress mode " + std::string(to_string(options_.mode)));
+}
+
+worker_address worker_impl::address() const {
+    if (!worker_)
+        throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                          "ucx::worker::address");
+    return address_;
+}
+
+// ---- operations ----
+
+void worker_impl::start(operation* op) noexcept {
+    op->owner = this;
+    if (op->in_flight)
+        return; // started already (a connect that moves from its handshake to UCX)
+    op->in_flight = true;
+    in_flight_list::push_front(in_flight_head_, op);
+    ++in_flight_count_;
+    background_count_ += op->background;
+    if (!safety_timer_armed_)
+        start_safety_timer();
+}
+
+void worker_impl::unlink(operation* op) noexcept {
+    if (!op->in_flight)
+        return;
+    op->in_flight = false;
+    in_flight_list::erase(in_flight_head_, op);
+    --in_flight_count_;
+    background_count_ -= op->background;
+}
+
+void worker_impl::finished(operation* op) noexcept {
+    if (op->counted_send && op->endpoint) {
+        op->counted_send = false;
+        counted_send_finished(op);
+    }
+    unlink(op);
+    op->next = nullptr;
+    if (done_tail_)
+        done_tail_->next = op;
+    else
+        done_head_ = op;
+    done_tail_ = op;
+}
+
+void worker_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
+    if (UCS_PTR_IS_PTR(result)) {
+        op->request = result;
+        if (op->cancel_requested && op->status == UCS_INPROGRESS)
+            ucp_request_cancel(worker_, result);
+    } else {
+        // Completed (or failed) at once: still delivered from a later pass,
+        // never inside the initiating function.
+        op->status = UCS_PTR_STATUS(result);
+        finished(op);
+    }
+    request_progress();
+}
+
+void worker_impl::complete(operation* op, const error_code& ec) noexcept {
+    op->error = ec;
+    if (!ec)
+        op->status = UCS_OK;
+    if (!worker_ || stopping_) {
+        unlink(op);
+        op->complete(operation::delivery::post);
+        return;
+    }
+    finished(op);
+    request_progress();
+}
+
+void worker_impl::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
+                           ucp_tag_t mask) noexcept {
+    start(op);
+    op->cancellable = true;
+    if (!is_open())
+        return complete(op, boost::asio::error::operation_aborted);
+    if (op->cancel_requested)
+        return complete(op, boost::asio::error::operation_aborted);
+    // UCX 1.13 does not fill recv_info when it completes a receive at once
+    // from its unexpected queue (observed: length and tag read back as 0), so
+    // ask for the callback in every case; it only queues the operation.
+    ucp_request_param_t param = recv_param(&worker_impl::recv_callback, op);
+    add_no_immediate_completion(param);
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
+    submitted(op, r);
+}
+
+ucs_status_ptr_t worker_impl::tag_msg_recv_at_once(void* data, std::size_t size,
+                                                   ucp_tag_message_h message) noexcept {
+    // No operation yet: most such receives complete inside the call. A
+    // request's callback runs from a later progress, never inside the call,
+    // so the operation that completes it is attached after UCX has answered
+    // (`adopt_recv`), in the request's own space (see the context's
+    // `request_size`), empty until then.
+    const ucp_request_param_t param = recv_param(&worker_impl::adopted_recv_callback, nullptr);
+    const ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, data, size, message, &param);
+    if (UCS_PTR_IS_PTR(r))
+        *static_cast<operation**>(r) = nullptr;
+    return r;
+}
+
+void worker_impl::adopt_recv(tag_recv_op* op, ucs_status_ptr_t r) noexcept {
+    start(op);
+    op->cancellable = true;
+    if (UCS_PTR_IS_PTR(r))
+        *static_cast<operation**>(r) = op;
+    submitted(op, r);
+}
+
+void worker_impl::adopted_recv_callback(void* request, ucs_status_t status,
+                                        const ucp_tag_recv_info_t* info, void*) noexcept {
+    if (auto* op = *static_cast<operation**>(request))
+        return recv_callback(request, status, info, op);
+    // Its operation was never made (the caller's allocation threw): nothing
+    // waits for it.
+    ucp_request_free(request);
+}
+
+void worker_impl::cancel(operation* op) noexcept {
+    if (op->status != UCS_INPROGRESS || !op->in_flight)
+        return;
+    if (op->cancel_hook) {
+        op->cancel_hook(op);
+        return;
+    }
+    if (op->request == nullptr) {
+        op->cancel_requested = true;
+        return;
+    }
+    if (op->cancellable && worker_) {
+        ucp_request_cancel(worker_, op->request);
+        request_progress();
+    }
+}
+
+void worker_impl::send_callback(void* request, ucs_status_t status, void* user_data) noexcept {
+    auto* op = static_cast<operation*>(user_data);
+    op->request = request;
+    op->status = status;
+    op->owner->finished(op);
+}
+
+void worker_impl::recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                                void* user_data) noexcept {
+    auto* op = static_cast<tag_recv_op*>(static_cast<operation*>(user_data));
+    op->request = request;
+    op->status = status;
+    if (status == UCS_OK && info) {
+        op->bytes = info->length;
+        op->sender_tag = info->sender_tag;
+    }
+    op->owner->finished(op);
+}
+
+void worker_impl::close_callback(void* request, ucs_status_t, void* user_data) noexcept {
+    auto* self = static_cast<worker_impl*>(user_data);
+    ucp_request_free(request);
+    --self->internal_requests_;
+}
+
+ucs_status_ptr_t worker_impl::close_ucp_endpoint(ucp_ep_h ep, bool force, operation* op) noexcept {
+    const std::uint32_t flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    if (op) {
+        ucp_request_param_t param = send_param(&worker_impl::send_callback, op, flags);
+        return ucp_ep_close_nbx(ep, &param);
+    }
+    ucp_request_param_t param = send_param(&worker_impl::close_callback, this, flags);
+    if (ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param); UCS_PTR_IS_PTR(r)) {
+        ++internal_requests_;
+        request_progress();
+    }
+    return nullptr;
+}
+
+// ---- components ----
+
+bool worker_impl::needed() const noexcept {
+    if (work_pending() || heads_[static_cast<std::size_t>(component_kind::listener)] ||
+        channel_.keeps_worker_running())
+        return true;
+    for (auto kind : {component_kind::endpoint, component_kind::service})
+        for (const worker_component* c = heads_[static_cast<std::size_t>(kind)]; c; c = c->next_)
+            if (c->keeps_worker_running())
+                return true;
+    return false;
+}
+
+void worker_impl::running_needs_changed() noexcept {
+    if (!worker_ || stopping_ || fsm_.in_pass())
+        return; // the pass settles it when it ends
+    if (!uncounted_) {
+        // Counted: a pass (inside a handler, where the io_context may run
+        // out of work) takes the count back if nothing needs the worker.
+        if (!fsm_.pass_scheduled() && !needed())
+            request_pass();
+        return;
+    }
+    // Needed again: counted at once, from any point (the count only grows).
+    if (needed())
+        count_as_work(true);
+}
+
+void worker_impl::count_as_work(bool on) noexcept {
+    if (!work_context_ || uncounted_ == !on)
+        return;
+    uncounted_ = !on;
+    // The queued wait on the event fd is the worker's outstanding work: it
+    // stays queued (the worker is progressed whenever the io_context runs),
+    // and only its count is taken back, as for an idle socket.
+    if (on)
+        work_context_->get_executor().on_work_started();
+    else
+        work_context_->get_executor().on_work_finished();
+}
+
+void worker_impl::settle_work_count() noexcept {
+    // Only at the end of a handler: taking the count back may end the
+    // io_context's work, which Asio then stops, as when a handler finishes
+    // the last operation.
+    const bool idle = fsm_.wait_queued() && !fsm_.pass_scheduled() && !needed();
+    if (idle)
+        cancel_safety_timer(); // nothing in flight for it to look after
+    count_as_work(!idle);
+}
+
+void worker_impl::add_component(worker_component& c) noexcept {
+    if (c.linked_)
+        return;
+    worker_component*& head = heads_[static_cast<std::size_t>(c.kind_)];
+    c.prev_ = nullptr;
+    c.next_ = head;
+    if (head)
+        head->prev_ = &c;
+    head = &c;
+    c.linked_ = true;
+    running_needs_changed();
+}
+
+void worker_impl::remove_component(worker_component& c) noexcept {
+    if (c.linked_) {
+        if (c.prev_)
+            c.prev_->next_ = c.next_;
+        else
+            heads_[static_cast<std::size_t>(c.kind_)] = c.next_;
+        if (c.next_)
+            c.next_->prev_ = c.prev_;
+        c.next_ = c.prev_ = nullptr;
+        c.linked_ = false;
+        running_needs_changed();
+    }
+    forget(c);
+}
+
+void worker_impl::forget(deferred_work& d) noexcept {
+    for (std::size_t stage = 0; d.queued_ != 0 && stage < deferred_stage_count; ++stage) {
+        const auto bit = static_cast<std::uint8_t>(1u << stage);
+        if (d.queued_ & bit) {
+            std::erase(deferred_[stage], &d);
+            d.queued_ &= static_cast<std::uint8_t>(~bit);
+        }
+    }
+    // It may be waiting in the stage that runs now (its bit already cleared).
+    std::replace(running_.begin(), running_.end(), &d, static_cast<deferred_work*>(nullptr));
+}
+
+std::size_t worker_impl::run_stage(deferred_stage stage) noexcept {
+    auto& queue = deferred_[static_cast<std::size_t>(stage)];
+    if (queue.empty())
+        return 0;
+    const auto bit = static_cast<std::uint8_t>(1u << static_cast<unsigned>(stage));
+    std::size_t n = 0;
+    // The queue as it is now runs, last queued first; what is queued for this
+    // stage meanwhile runs in the next pass (a part that queues itself again
+    // runs once per pass). Both vectors keep their capacity: no allocation.
+    running_.swap(queue);
+    while (!running_.empty()) {
+        deferred_work* d = running_.back();
+        running_.pop_back();
+        if (!d)
+            continue; // forgotten while the stage ran
+        d->queued_ &= static_cast<std::uint8_t>(~bit);
+        n += d->run_deferred(stage);
+    }
+    return n;
+}
+
+std::size_t worker_impl::deliver_completions(operation::delivery d) {
+    std::size_t n = 0;
+    if (has_deferred_) {
+        has_deferred_ = false;
+        // In deferred_stage's order: control messages first.
+        for (std::size_t stage = 0; stage < deferred_stage_count; ++stage)
+            n += run_stage(static_cast<deferred_stage>(stage));
+    }
+    // Deliver what is queued now (not what these handlers queue), one at a
+    // time from the shared queue, so a handler that shuts the worker down
+    // leaves the rest to shutdown(), which frees their UCX requests in time.
+    operation* const last = done_tail_;
+    while (operation* op = done_head_) {
+        done_head_ = op->next;
+        if (!done_head_)
+            done_tail_ = nullptr;
+        op->next = nullptr;
+        if (op->request) {
+            ucp_request_free(op->request);
+            op->request = nullptr;
+        }
+        ++n;
+        ++stats_.completions;
+        op->complete(d);
+        if (op == last || (d == operation::delivery::dispatch && (stopping_ || !worker_)))
+            break;
+    }
+    return n;
+}
+
+// ---- the engine ----
+
+void worker_impl::request_pass() {
+    if (!worker_ || stopping_)
+        return;
+    if (fsm_.request(fsm_.now())) {
+        boost::asio::post(executor_, [weak = weak_from_this()] {
+            if (auto self = weak.lock())
+                self->run_pass();
+        });
+    }
+}
+
+void worker_impl::run_pass() {
+    if (!worker_ || stopping_)
+        return;
+    // A handler delivered during the pass may drop the last handle.
+    auto keep_alive = shared_from_this();
+    ++stats_.passes;
+    engine_backend backend{*this};
+    run_progress_pass(fsm_, backend);
+    if (work_context_ && worker_ && !stopping_)
+        settle_work_count();
+}
+
+void worker_impl::queue_wait() {
+    const unsigned generation = ++wait_generation_;
+    efd_.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                    [weak = weak_from_this(), generation](const error_code& ec) {
+                        auto self = weak.lock();
+                        if (!self || generation != self->wait_generation_)
+                            return;
+                        // This wait was the worker's outstanding work: its
+                        // count is taken back as it completes.
+                        self->count_as_work(true);
+                        self->fsm_.on_wait_done();
+                        if (ec || !self->worker_ || self->stopping_)
+                            return;
+                        ++self->stats_.wakeups;
+                        if (!self->fsm_.pass_scheduled() && !self->fsm_.in_pass())
+                            self->run_pass();
+                    });
+}
+
+void worker_impl::cancel_wait() noexcept {
+    count_as_work(true); // the cancelled wait completes as counted work
+    ++wait_generation_;
+    error_code ignored;
+    efd_.cancel(ignored);
+    fsm_.on_wait_done();
+}
+
+void worker_impl::start_safety_timer() {
+    if (options_.safety_interval.count() <= 0 || !worker_ || stopping_)
+        return;
+    safety_timer_armed_ = true;
+    safety_timer_.start_after(options_.safety_interval, weak_from_this(),
+                              [](worker_impl& self, const error_code& ec) {
+                                  self.safety_timer_armed_ = false;
+                                  if (ec || !self.worker_ || self.stopping_ || !self.work_pending())
+                                      return;
+                                  ++self.stats_.safety_timer_passes;
+                                  if (!self.fsm_.pass_scheduled() && !self.fsm_.in_pass())
+                                      self.run_pass();
+                                  if (!self.safety_timer_armed_)
+                                      self.start_safety_timer();
+                              });
+}
+
+void worker_impl::cancel_safety_timer() noexcept {
+    if (!safety_timer_armed_)
+        return;
+    safety_timer_armed_ = false;
+    safety_timer_.cancel();
+}
+
+void worker_impl::add_resource(worker_resource* r) {
+    resources_.push_back(r);
+}
+
+void worker_impl::remove_resource(worker_resource* r) noexcept {
+    std::erase(resources_, r);
+}
+
+// ---- shutdown ----
+
+bool worker_impl::closes_under_way() const noexcept {
+    for (worker_component* c = components(component_kind::endpoint); c; c = c->next_component())
+        if (c->finishing())
+            return true;
+    return false;
+}
+
+void worker_impl::shutdown() {
+    if (!worker_ || stopping_)
+        return;
+    if (spin_group_) {
+        spin_group_->leave(*this);
+        spin_group_ = nullptr;
+    }
+    // 0. Graceful closes under way finish first: what the application wrote
+    // before close() still reaches the peer when the program ends right
+    // after (the kernel does that for a TCP socket; here the data is still
+    // in this process). Bounded by the shutdown timeout, and only while the
+    // peers are still there; nothing but this loop runs meanwhile (handlers
+    // are posted, timers wait).
+    const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
+    while (closes_under_way() && std::chrono::steady_clock::now() < deadline) {
+        progress_ucp();
+        deliver_completions(operation::delivery::post);
+    }
+    stopping_ = true;
+    log::write(log::severity::debug, "worker shutting down");
+
+    // 1. Close listeners, force-close endpoints (their sends complete with an
+    // error), end the rest (active messages: waiting receives are ended below,
+    // queued messages go). Each component leaves the worker as it ends.
+    for (component_kind kind :
+         {component_kind::listener, component_kind::endpoint, component_kind::service})
+        while (worker_component* c = components(kind))
+            c->shutdown();
+    channel_.shutdown();
+    for (auto& queue : deferred_)
+        queue.clear();
+    has_deferred_ = false;
+
+    // 2. Cancel tag receives; everything still in flight reports operation_aborted.
+    std::vector<operation*> library_owned;
+    for (operation *op = in_flight_head_, *next = nullptr; op; op = next) {
+        next = op->next; // a cancel may complete op at once, unlinking it
+        op->aborted = true;
+        if (op->library_owned)
+            library_owned.push_back(op);
+        else if (op->request && op->cancellable)
+            ucp_request_cancel(worker_, op->request);
+    }
+    for (operation* op : library_owned)
+        finished(op);
+
+    // 3. Progress until UCX has called back every request.
+    while (work_pending() && std::chrono::steady_clock::now() < deadline)
+        ucp_worker_progress(worker_);
+    if (in_flight_count_ > 0) {
+        log::write(log::severity::error,
+                   "worker shutdown: " + std::to_string(in_flight_count_) +
+                       " requests did not complete in time; completing them as aborted");
+        while (in_flight_head_) {
+            operation* op = in_flight_head_;
+            op->request = nullptr; // UCX's memory goes with the worker
+            op->aborted = true;
+            finished(op);
+        }
+    }
+    deliver_completions(operation::delivery::post);
+
+    // 4. Stop the engine, give the fd back to UCX (it owns and closes it), destroy.
+    cancel_wait();
+    cancel_safety_timer();
+    backoff_timer_.cancel();
+    error_code ignored;
+    if (efd_.is_open())
+        efd_.release();
+    // Active messages the application still holds keep a copy of UCX's buffers.
+    while (!resources_.empty()) {
+        worker_resource* r = resources_.back();
+        resources_.pop_back();
+        r->release_worker_resource();
+    }
+    am_.reset();
+    channel_.release();
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+}
+
+} // namespace detail
+
+// ---- ucx::worker ----
+
+worker::worker(const context& ctx, const executor_type& ex, const worker_options& options)
+    : impl_(std::make_shared<detail::worker_impl>(detail::access::get_impl(ctx), ex, options)) {
+    impl_->open();
+}
+
+worker& worker::operator=(worker&& other) noexcept {
+    if (this != &other) {
+        if (impl_)
+            impl_->shutdown();
+        impl_ = std::move(other.impl_);
+    }
+    return *this;
+}
+
+worker::~worker() {
+    if (impl_)
+        impl_->shutdown();
+}
+
+worker::executor_type worker::get_executor() const noexcept {
+    return impl_ ? impl_->get_executor() : executor_type();
+}
+
+worker_address worker::address() const {
+    return impl_->address();
+}
+
+progress_mode worker::mode() const noexcept {
+    return impl_->options().mode;
+}
+
+void worker::close() {
+    if (impl_)
+        impl_->shutdown();
+}
+
+bool worker::is_open() const noexcept {
+    return impl_ && impl_->is_open();
+}
+
+worker_stats worker::stats() const noexcept {
+    if (!impl_)
+        return worker_stats{};
+    worker_stats s = impl_->stats();
+    if (const detail::device_staging* staging = impl_->staging()) {
+        s.staged_operations = staging->staged_operations();
+        s.staged_bytes = staging->staged_bytes();
+    }
+    return s;
+}
+
+std::size_t worker::pending_operations() const noexcept {
+    return impl_ ? impl_->pending() : 0;
+}
+
+void worker::signal() {
+    if (!impl_)
+        return;
+    boost::asio::post(impl_->get_executor(), [weak = std::weak_ptr(impl_)] {
+        if (auto self = weak.lock())
+            self->request_progress();
+    });
+}
+
+ucp_worker_h worker::native_handle() const noexcept {
+    return impl_ ? impl_->native() : nullptr;
+}
+
+} // namespace ucx
+
+// The non-template functions the public headers' templates call (the worker): each
+// forwards to the implementation object, so the public headers need only
+// forward declarations of the implementation classes.
+namespace ucx::detail {
+
+worker_core& core_of(worker_impl& w) noexcept {
+    return w;
+}
+
+void cancel(operation* op) noexcept {
+    op->owner->cancel(op);
+}
+
+} // namespace ucx::detail

@@ -1,0 +1,311 @@
+// Internal: the state behind ucx::worker, and its progress engine.
+#pragma once
+
+#include <ucx/detail/initiate.hpp>
+#include <ucx/detail/operation.hpp>
+#include <ucx/worker.hpp>
+
+#include "connection/control_channel.hpp"
+#include "connection/control_message.hpp"
+#include "engine/progress_fsm.hpp"
+#include "engine/spin_group.hpp"
+#include "engine/worker_component.hpp"
+#include "util/guarded_timer.hpp"
+
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace ucx::detail {
+
+class am_registry;
+class device_staging;
+class context_impl;
+class endpoint_impl;
+
+/// A resource tied to the UCP worker (an unpacked remote key, the received
+/// active messages): released by shutdown after every request has called
+/// back, before the UCP worker is destroyed, unless it removed itself earlier.
+class worker_resource {
+public:
+    virtual void release_worker_resource() noexcept = 0;
+
+protected:
+    ~worker_resource() = default;
+};
+
+/// A counted send finished (inside a UCX callback: records only); defined
+/// with the endpoint, which `op->endpoint` is.
+void counted_send_finished(operation* op) noexcept;
+/// Creates and opens the active-message registry of `w` (registered with
+/// it); null when it cannot be opened. Defined with the registry.
+std::shared_ptr<am_registry> make_am_registry(worker_impl& w);
+/// Connects `op`'s new endpoint to the worker at `to` as a connection of a
+/// group's fabric (lib/connection/connect.cpp; see worker_impl::fabric_tag).
+void connect_fabric(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept;
+/// Hands the stream data UCX queued after a progress call to the streams it
+/// is for, which take it out of UCX's queues: UCX discards what is queued
+/// for an endpoint when the endpoint fails, before it reports the failure,
+/// and the data a peer wrote before it died must still be read. Defined
+/// with the stream.
+void take_stream_data(worker_impl& w) noexcept;
+
+class worker_impl : public worker_core, public std::enable_shared_from_this<worker_impl> {
+public:
+    worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
+                const worker_options& options);
+    ~worker_impl();
+    worker_impl(const worker_impl&) = delete;
+    worker_impl& operator=(const worker_impl&) = delete;
+
+    /// Opens the UCP worker and its event fd; throws on failure.
+    void open();
+
+    ucp_worker_h native() const noexcept { return worker_; }
+    const context_impl& context() const noexcept { return *context_; }
+    const worker_options& options() const noexcept { return options_; }
+    bool is_open() const noexcept { return worker_ != nullptr && !stopping_; }
+    const worker_stats& stats() const noexcept { return stats_; }
+    std::size_t pending() const noexcept { return in_flight_count_; }
+
+    // --- operations (owner thread only) ---
+
+    /// Links an operation into the in-flight list before it is submitted
+    /// (once: starting it again does nothing).
+    void start(operation* op) noexcept;
+    /// Takes the answer of a ucp_*_nbx call for `op`: a request (in flight or
+    /// already completed by a callback), NULL (done) or an error.
+    void submitted(operation* op, ucs_status_ptr_t result) noexcept;
+    /// Completes a started `op` without UCX: with `ec`, or with success
+    /// when `ec` is empty (the library's own results, bad input, a closed
+    /// object). Delivered from a later pass, never inside the caller.
+    void complete(operation* op, const error_code& ec) noexcept;
+    /// Starts a tag receive.
+    void tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
+                  ucp_tag_t mask) noexcept;
+    /// The receive of `message` (taken out of UCX's unexpected queue by a
+    /// probe), made with no operation, which UCX may complete inside this
+    /// call: null when it did (UCX 1.13 does not report the length of such
+    /// a receive: the caller knows it from the probe). Otherwise UCX's
+    /// answer, a request or an error status, which the caller hands to an
+    /// operation with `adopt_recv` at once; that operation is delivered
+    /// later.
+    ucs_status_ptr_t tag_msg_recv_at_once(void* data, std::size_t size,
+                                          ucp_tag_message_h message) noexcept;
+    /// `op` completes `r`, the answer of `tag_msg_recv_at_once`, as a receive
+    /// started by `tag_recv` completes.
+    void adopt_recv(tag_recv_op* op, ucs_status_ptr_t r) noexcept;
+    /// A UCX callback finished `op`: queue it for delivery after progress.
+    void finished(operation* op) noexcept;
+    /// Cancels an operation from its cancellation slot: tag receives through
+    /// UCX, library-owned operations through their hook; sends cannot be.
+    void cancel(operation* op) noexcept;
+    /// Head of the in-flight list (for endpoint failure fan-out).
+    operation* in_flight_ops() const noexcept { return in_flight_head_; }
+    /// Whether anything needs the worker's progress: an endpoint with a UCP
+    /// endpoint, a listener, an address acceptor, an active-message push
+    /// handler, a connection under way, an operation or internal request in
+    /// flight. Without any, its queued wait on the event fd does not count
+    /// as outstanding work of the io_context (see count_as_work), so it does
+    /// not keep run() from returning, as an idle socket does not; it is still
+    /// progressed whenever the io_context runs.
+    bool needed() const noexcept;
+    /// What `needed()` depends on changed (a component came or went, an
+    /// acceptor attached or detached, a push handler was set).
+    void running_needs_changed() noexcept;
+    /// Asks for a progress pass (coalesced).
+    void request_progress() {
+        // Inside a pass (a handler starting its next operation) this only
+        // notes the request: the common case, kept inline.
+        if (fsm_.in_pass())
+            fsm_.request_in_pass();
+        else
+            request_pass();
+    }
+
+    // --- components (owner thread only) ---
+    /// `c` takes part in shutdown until removed.
+    void add_component(worker_component& c) noexcept;
+    /// Takes `c` out (and out of every deferred queue). Idempotent.
+    void remove_component(worker_component& c) noexcept;
+    /// Takes `d` out of every deferred queue (before it goes away). Idempotent.
+    void forget(deferred_work& d) noexcept;
+    /// The first registered component of `kind` (then `next_component()`).
+    worker_component* components(component_kind kind) const noexcept {
+        return heads_[static_cast<std::size_t>(kind)];
+    }
+    /// Queues `c` for `stage` of the work after the current (or next)
+    /// ucp_worker_progress call; once per stage until it runs. Callable from
+    /// UCX callbacks; ignored once the worker shuts down.
+    void defer(deferred_work& c, deferred_stage stage) {
+        const auto bit = static_cast<std::uint8_t>(1u << static_cast<unsigned>(stage));
+        if ((c.queued_ & bit) || stopping_)
+            return;
+        deferred_[static_cast<std::size_t>(stage)].push_back(&c);
+        c.queued_ |= bit;
+        has_deferred_ = true;
+    }
+    /// An internal request (a close, a fetch) is under way: shutdown waits for it.
+    void internal_request_started() noexcept { ++internal_requests_; }
+    void internal_request_done() noexcept { --internal_requests_; }
+    /// Closes a UCP endpoint (force, or flush: what was sent goes first).
+    /// Without `op`, the worker counts the close as its internal work and
+    /// returns null; with `op`, UCX's answer for it is returned (see
+    /// `submitted`), and the close completes it.
+    ucs_status_ptr_t close_ucp_endpoint(ucp_ep_h ep, bool force, operation* op = nullptr) noexcept;
+
+    /// The control channel (the library's control messages).
+    control_channel& control() noexcept { return channel_; }
+    /// The endpoint mapped to a UCP endpoint, or null (see control_channel).
+    endpoint_impl* find_endpoint(ucp_ep_h ep) const noexcept { return channel_.find(ep); }
+    /// Sends a control message on `ep` (fire and forget; the worker tracks it).
+    void send_control(ucp_ep_h ep, const control_message& m) noexcept { channel_.send(ep, m); }
+    /// Whether the context has active messages (needed for connected endpoints).
+    bool has_control_channel() const noexcept { return channel_.is_open(); }
+    /// Whether connections can be accepted on this worker: `bad_descriptor`
+    /// when it is closed, `error::feature_not_enabled` without the control
+    /// channel (the context has no active messages).
+    error_code accept_support() const noexcept;
+    /// Bit 63 of an endpoint's id (the high half of its receive tags) is set
+    /// for the connections of a group's fabric only (`fabric_tag`), so a
+    /// group's receive from any rank can match the fabric's messages and
+    /// never another connection's, whatever their 32-bit tags.
+    static constexpr std::uint64_t fabric_tag_bit = std::uint64_t{1} << 63;
+    /// A fresh random tag for per-endpoint receives (bit 63 clear).
+    std::uint64_t random_tag() { return rng_() & ~fabric_tag_bit; }
+    /// A fresh random tag for a fabric connection (bit 63 set).
+    std::uint64_t fabric_tag() { return rng_() | fabric_tag_bit; }
+    /// A stream starts (`true`) or stops waiting for data with no read
+    /// pending: while any does, each progress call that found events hands
+    /// out stream data (a stream with reads pending looks after each pass).
+    void watch_streams(bool on) noexcept { on ? ++streams_ : --streams_; }
+    /// Control messages dropped as malformed or unroutable.
+    std::size_t dropped_control_messages() const noexcept { return channel_.dropped(); }
+
+    // --- active messages (owner thread only) ---
+    /// The active-message receive side; null without the AM feature.
+    am_registry* am() const noexcept { return am_.get(); }
+
+    // --- device buffers (owner thread only) ---
+    /// The staging of device buffers (lib/gpu/device_staging.hpp): present only
+    /// where a device exists (it stages messages only where the context's
+    /// UCX cannot move device memory), so elsewhere an operation pays one
+    /// test of a null pointer.
+    device_staging* staging() const noexcept { return staging_.get(); }
+    /// Installs (or, with null, removes) the staging of device buffers.
+    void set_staging(std::shared_ptr<device_staging> s) noexcept { staging_ = std::move(s); }
+    /// Starts a receive of one active message on `id` (from `from` only, if set).
+    void am_recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept;
+
+    // --- resources (owner thread only) ---
+    /// `r` is released at shutdown unless removed first.
+    void add_resource(worker_resource* r);
+    void remove_resource(worker_resource* r) noexcept;
+
+    /// The worker's address.
+    worker_address address() const;
+
+    /// Shuts down (see ucx::worker). Idempotent.
+    void shutdown();
+
+    // --- the spin group (owner thread only) ---
+    /// Whether quiet spinning steps park in the spin group (set by it).
+    void set_shared_spin(bool on) noexcept { fsm_.set_shared_spin(on); }
+    /// The spin group's turn: the parked pass continues.
+    void run_parked_pass() { run_pass(); }
+
+    // UCX callbacks; they only record and queue.
+    static void send_callback(void* request, ucs_status_t status, void* user_data) noexcept;
+    /// The callback of `tag_msg_recv_at_once`'s requests: the operation is in
+    /// the request's space.
+    static void adopted_recv_callback(void* request, ucs_status_t status,
+                                      const ucp_tag_recv_info_t* info, void*) noexcept;
+    static void recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                              void* user_data) noexcept;
+    static void close_callback(void* request, ucs_status_t status, void* user_data) noexcept;
+
+private:
+    friend struct engine_backend;
+
+    void run_pass();
+    void request_pass();
+    std::size_t deliver_completions(operation::delivery d);
+    /// Whether deliver_completions has nothing to do: the common quiet step.
+    bool nothing_to_deliver() const noexcept;
+    /// Runs the components queued for `stage`.
+    std::size_t run_stage(deferred_stage stage) noexcept;
+    void queue_wait();
+    void cancel_wait() noexcept;
+    void start_safety_timer();
+    void unlink(operation* op) noexcept;
+    bool work_pending() const noexcept;
+    /// `work_pending()` less the library's standing receives (`background`).
+    bool awaited_work_pending() const noexcept;
+    /// One ucp_worker_progress call, then the stream data it brought handed out.
+    unsigned progress_ucp() noexcept;
+    /// Whether an endpoint's graceful close is under way (shutdown's first step).
+    bool closes_under_way() const noexcept;
+    void cancel_safety_timer() noexcept;
+    /// Counts the queued wait as outstanding work of the io_context (`on`),
+    /// or takes its count back (io_context::executor_type's
+    /// on_work_started/on_work_finished). Idempotent.
+    void count_as_work(bool on) noexcept;
+    /// At the end of a pass: uncounted when the wait is queued, no pass is
+    /// scheduled and nothing needs the worker; counted otherwise.
+    void settle_work_count() noexcept;
+
+    std::shared_ptr<context_impl> context_;
+    worker_options options_;
+    ucp_worker_h worker_ = nullptr;
+    /// The worker's address, taken once when it opened.
+    worker_address address_;
+    boost::asio::posix::stream_descriptor efd_;
+    guarded_timer safety_timer_;
+    /// Starts the next pass after a back-off (see progress_config).
+    guarded_timer backoff_timer_;
+    bool safety_timer_armed_ = false;
+    progress_fsm fsm_;
+    /// The spin group of the io_context (poll and hybrid modes on a plain
+    /// io_context executor), or null.
+    spin_group* spin_group_ = nullptr;
+    /// The io_context whose outstanding work the worker's wait counts in
+    /// (null for other executors: then it always counts).
+    boost::asio::io_context* work_context_ = nullptr;
+    /// The wait's count was taken back (nothing needs the worker).
+    bool uncounted_ = false;
+    worker_stats stats_{};
+    unsigned wait_generation_ = 0;
+    bool stopping_ = false;
+    /// Streams connected with no read pending.
+    std::size_t streams_ = 0;
+
+    operation* in_flight_head_ = nullptr;
+    std::size_t in_flight_count_ = 0;
+    /// Of those, the `background` ones.
+    std::size_t background_count_ = 0;
+    operation* done_head_ = nullptr;
+    operation* done_tail_ = nullptr;
+    std::size_t internal_requests_ = 0;
+    // Deferred work: one queue per stage, and whether any has something (the
+    // quiet step checks only that flag).
+    std::array<std::vector<deferred_work*>, deferred_stage_count> deferred_;
+    bool has_deferred_ = false;
+    /// The stage running now: its queue as it was when the stage started.
+    std::vector<deferred_work*> running_;
+    std::array<worker_component*, component_kind_count> heads_{};
+    control_channel channel_{*this};
+    std::shared_ptr<am_registry> am_;
+    std::shared_ptr<device_staging> staging_;
+    std::vector<worker_resource*> resources_;
+    std::mt19937_64 rng_{std::random_device{}()};
+    bool arm_error_logged_ = false;
+};
+
+} // namespace ucx::detail
