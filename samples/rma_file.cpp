@@ -13,7 +13,7 @@
 // serve: F is served to pulls (memory-mapped and registered, or with --read
 // read into memory UCX allocates); pushes are written to O (memory-mapped).
 // It prints "listening on HOST:PORT" and exits after N clients (default: never).
-// Every process running this sets UCX_NET_DEVICES itself (see docs/rma.md).
+// Every process running this sets UCX_NET_DEVICES itself (see docs/guide/rma.md).
 #include "sample_args.hpp"
 
 #include <ucx/asio.hpp>
@@ -25,6 +25,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write_at.hpp>
 
@@ -46,6 +47,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -170,6 +172,23 @@ std::string sha256_hex(const void* data, std::size_t n) {
     return s.hex();
 }
 #endif
+
+// Work that takes seconds (hashing or copying hundreds of MiB) runs on a
+// thread of its own, and the coroutine waits for it: the io_context goes on
+// answering the peer meanwhile. A loop blocked that long would not answer the
+// peer's heartbeats, and a peer silent for the worker's `peer_timeout` is
+// dropped as unresponsive.
+asio::thread_pool& background() {
+    static asio::thread_pool pool(1);
+    return pool;
+}
+
+template <class F>
+asio::awaitable<std::invoke_result_t<F&>> off_the_loop(F f) {
+    co_return co_await asio::co_spawn(
+        background(), [&f]() -> asio::awaitable<std::invoke_result_t<F&>> { co_return f(); },
+        asio::use_awaitable);
+}
 
 // ---- files ----
 
@@ -382,7 +401,8 @@ asio::awaitable<void> serve_client(ucx::context& ctx, ucx::endpoint ep, const se
         }
         co_await send_key(ep, file.size(), file.size() ? &region : nullptr);
         co_await recv_text(ep, done_tag);
-        const std::string digest = sha256_hex(file.data(), file.size());
+        const std::string digest =
+            co_await off_the_loop([&] { return sha256_hex(file.data(), file.size()); });
         std::printf("served %s: %zu bytes, sha256 %s\n", s.file.c_str(), file.size(),
                     digest.c_str());
         co_await send_text(ep, digest, digest_tag);
@@ -397,10 +417,12 @@ asio::awaitable<void> serve_client(ucx::context& ctx, ucx::endpoint ep, const se
         // The client flushes, then says the data is ready.
         co_await recv_text(ep, done_tag);
         output_file file(s.out, req.size);
-        if (req.size > 0)
-            std::memcpy(file.data(), region.data(), req.size);
+        const std::string digest = co_await off_the_loop([&] {
+            if (req.size > 0)
+                std::memcpy(file.data(), region.data(), req.size);
+            return sha256_hex(file.data(), file.size());
+        });
         region.reset();
-        const std::string digest = sha256_hex(file.data(), file.size());
         const std::size_t received = file.size();
         file.commit();
         std::printf("received %s: %zu bytes, sha256 %s\n", s.out.c_str(), received, digest.c_str());
@@ -505,7 +527,8 @@ asio::awaitable<int> pull(ucx::worker& w, const settings& s) {
     }
     co_await send_text(ep, "done", done_tag);
     const std::string remote = co_await recv_text(ep, digest_tag);
-    const std::string local = sha256_hex(out.data(), out.size());
+    const std::string local =
+        co_await off_the_loop([&] { return sha256_hex(out.data(), out.size()); });
     std::printf("sha256 local %s\nsha256 remote %s\n%s\n", local.c_str(), remote.c_str(),
                 local == remote ? "match" : "MISMATCH");
     // Only a verified copy takes the name; otherwise nothing is left behind.
@@ -537,7 +560,8 @@ asio::awaitable<int> push(ucx::worker& w, const settings& s) {
     }
     co_await send_text(ep, "done", done_tag);
     const std::string remote = co_await recv_text(ep, digest_tag);
-    const std::string local = sha256_hex(in.data(), in.size());
+    const std::string local =
+        co_await off_the_loop([&] { return sha256_hex(in.data(), in.size()); });
     std::printf("sha256 local %s\nsha256 remote %s\n%s\n", local.c_str(), remote.c_str(),
                 local == remote ? "match" : "MISMATCH");
     key.reset();
