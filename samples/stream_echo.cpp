@@ -1,6 +1,6 @@
 // The echo server of the Asio C++20 coroutine examples, moved to UCX: the
 // only changes are the socket and acceptor types and the worker that drives
-// UCX (docs/stream.md shows the diff against the TCP version).
+// UCX (docs/guide/stream.md shows the diff against the TCP version).
 //
 //   stream_echo server PORT [THREADS]  echo every connection's bytes back
 //   stream_echo client HOST PORT TEXT  send TEXT, print what comes back

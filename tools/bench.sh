@@ -2,8 +2,8 @@
 # Benchmarks ucx-asio beside ucx_perftest (raw UCX), a raw UCP program and
 # plain Asio TCP, on loopback, over shared memory and over UCX's TCP transport.
 # Builds Release, runs every test interleaved and repeated, prints the medians
-# and the target ratios, and writes docs/benchmarks.md (between its
-# "bench:begin/end" markers) and docs/benchmarks.png.
+# and the target ratios, and writes docs/development/benchmarks.md (between its
+# "bench:begin/end" markers) and docs/development/benchmarks.png.
 #
 #   tools/bench.sh [--rounds N] [--quick] [--build-dir DIR] [--jobs N] [--no-docs]
 #
@@ -451,7 +451,7 @@ fi
 
 [ $docs = 1 ] || exit 0
 
-# ---- docs/benchmarks.md ----
+# ---- docs/development/benchmarks.md ----
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
 # `ucx_info -v` prints "# Version 1.13.1" (older releases "version=..."); the
 # package database is the fallback.
@@ -498,7 +498,7 @@ generated="$out/generated.md"
   echo "<!-- bench:end -->"
 } > "$generated"
 
-doc="$root/docs/benchmarks.md"
+doc="$root/docs/development/benchmarks.md"
 if [ -f "$doc" ] && grep -q '<!-- bench:begin' "$doc"; then
   awk -v gen="$generated" '
     /<!-- bench:begin/ {while ((getline l < gen) > 0) print l; skip = 1; next}
@@ -507,5 +507,5 @@ if [ -f "$doc" ] && grep -q '<!-- bench:begin' "$doc"; then
 else
   { echo "# Benchmarks"; echo; cat "$generated"; } > "$doc"
 fi
-[ -f "$png" ] && cp "$png" "$root/docs/benchmarks.png"
-echo "bench: wrote docs/benchmarks.md and docs/benchmarks.png"
+[ -f "$png" ] && cp "$png" "$root/docs/development/benchmarks.png"
+echo "bench: wrote docs/development/benchmarks.md and docs/development/benchmarks.png"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Repeats the fault tests (test/fault) and prints, for each fault and
 # transport, the median and the maximum time until each side reported the
-# failure: the table of docs/reliability.md.
+# failure: the table of docs/guide/reliability.md.
 #
 #   tools/faults.sh [--runs N] [--build-dir DIR]     (default 10 runs, build)
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ucx::group's collectives against Open MPI's, with Open MPI's default
-# transports and with its UCX PML (docs/groups.md#performance).
+# transports and with its UCX PML (docs/guide/groups.md#performance).
 #
 #   tools/group-bench.sh [--ranks N] [--build-dir DIR] [--bind] [group-bench options...]
 #
