@@ -14,7 +14,7 @@
 //   (a mismatch is a warning);
 // - configuration: the context options built from the configuration file and
 //   the environment (PREFIX + name, "UCXASIO_" by default; see
-//   docs/context-and-worker.md), the UCX settings they turn into, and the
+//   docs/guide/context-and-worker.md), the UCX settings they turn into, and the
 //   effective values of UCX's main settings;
 // - resources: the transports and devices the context found (UCX's own
 //   listing);

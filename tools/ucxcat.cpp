@@ -19,7 +19,7 @@
 //                         how the UCX worker waits for data (default event:
 //                         sleeps on UCX's event fd; poll and hybrid spin,
 //                         which pays off only on idle cores; see
-//                         docs/stream.md, Measurements)
+//                         docs/guide/stream.md, Measurements)
 //   --progress            progress on stderr: bytes, rate, and ETA when the
 //                         size of stdin is known (the default when stderr is
 //                         a terminal), and a summary line at the end
