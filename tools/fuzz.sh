@@ -2,19 +2,26 @@
 # Builds the libFuzzer targets (test/fuzz) with clang into build-fuzz and runs
 # each from its committed corpus for a while; fails on the first crash, hang,
 # leak or sanitizer report.
-#   tools/fuzz.sh [seconds-per-target]           (default 30)
-#   tools/fuzz.sh --merge [seconds-per-target]   then add what the runs found,
-#                                                minimized, to test/fuzz/corpus
+#   tools/fuzz.sh [--jobs N] [seconds-per-target]          (default 30)
+#   tools/fuzz.sh [--jobs N] --merge [seconds-per-target]  then add what the runs
+#                                                          found, minimized, to
+#                                                          test/fuzz/corpus
+# --jobs N runs N targets at a time (default 1), each for the full time.
 # New inputs go to build-fuzz/corpus/<target>; a crashing input is saved as
 # build-fuzz/artifacts/<target>-crash-<sha1> (replay: build-fuzz/<target>_fuzz FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 merge=0
-if [ "${1:-}" = "--merge" ]; then
-  merge=1
+jobs=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --merge) merge=1 ;;
+    --jobs) jobs="$2"; shift ;;
+    *) break ;;
+  esac
   shift
-fi
+done
 seconds=${1:-30}
 
 launcher=()
@@ -23,17 +30,42 @@ cmake -S test/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ "${launch
 cmake --build build-fuzz
 
 mkdir -p build-fuzz/artifacts build-fuzz/logs
-for source in test/fuzz/*_fuzz.cpp; do
-  target=$(basename "$source" _fuzz.cpp)
+
+# fuzz <target>: runs it from its corpus; its exit status goes to
+# build-fuzz/logs/<target>.status.
+fuzz() {
+  local target=$1 status=0
+  mkdir -p "test/fuzz/corpus/$target" "build-fuzz/corpus/$target"
+  "build-fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 \
+    -artifact_prefix="build-fuzz/artifacts/$target-" "build-fuzz/corpus/$target" \
+    "test/fuzz/corpus/$target" >"build-fuzz/logs/$target.log" 2>&1 || status=$?
+  echo "$status" >"build-fuzz/logs/$target.status"
+}
+
+targets=()
+for source in test/fuzz/*_fuzz.cpp; do targets+=("$(basename "$source" _fuzz.cpp)"); done
+running=0
+for target in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  rm -f "build-fuzz/logs/$target.status"
+  fuzz "$target" &
+  running=$((running + 1))
+done
+wait
+
+failed=0
+for target in "${targets[@]}"; do
   corpus=test/fuzz/corpus/$target
   found=build-fuzz/corpus/$target
   log=build-fuzz/logs/$target.log
-  mkdir -p "$corpus" "$found"
-  if ! "build-fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=5 -rss_limit_mb=2048 \
-    -artifact_prefix="build-fuzz/artifacts/$target-" "$found" "$corpus" >"$log" 2>&1; then
+  if [ "$(cat "build-fuzz/logs/$target.status" 2>/dev/null)" != 0 ]; then
     tail -n 60 "$log"
     echo "fuzz: $target FAILED (log: $log, inputs: build-fuzz/artifacts/$target-*)"
-    exit 1
+    failed=1
+    continue
   fi
   # The last status line: executions, coverage, corpus size, speed.
   echo "fuzz: $target ok: $(grep -E '^#[0-9]+' "$log" | tail -n 1)"
@@ -43,3 +75,4 @@ for source in test/fuzz/*_fuzz.cpp; do
     echo "fuzz: $target corpus: $(find "$corpus" -type f | wc -l) files, $(du -sh "$corpus" | cut -f1)"
   fi
 done
+exit "$failed"
