@@ -9,7 +9,6 @@
 #include "engine/request_param.hpp"
 #include "engine/worker_impl.hpp"
 #include "gpu/device_staging.hpp"
-#include "messaging/am_registry.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
@@ -572,8 +571,9 @@ void endpoint_impl::fail_pending(const error_code& ec) noexcept {
     waiters_.clear();
     for (operation* op : waiters)
         w.complete(op, ec);
-    if (am_registry* am = w.am())
-        am->endpoint_failed(this, ec);
+    // Services with work bound to this endpoint (the active-message
+    // registry's receives from it) end it.
+    w.endpoint_failed(this, ec);
 }
 
 void endpoint_impl::abort_pending() noexcept {

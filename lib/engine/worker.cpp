@@ -439,6 +439,14 @@ void worker_impl::add_component(worker_component& c) noexcept {
     running_needs_changed();
 }
 
+void worker_impl::endpoint_failed(endpoint_impl* ep, const error_code& ec) noexcept {
+    const auto service = static_cast<std::size_t>(component_kind::service);
+    for (worker_component *c = heads_[service], *next = nullptr; c; c = next) {
+        next = c->next_; // a hook may leave the worker
+        c->endpoint_failed(ep, ec);
+    }
+}
+
 void worker_impl::remove_component(worker_component& c) noexcept {
     if (c.linked_) {
         if (c.prev_)

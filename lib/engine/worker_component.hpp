@@ -3,10 +3,14 @@
 // implement to plug into its progress engine.
 #pragma once
 
+#include <ucx/error.hpp>
+
 #include <cstddef>
 #include <cstdint>
 
 namespace ucx::detail {
+
+class endpoint_impl;
 
 /// The stages of the work done after every ucp_worker_progress call, outside
 /// UCX callbacks, in this order. Parts queue work for a stage with
@@ -77,6 +81,10 @@ public:
     /// channel without an address acceptor, the active-message registry) do
     /// not.
     virtual bool keeps_worker_running() const noexcept { return true; }
+    /// An endpoint of the worker failed with `ec` (`worker_impl::endpoint_failed`,
+    /// called by the endpoint once its own operations know): a service that
+    /// keeps work bound to that endpoint ends it. Nothing by default.
+    virtual void endpoint_failed(endpoint_impl* /*ep*/, const error_code& /*ec*/) noexcept {}
 
     /// The next registered component of the same kind.
     worker_component* next_component() const noexcept { return next_; }

@@ -133,6 +133,9 @@ public:
     // --- components (owner thread only) ---
     /// `c` takes part in shutdown until removed.
     void add_component(worker_component& c) noexcept;
+    /// Tells every service component that `ep` failed with `ec`
+    /// (`worker_component::endpoint_failed`).
+    void endpoint_failed(endpoint_impl* ep, const error_code& ec) noexcept;
     /// Takes `c` out (and out of every deferred queue). Idempotent.
     void remove_component(worker_component& c) noexcept;
     /// Takes `d` out of every deferred queue (before it goes away). Idempotent.

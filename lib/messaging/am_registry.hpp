@@ -121,7 +121,7 @@ public:
     void set_memory_type(unsigned id, ucx::memory_type type);
     void set_allocator(std::shared_ptr<am_allocator> allocator);
     /// Fails waiting receives bound to `ep` (when it has nothing queued).
-    void endpoint_failed(endpoint_impl* ep, const error_code& ec) noexcept;
+    void endpoint_failed(endpoint_impl* ep, const error_code& ec) noexcept override;
 
     /// Serves what arrived (the messages stage, queued by `mark` and the
     /// fetch completions): fetches rendezvous data, delivers messages.

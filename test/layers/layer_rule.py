@@ -38,8 +38,6 @@ EXCEPTIONS = {
     ("engine/worker_impl.hpp", "connection/control_channel.hpp"),
     ("engine/worker_impl.hpp", "connection/control_message.hpp"),
     ("engine/worker.cpp", "gpu/device_staging.hpp"),
-    # A failed endpoint drops its queued active messages.
-    ("connection/endpoint.cpp", "messaging/am_registry.hpp"),
     # The staging knows the operations it stages.
     ("gpu/device_staging.cpp", "connection/endpoint_impl.hpp"),
     ("gpu/device_staging.cpp", "messaging/am_registry.hpp"),

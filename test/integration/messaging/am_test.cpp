@@ -625,4 +625,50 @@ TEST(am_connected, per_endpoint_receive_and_eof) {
     EXPECT_EQ(after->ec, asio::error::eof);
 }
 
+// A per-endpoint receive already waiting when its endpoint fails ends with
+// that endpoint's error (the registry hears of the failure from the worker):
+// after the peer's graceful close (eof) and after the peer vanished.
+class am_endpoint_failure : public testing::TestWithParam<bool> {};
+
+TEST_P(am_endpoint_failure, a_waiting_per_endpoint_receive_ends_with_the_endpoints_error) {
+    const bool graceful = GetParam();
+    asio::io_context io;
+    ucx::context ctx(options_for(transport::tcp, true));
+    ucx::worker server(ctx, io), client(ctx, io);
+    ucx::listener l(server, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    std::optional<ucx::endpoint> accepted, c;
+    l.async_accept([&](ucx::error_code ec, ucx::endpoint ep) {
+        ASSERT_FALSE(ec) << ec.message();
+        accepted = std::move(ep);
+    });
+    ucx::async_connect(client, "127.0.0.1", std::to_string(l.local_endpoint().port()),
+                       [&](ucx::error_code ec, ucx::endpoint ep) {
+                           ASSERT_FALSE(ec) << ec.message();
+                           c = std::move(ep);
+                       });
+    ASSERT_TRUE(run_until(io, [&] { return c && accepted; }));
+
+    std::optional<received> waiting;
+    ucx::async_am_recv(*accepted, 7, [&](ucx::error_code ec, ucx::am_message m) {
+        waiting = take(ec, std::move(m));
+    });
+    if (graceful) {
+        std::optional<ucx::error_code> closed;
+        c->async_close([&](ucx::error_code ec) { closed = ec; });
+        ASSERT_TRUE(run_until(io, [&] { return closed.has_value() && waiting.has_value(); }));
+        EXPECT_EQ(waiting->ec, asio::error::eof);
+    } else {
+        c->close();
+        client.close();
+        ASSERT_TRUE(run_until(io, [&] { return waiting.has_value(); }));
+        EXPECT_TRUE(waiting->ec);
+        EXPECT_EQ(waiting->ec, accepted->error());
+    }
+    EXPECT_TRUE(waiting->data.empty());
+}
+INSTANTIATE_TEST_SUITE_P(closes, am_endpoint_failure, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& p) {
+                             return p.param ? "graceful" : "vanished";
+                         });
+
 } // namespace
