@@ -130,6 +130,7 @@ TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
     ASSERT_FALSE(failed);
 
     target = 12000;
+    const ucx::worker_stats sa = a.stats(), sb = b.stats();
     allocations = 0;
     counting = counting_cache_misses = true;
     ++ping;
@@ -137,13 +138,23 @@ TEST_P(allocations_per_op, steady_state_ping_pong_allocates_nothing) {
     while (done < target && !failed)
         io.run_one();
     counting = counting_cache_misses = false;
+    const ucx::worker_stats ea = a.stats(), eb = b.stats();
     ASSERT_FALSE(failed);
     const std::size_t ops = 4 * 10000; // two sends and two receives per round trip
     std::printf("heap allocations during %zu operations: %zu\n", ops, allocations.load());
+    // In hybrid mode, each arm of a worker (the spin ended, the thread is to
+    // sleep on the event fd) starts a wait on the event fd whose state may miss
+    // Asio's recycling cache once; how many there are depends on the
+    // scheduling, not on the operations (measured under ThreadSanitizer:
+    // allocations = arms + 3 to 7; on a loaded machine 65 allocations). Event
+    // mode arms after every pass and allocates nothing for it (6 in all).
+    const std::size_t arms =
+        GetParam() == ucx::progress_mode::hybrid ? (ea.arms - sa.arms) + (eb.arms - sb.arms) : 0;
+    std::printf("hybrid arms meanwhile: %zu\n", arms);
     // A rare cache miss of the recycling allocator is tolerated (measured: 6
-    // to 13 with aligned_alloc counted, sanitizers included); one per
-    // operation would be 40,000.
-    EXPECT_LE(allocations.load(), 40u) << "per-operation heap allocation";
+    // to 13 with aligned_alloc counted, sanitizers included), and one per arm
+    // in hybrid mode; one per operation would be 40,000.
+    EXPECT_LE(allocations.load(), 40u + arms) << "per-operation heap allocation";
 }
 
 // The same for active messages: a pull receive on one side, a push handler on
