@@ -101,7 +101,7 @@ struct context_options {
     /// With peer error handling every byte crosses shared memory through
     /// these segments (UCX 1.13 uses no zero-copy lane then), so larger ones
     /// move a large message in fewer fragments: 1 MiB tag and 64 KiB stream
-    /// bandwidth rose 2 to 3 times here (docs/development/benchmarks.md). Each worker's
+    /// bandwidth rose 2 to 3 times here (docs/development/measurements.md). Each worker's
     /// FIFO holds 64 segments (2 MiB of shared memory at this size). Must
     /// stay below 64 KiB: UCX 1.13's stream receive keeps fragment lengths
     /// in 16 bits and asserts above. Ignored when the environment sets

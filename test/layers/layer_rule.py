@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The layer rule of lib/ (docs/architecture.md#the-layers).
+"""The layer rule of lib/ (docs/design/architecture.md#the-layers).
 
   layer_rule.py SOURCE_DIR [SANS_IO_SOURCE ...]
 

@@ -436,7 +436,7 @@ void stream_server(const settings& s, control& ctl) {
     library_side l(s);
     // By worker address (as ucx_perftest's peers exchange theirs), or by
     // host:port: UCX 1.13 then also progresses its TCP transport, an
-    // epoll_wait per progress call (see docs/development/benchmarks.md).
+    // epoll_wait per progress call (see docs/development/measurements.md).
     ucx::acceptor acceptor =
         s.sockaddr_connect ? ucx::acceptor(l.w, asio::ip::tcp::endpoint(ctl.local_address(), 0))
                            : ucx::acceptor(l.w);
