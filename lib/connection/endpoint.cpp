@@ -687,7 +687,7 @@ bool endpoint_impl::send_now(const void* data, std::size_t size, std::uint32_t t
     worker_impl& w = *worker_;
     if (!usable_at_once())
         return false;
-    if (const device_staging* s = w.staging(); s && s->holds_sends(*this))
+    if (const device_staging* s = staging_of(w); s && s->holds_sends(this))
         return false;
     // UCX tries its inline (short) protocol only, and answers
     // UCS_ERR_NO_RESOURCE rather than make a request. (UCX reads only the

@@ -1,12 +1,10 @@
 #include <ucx/detail/initiate.hpp>
 #include <ucx/log.hpp>
-#include <ucx/memory_type.hpp>
 #include <ucx/worker.hpp>
 
 #include "core/context_impl.hpp"
 #include "engine/request_param.hpp"
 #include "engine/worker_impl.hpp"
-#include "gpu/device_staging.hpp"
 #include "util/intrusive_list.hpp"
 
 #include <sched.h>
@@ -178,11 +176,7 @@ void worker_impl::open() {
         am_ = make_am_registry(*this);
     // Device buffers go through host memory where UCX cannot move them;
     // where it can, only the collectives' arithmetic needs host copies.
-    if (built_with_cuda() && cuda_device_count() > 0) {
-        device_staging::settings settings;
-        settings.messages = !context_->ucx_cuda_memory();
-        staging_ = std::make_shared<device_staging>(*this, nullptr, nullptr, settings);
-    }
+    staging_ = make_device_staging(*this);
     // An io_context (plain or behind a strand): its work count.
     if (native_executor_)
         work_context_ = &native_executor_->context();
@@ -747,10 +741,8 @@ worker_stats worker::stats() const noexcept {
     if (!impl_)
         return worker_stats{};
     worker_stats s = impl_->stats();
-    if (const detail::device_staging* staging = impl_->staging()) {
-        s.staged_operations = staging->staged_operations();
-        s.staged_bytes = staging->staged_bytes();
-    }
+    if (const detail::worker_component* staging = impl_->staging())
+        staging->add_stats(s);
     return s;
 }
 

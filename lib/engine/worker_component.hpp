@@ -8,6 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace ucx {
+struct worker_stats;
+}
+
 namespace ucx::detail {
 
 class endpoint_impl;
@@ -85,6 +89,10 @@ public:
     /// called by the endpoint once its own operations know): a service that
     /// keeps work bound to that endpoint ends it. Nothing by default.
     virtual void endpoint_failed(endpoint_impl* /*ep*/, const error_code& /*ec*/) noexcept {}
+    /// Adds what it counts to the worker's statistics (`worker::stats`, for
+    /// the components the worker holds: the staging of device buffers).
+    /// Nothing by default.
+    virtual void add_stats(worker_stats& /*s*/) const noexcept {}
 
     /// The next registered component of the same kind.
     worker_component* next_component() const noexcept { return next_; }

@@ -26,7 +26,6 @@
 namespace ucx::detail {
 
 class am_registry;
-class device_staging;
 class context_impl;
 class endpoint_impl;
 
@@ -47,6 +46,10 @@ void counted_send_finished(operation* op) noexcept;
 /// Creates and opens the active-message registry of `w` (registered with
 /// it); null when it cannot be opened. Defined with the registry.
 std::shared_ptr<am_registry> make_am_registry(worker_impl& w);
+/// Creates the staging of `w`'s device buffers (registered with it) where a
+/// device may be used; null elsewhere. Defined with the staging
+/// (lib/gpu/device_staging.cpp).
+std::shared_ptr<worker_component> make_device_staging(worker_impl& w);
 /// Connects `op`'s new endpoint to the worker at `to` as a connection of a
 /// group's fabric (lib/connection/connect.cpp; see worker_impl::fabric_tag).
 void connect_fabric(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept;
@@ -197,13 +200,14 @@ public:
     am_registry* am() const noexcept { return am_.get(); }
 
     // --- device buffers (owner thread only) ---
-    /// The staging of device buffers (lib/gpu/device_staging.hpp): present only
-    /// where a device exists (it stages messages only where the context's
-    /// UCX cannot move device memory), so elsewhere an operation pays one
-    /// test of a null pointer.
-    device_staging* staging() const noexcept { return staging_.get(); }
+    /// The staging of device buffers, made by the gpu layer
+    /// (`make_device_staging`, lib/gpu/device_staging.hpp, whose `staging_of`
+    /// gives its type): present only where a device exists (it stages
+    /// messages only where the context's UCX cannot move device memory), so
+    /// elsewhere an operation pays one test of a null pointer.
+    worker_component* staging() const noexcept { return staging_.get(); }
     /// Installs (or, with null, removes) the staging of device buffers.
-    void set_staging(std::shared_ptr<device_staging> s) noexcept { staging_ = std::move(s); }
+    void set_staging(std::shared_ptr<worker_component> s) noexcept { staging_ = std::move(s); }
     /// Starts a receive of one active message on `id` (from `from` only, if set).
     void am_recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept;
 
@@ -305,7 +309,7 @@ private:
     std::array<worker_component*, component_kind_count> heads_{};
     control_channel channel_{*this};
     std::shared_ptr<am_registry> am_;
-    std::shared_ptr<device_staging> staging_;
+    std::shared_ptr<worker_component> staging_;
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{std::random_device{}()};
     bool arm_error_logged_ = false;

@@ -1,60 +1,51 @@
-// Internal: device buffers of tag, active-message, stream and one-sided
-// operations when UCX cannot move device memory itself (a UCX without CUDA
-// transports, such as Debian's 1.13).
+// Internal: the staging of a worker's device buffers, for the operations
+// whose device memory UCX cannot move itself (a UCX without CUDA transports,
+// such as Debian's 1.13), and for the arithmetic of a group's collectives,
+// which runs on the host.
 //
 // A worker has this component only where a device may be used: a library
-// built with CUDA and a device present (or a test that installs it with a
-// classifier and a fake copy engine). It stages messages only when the
-// context's UCX has no CUDA memory type; in every case it copies the device
-// buffers of a group's collectives to host memory and back (`copy_through`),
-// since their arithmetic runs on the host. When it stages messages, the
-// submit functions of tag sends and receives and of active-message sends,
-// and the active-message registry's fetches into device memory, hand it the
-// operation first, and it takes what it must (the buffer's memory type is
-// found once per operation); a device buffer goes through a
-// `staging_operation` (lib/gpu/staging.hpp): copied into a pinned host buffer and
-// sent from there as one message, or received into a pinned host buffer and
-// copied to the device. The user's operation waits,
-// library-owned, until the staged one completes; its handler then gets the
-// bytes (and the sender's tag) as a direct operation would give them.
+// built with CUDA and a device present (`make_device_staging`, the hook the
+// worker calls), or a test that installs it with a classifier and a fake copy
+// engine (`use_device_staging`). The worker holds it as a component of a type
+// it does not know (`worker_impl::staging`); `staging_of` gives it its type.
 //
-// Byte streams and one-sided operations go through it too (their section
-// below): a stream write from device memory and a put or get with a device
-// buffer are cut into chunks (`staging_mode::chunked`), each chunk an
-// ordinary stream write, put or get of its pinned host chunk; a stream read
-// into device memory reads at most one chunk into a pinned buffer, then
-// copies it to the device.
+// It knows no feature. A feature (tag and active messages in
+// lib/messaging/tag_staging.cpp and lib/messaging/am_staging.cpp, streams in
+// lib/stream/stream_staging.cpp, puts and gets in lib/rma/rma_staging.cpp)
+// asks whether a buffer must be staged, then hands it the user's operation
+// with a transfer: the staging copies the device buffer through pinned host
+// memory (`staging_operation`, lib/gpu/staging.hpp), as one block or chunk
+// by chunk, calls the transfer with the host memory (the feature's own
+// operation on it: a send, a receive, a stream write, a put), and completes
+// the user's operation, library-owned meanwhile, with the bytes moved. Sends
+// of one key (an endpoint) reach their transfers in the order they were
+// made, and the key's owner is held (its graceful close waits) until then.
+// It stages messages only when the context's UCX has no CUDA memory type; in
+// every case it copies the device buffers of a group's collectives to host
+// memory and back (`copy_through`).
 #pragma once
 
+#include <ucx/detail/operation.hpp>
+#include <ucx/detail/results.hpp>
+#include <ucx/memory_type.hpp>
+
 #include "engine/worker_component.hpp"
+#include "engine/worker_impl.hpp"
 #include "gpu/copy_engine.hpp"
 #include "gpu/pinned_pool.hpp"
 #include "gpu/staging.hpp"
 
-#include <ucx/memory_type.hpp>
-
-#include <boost/asio/buffer.hpp>
-#include <ucp/api/ucp.h>
-
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace ucx::detail {
-
-class worker_impl;
-class endpoint_impl;
-class operation;
-struct transfer_op;
-struct tag_recv_op;
-class am_send_op;
-class stream_impl;
-struct stream_write_op;
-struct rma_op;
-class remote_key_impl;
 
 /// The staging of one worker's device buffers.
 class device_staging final : public worker_component {
@@ -88,11 +79,142 @@ public:
     bool must_stage(const void* p) const { return settings_.messages && is_device(p); }
     /// Whether the buffer at `p` is device memory.
     bool is_device(const void* p) const { return classify_(p) == memory_type::cuda; }
+    /// Bytes of a pinned buffer (a chunk).
+    std::size_t chunk() const noexcept { return settings_.chunk; }
+    worker_impl& worker() const noexcept { return *worker_; }
+
+    using completion = staging_operation::transfer_completion;
+
+    /// One staged operation, as its transfer sees it.
+    struct entry : std::enable_shared_from_this<entry> {
+        /// The user's operation; null once it was completed or the worker
+        /// shut down.
+        transfer_op* op = nullptr;
+        std::shared_ptr<staging_operation> run;
+        /// The internal operation of the transfer while it is in flight
+        /// (set by the transfer: cancelled with `cancel_policy::transfer`).
+        operation* transfer = nullptr;
+        bool transfer_started = false;
+        /// Chunked mode: the offset in the buffer of the chunk being
+        /// transferred.
+        std::size_t offset = 0;
+        /// What the transfer reports besides its bytes (a tag receive's
+        /// sender tag), handed to `stage_options::finish`.
+        std::uint64_t info = 0;
+
+    private:
+        friend class device_staging;
+        /// A send: its key's queue holds it until it has gone to its
+        /// transfer, and `submit` hands it over once it may go (staged:
+        /// copied; direct: at once) and its turn has come.
+        const void* ordered = nullptr;
+        /// The owner of the key, held (see `send_order`) until the send went
+        /// to its transfer, or ended.
+        std::shared_ptr<void> held;
+        void (*release)(void*) noexcept = nullptr;
+        std::function<void()> submit;
+        std::uint8_t cancel = 0;
+        void (*finish)(transfer_op*, std::uint64_t) noexcept = nullptr;
+        /// Called once when the operation ends.
+        std::function<void()> on_end;
+    };
+
+    /// The transfer of a staged operation: `(entry, host memory, bytes)`,
+    /// then the callback with the transfer's result (see
+    /// `staging_operation::transfer_completion`).
+    using transfer_fn =
+        std::function<void(entry& e, void* host, std::size_t length, completion done)>;
+
+    /// What cancelling a staged operation does.
+    enum class cancel_policy : std::uint8_t {
+        /// Cancels it only before its transfer began (a send: while its
+        /// bytes are still copied from the device; once sent, it completes).
+        before_transfer,
+        /// Cancels the transfer in flight (`entry::transfer`: a receive; the
+        /// bytes it received are still delivered).
+        transfer,
+        /// Nothing (stream writes, puts and gets, as their direct forms).
+        none,
+    };
+
+    /// The order of the sends of one key (an endpoint): they reach their
+    /// transfers in the order they were made, and while one of them waits
+    /// `hold` has been called on the key's owner (its graceful close waits),
+    /// `release` once it went to its transfer or ended.
+    struct send_order {
+        /// The key's owner, kept while a send is held (`key.get()` is the key).
+        std::shared_ptr<void> key;
+        void (*hold)(void* key) noexcept = nullptr;
+        void (*release)(void* key) noexcept = nullptr;
+    };
+
+    /// How a staged operation runs.
+    struct stage_options {
+        staging_mode mode = staging_mode::whole;
+        cancel_policy cancel = cancel_policy::before_transfer;
+        /// A send, ordered with the others of its key; unordered without a key.
+        send_order order;
+        /// Called once when the operation ends, however it ends.
+        std::function<void()> on_end;
+        /// The copy engine of this operation (a gather of several buffers);
+        /// the worker's when null.
+        std::shared_ptr<copy_engine> engine;
+        /// Called before the user's operation completes (while it is still
+        /// there), with `entry::info`.
+        void (*finish)(transfer_op* op, std::uint64_t info) noexcept = nullptr;
+    };
+
+    /// Stages `size` bytes of the device memory at `device` for `op`, which
+    /// waits, library-owned: `outgoing` copies them to pinned host memory,
+    /// then calls `transfer` on it (once, or once per chunk in
+    /// `staging_mode::chunked`); `incoming` has `transfer` fill the host
+    /// memory, then copies it to the device. `op` completes with the bytes
+    /// moved (or, if `op->partial_on_error`, those before a failure). Fails
+    /// `op` at once when the worker is closed, `op` was cancelled or no
+    /// copy engine exists.
+    void stage(transfer_op* op, staging_direction direction, void* device, std::size_t size,
+               transfer_fn transfer, stage_options options) noexcept;
+    /// Whether a staged send of key `key` has not reached its transfer yet
+    /// (a send of that key then waits behind it: `queue_behind`).
+    bool holds_sends(const void* key) const noexcept { return send_queues_.contains(key); }
+    /// A send of host memory behind staged ones of `order`'s key: `submit`
+    /// hands `op` over (as a direct send, `held_send` set) when its turn
+    /// comes. `op` waits library-owned until then, not cancellable.
+    void queue_behind(const send_order& order, transfer_op* op,
+                      std::function<void()> submit) noexcept;
+
+    /// Reports an operation that has no user's operation: its error, and the
+    /// bytes moved.
+    using report_fn = std::function<void(const error_code&, std::size_t)>;
+    /// As `stage`, for a transfer the library makes of its own accord (the
+    /// fetch of an active message's data): `report` runs once, on the
+    /// executor, after nothing writes `device` any more: also after a
+    /// shutdown (with its error), or with `operation_aborted` when the
+    /// io_context goes away first. It runs inside this call when the
+    /// operation cannot start. The first transfer is called inside this call
+    /// when it can start at once (a whole incoming operation whose pinned
+    /// memory is free).
+    void stage_detached(staging_direction direction, void* device, std::size_t size,
+                        transfer_fn transfer, report_fn report) noexcept;
+
+    /// A buffer of a gather (`gather`).
+    struct gather_piece {
+        const void* data;
+        std::size_t size;
+        bool device;
+    };
+    /// A copy engine that copies out of the sequence `pieces` as if it were
+    /// one buffer at `gather_origin()`: host pieces with memcpy, device ones
+    /// with the worker's engine. Null when there is no engine (`stage` then
+    /// reports why). Throws `std::bad_alloc`.
+    std::shared_ptr<copy_engine> gather(std::vector<gather_piece> pieces);
+    /// Where a gather's sequence starts for `stage`: never dereferenced,
+    /// only offsets from it are.
+    static void* gather_origin() noexcept;
 
     /// The bytes of a staged copy: `(staging memory, bytes)`, then the
     /// callback (see `staging_operation::transfer_completion`).
-    using buffer_step = std::function<void(void* host, std::size_t size,
-                                           staging_operation::transfer_completion done)>;
+    using buffer_step = std::function<void(void* host, std::size_t size, completion done)>;
     /// Moves `size` bytes of the device memory at `device` through pinned host
     /// memory as one block, with copies on the copy engine: `outgoing` copies
     /// them to the host, then hands them to `step`; `incoming` has `step`
@@ -102,81 +224,6 @@ public:
     void copy_through(staging_direction direction, void* device, std::size_t size, buffer_step step,
                       std::function<void(const error_code&)> handler) noexcept;
 
-    // Each entry point below finds the buffer's memory type once and returns
-    // whether it took the operation; false leaves it to the caller's direct
-    // path, untouched.
-
-    /// A tag send of `size` bytes at `data` on `ep` (`tag` is UCX's full
-    /// tag); `op` as `endpoint_impl::tag_send` takes it. Taken when the
-    /// buffer is device memory (staged), or when an earlier staged send on
-    /// `ep` has not reached UCX yet (the send waits for it, then goes to UCX
-    /// directly: messages keep their order).
-    bool tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
-                  ucp_tag_t tag) noexcept;
-    /// Whether a staged send on `ep` has not reached UCX yet (a send on
-    /// `ep` then waits behind it).
-    bool holds_sends(const endpoint_impl& ep) const noexcept { return send_queues_.contains(&ep); }
-    /// A per-endpoint send (`endpoint_impl::send`), as `tag_send`.
-    bool endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
-                       std::uint32_t tag) noexcept;
-    /// A worker-wide tag receive: taken (staged) when `data` is device memory.
-    bool tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_tag_t tag,
-                  ucp_tag_t mask) noexcept;
-    /// A per-endpoint receive (`endpoint_impl::recv`), as `tag_recv`.
-    bool endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
-                       std::uint32_t tag, std::uint32_t mask) noexcept;
-    /// An active-message send (`am_send`'s arguments; `header` is the copy
-    /// in `op`'s storage): taken, staged, when a buffer of `iov` is device
-    /// memory (several buffers are gathered into the one staging buffer:
-    /// device ones copied by the engine, host ones with memcpy), or queued
-    /// behind a staged send on `ep` as `tag_send` (tag and active messages of
-    /// an endpoint share its queue). An invalid send (id, header) is not
-    /// taken: the direct path reports its error.
-    bool am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
-                 std::size_t header_length, const ucp_dt_iov_t* iov, std::size_t count,
-                 unsigned flags) noexcept;
-    /// Reports a staged fetch: its error, and the bytes that reached the device.
-    using fetch_report = std::function<void(const error_code&, std::size_t)>;
-    /// The fetch of an active message's rendezvous data (UCX's descriptor
-    /// `desc`, `size` bytes) into `device`: taken (staged) when `device` is
-    /// device memory. The data is received into pinned host memory, then
-    /// copied. `desc` is consumed either way (released to UCX when the fetch
-    /// cannot start). `report` runs once, on the executor, after nothing
-    /// writes `device` any more: also after a shutdown (with its error), or
-    /// with `operation_aborted` when the io_context goes away first. It may
-    /// run inside this call when the fetch cannot start.
-    bool am_fetch(void* desc, void* device, std::size_t size, fetch_report report) noexcept;
-
-    // ---- byte streams and one-sided operations ----
-    //
-    // Not cancellable, as their direct forms, except a stream read.
-
-    /// A stream write (`stream_impl::write`). Taken (staged) when the first
-    /// buffer of `op` is device memory: that buffer alone is written, chunk
-    /// by chunk, each chunk a write of `s` (`stream_impl::write_direct`, so
-    /// flow control applies), in order. Otherwise `op` is cut to its leading
-    /// buffers of host memory and left to the caller. The write completes
-    /// with the bytes written, also on failure (the chunks written before).
-    bool stream_write(stream_impl& s, stream_write_op* op) noexcept;
-    /// A stream read (`stream_impl::read`) into the `n` buffers `bufs`.
-    /// Taken (staged) when the first non-empty buffer is device memory: at
-    /// most one chunk is read into a pinned buffer (`stream_impl::read_direct`)
-    /// and copied into that buffer. Otherwise `n` is cut to the leading
-    /// buffers of host memory and the read left to the caller.
-    bool stream_read(stream_impl& s, transfer_op* op, const boost::asio::mutable_buffer* bufs,
-                     std::size_t& n) noexcept;
-    /// A put (`rma_put`) from device memory: checked as a direct put, then
-    /// each chunk is a put of its pinned copy at `remote_address` plus the
-    /// chunk's offset. Taken when `data` is device memory and `size` > 0.
-    bool rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
-                 std::uint64_t remote_address,
-                 const std::shared_ptr<remote_key_impl>& key) noexcept;
-    /// A get (`rma_get`) into device memory: each chunk is a get into a
-    /// pinned buffer, then copied to the device; as `rma_put`.
-    bool rma_get(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
-                 std::uint64_t remote_address,
-                 const std::shared_ptr<remote_key_impl>& key) noexcept;
-
     /// Operations that went through staging, and their bytes.
     std::size_t staged_operations() const noexcept { return staged_; }
     std::size_t staged_bytes() const noexcept { return staged_bytes_; }
@@ -184,58 +231,14 @@ public:
     void shutdown() noexcept override;
     std::size_t run_deferred(deferred_stage) noexcept override { return 0; }
     bool keeps_worker_running() const noexcept override { return false; }
+    void add_stats(worker_stats& s) const noexcept override;
 
 private:
-    struct entry;
-    /// Starts the internal transfer of a staged operation: a UCX operation
-    /// on `data` whose completion reports `(ec, bytes, sender tag)`.
-    using submit_fn = std::function<void(entry&, void* data, std::size_t length,
-                                         staging_operation::transfer_completion done)>;
-
-    /// Hands a send's message (`data`, `size`) to UCX on the endpoint.
-    using send_fn = void (*)(endpoint_impl&, transfer_op*, const void* data, std::size_t size,
-                             std::uint64_t tag);
-    /// A send: staged for device memory, queued behind staged ones, or not
-    /// taken (see `tag_send`).
-    bool send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
-              std::uint64_t tag, send_fn submit) noexcept;
-    /// A receive, staged when `data` is device memory; `submit` posts the
-    /// receive into the host buffer.
-    bool recv(tag_recv_op* op, void* data, std::size_t size,
-              std::function<void(tag_recv_op*, void*, std::size_t)> submit) noexcept;
-    void stage(operation* op, tag_recv_op* recv, staging_direction direction, void* device,
-               std::size_t size, submit_fn submit, endpoint_impl* ordered) noexcept;
-    /// What cancelling a staged operation does.
-    enum class cancel_by : std::uint8_t {
-        message,  ///< a tag message's (see `cancel_hook`)
-        transfer, ///< cancels the transfer in flight (a stream read)
-        none,     ///< nothing (stream writes, puts and gets)
-    };
-    /// How a staged operation runs (the overload above: a tag message's).
-    struct stage_options {
-        staging_mode mode = staging_mode::whole;
-        cancel_by cancel = cancel_by::message;
-        /// Called once when the operation ends, however it ends.
-        std::function<void()> on_end;
-        /// The copy engine of this operation (a gather of several buffers);
-        /// the worker's when null.
-        std::shared_ptr<copy_engine> engine;
-    };
-    void stage(operation* op, tag_recv_op* recv, staging_direction direction, void* device,
-               std::size_t size, submit_fn submit, endpoint_impl* ordered,
-               stage_options options) noexcept;
-    /// A put or a get of device memory (see `rma_put`).
-    bool rma(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
-             std::uint64_t remote_address, const std::shared_ptr<remote_key_impl>& key,
-             bool put) noexcept;
-    /// A host-buffer send behind staged ones on `ep`: `submit` hands `op`
-    /// to UCX when its turn comes.
-    void queue_direct(endpoint_impl& ep, transfer_op* op, std::function<void()> submit) noexcept;
-    /// Makes `ep`'s graceful close wait for the send of `e` (see `entry::held`).
-    void hold(entry& e, const endpoint_impl& ep) noexcept;
+    /// Makes the owner of `order`'s key wait for the send of `e`.
+    void hold(entry& e, const send_order& order) noexcept;
     void release(entry& e) noexcept;
-    /// Hands the sends at the head of `ep`'s queue whose turn it is to UCX.
-    void pump(const endpoint_impl* ep) noexcept;
+    /// Hands the sends at the head of `key`'s queue whose turn it is over.
+    void pump(const void* key) noexcept;
     void done(const std::shared_ptr<entry>& e, const error_code& ec, std::size_t bytes) noexcept;
     static void cancel_hook(operation* op);
     /// The copy engine and the pinned pool (made on first use); false with
@@ -248,15 +251,49 @@ private:
     std::shared_ptr<pinned_pool> pool_;
     settings settings_;
     std::vector<std::shared_ptr<entry>> entries_;
-    /// Per endpoint, its sends not yet handed to UCX, in the order they
-    /// were made (only while one of them is staged).
-    std::unordered_map<const endpoint_impl*, std::deque<std::shared_ptr<entry>>> send_queues_;
+    /// Per key, its sends not yet handed to their transfers, in the order
+    /// they were made (only while one of them is staged).
+    std::unordered_map<const void*, std::deque<std::shared_ptr<entry>>> send_queues_;
     std::size_t staged_ = 0;
     std::size_t staged_bytes_ = 0;
     bool attached_ = false;
     /// Held by the callbacks of `copy_through`, which may outlive this.
     std::shared_ptr<device_staging*> self_ = std::make_shared<device_staging*>(this);
 };
+
+/// The staging of `w`'s device buffers; null where it has none (no device):
+/// a test of a null pointer on the paths of host memory.
+inline device_staging* staging_of(const worker_impl& w) noexcept {
+    return static_cast<device_staging*>(w.staging());
+}
+
+/// An internal operation of kind `Result::op_type` of `w` whose completion
+/// calls `h` (a staged operation's transfer).
+template <class Result, class Handler>
+typename Result::op_type* staging_internal_op(worker_impl& w, Handler&& h) {
+    using op_type = handler_operation<std::decay_t<Handler>, worker_core::executor_type, Result>;
+    return op_type::create(std::forward<Handler>(h), w.get_executor(),
+                           w.operation_pool(w.running_in_owner()));
+}
+
+/// The internal operation of a staged entry's transfer that moves bytes,
+/// reporting to `done` (set as `e.transfer` while in flight). A shutdown may
+/// end the entry before the transfer ends: it is held weakly. `hold` lives
+/// as long as the operation (memory UCX reads, as an active message's
+/// header).
+inline bytes_result<>::op_type* staging_bytes_op(worker_impl& w, device_staging::entry& e,
+                                                 device_staging::completion done,
+                                                 std::shared_ptr<const void> hold = nullptr) {
+    auto* t = staging_internal_op<bytes_result<>>(
+        w, [weak = e.weak_from_this(), hold = std::move(hold),
+            done = std::move(done)](const error_code& ec, std::size_t bytes) mutable {
+            if (const auto e = weak.lock())
+                e->transfer = nullptr;
+            done(ec, bytes);
+        });
+    e.transfer = t;
+    return t;
+}
 
 /// Makes `w` stage device buffers whatever its context's UCX supports, with
 /// `classify` saying where a buffer lives and `engine` copying (tests: a

@@ -1085,7 +1085,7 @@ void group_impl::collective(collective_args&& a, group_done_handler h) {
     use_plan(*r, slot, std::move(own));
     // Device memory (where the library was built with CUDA and a device
     // exists): the memory type of each buffer, found once.
-    device_staging* staging = fabric_->worker()->staging();
+    device_staging* staging = staging_of(*fabric_->worker());
     const bool device_in = staging && a.in_bytes > 0 && staging->is_device(a.in);
     const bool device_out = staging && a.out_bytes > 0 && staging->is_device(a.out);
     r->args = std::move(a);
@@ -1358,7 +1358,7 @@ void group_impl::stage_out(run_ptr done, group_done_handler h) {
     auto complete = [hp](const error_code& ec) {
         boost::asio::dispatch(boost::asio::append(std::move(*hp), ec));
     };
-    device_staging* s = fabric_->worker()->staging();
+    device_staging* s = staging_of(*fabric_->worker());
     if (!s)
         return post(std::move(*hp), error_code(boost::asio::error::operation_aborted));
     s->copy_through(

@@ -6,8 +6,8 @@
 #include "core/context_impl.hpp"
 #include "engine/request_param.hpp"
 #include "engine/worker_impl.hpp"
-#include "gpu/device_staging.hpp"
 #include "messaging/am_registry.hpp"
+#include "messaging/message_staging.hpp"
 #include "util/intrusive_list.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -254,7 +254,7 @@ void am_registry::fetch(id_state& s, am_message_state* m) noexcept {
     m->fetch_called = false;
     ++fetches_in_flight_;
     if (m->mem == memory_type::cuda) [[unlikely]] {
-        if (device_staging* st = worker_->staging(); st && fetch_staged(*st, m, desc))
+        if (device_staging* st = staging_of(*worker_); st && fetch_staged(*st, m, desc))
             return;
     }
     worker_->internal_request_started(); // shutdown waits for it
@@ -282,7 +282,7 @@ bool am_registry::fetch_staged(device_staging& staging, am_message_state* m, voi
     // an operation of the worker (shutdown cancels it), and copies need no
     // progress (shutdown must not wait for them). The report holds this
     // registry until the device buffer is no longer written.
-    device_staging::fetch_report report;
+    device_staging::report_fn report;
     try {
         report = [keep = shared_from_this(), m](const error_code& ec, std::size_t) {
             keep->staged_fetched(m, ec);
@@ -290,7 +290,7 @@ bool am_registry::fetch_staged(device_staging& staging, am_message_state* m, voi
     } catch (...) {
         return false; // the direct fetch reports what UCX makes of it
     }
-    return staging.am_fetch(desc, m->data, m->length, std::move(report));
+    return staged_am_fetch(staging, desc, m->data, m->length, std::move(report));
 }
 
 void am_registry::staged_fetched(am_message_state* m, const error_code& ec) noexcept {
@@ -721,10 +721,11 @@ void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
     if (header_length)
         std::memcpy(header_copy, header, header_length);
     // A device buffer where UCX cannot move device memory goes through the
-    // worker's staging (lib/gpu/device_staging.hpp); without a device
-    // `staging()` is null, and where UCX moves device memory it takes nothing.
-    if (device_staging* s = ep.worker()->staging();
-        s && s->am_send(ep, op, id, header_copy, header_length, buffers, count, flags)) [[unlikely]]
+    // worker's staging (lib/messaging/message_staging.hpp); without a device
+    // `staging_of` is null, and where UCX moves device memory it takes nothing.
+    if (device_staging* s = staging_of(*ep.worker());
+        s && staged_am_send(*s, ep, op, id, header_copy, header_length, buffers, count, flags))
+        [[unlikely]]
         return;
     am_send_message(ep, op, id, header_copy, header_length, buffers, count, flags);
 }

@@ -5,38 +5,40 @@
 
 #include "connection/endpoint_impl.hpp"
 #include "engine/worker_impl.hpp"
-#include "gpu/device_staging.hpp"
+#include "messaging/message_staging.hpp"
 
 namespace ucx::detail {
 
 // A device buffer where UCX cannot move device memory goes through the
-// worker's staging (lib/gpu/device_staging.hpp); without a device `staging()`
-// is null, and where UCX moves device memory the staging takes no message.
+// worker's staging (lib/messaging/message_staging.hpp); without a device
+// `staging_of` is null, and where UCX moves device memory the staging takes
+// no message.
 
 void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               tag_t tag) noexcept {
-    if (device_staging* s = ep.worker()->staging(); s && s->tag_send(ep, op, data, size, tag))
-        [[unlikely]]
+    if (device_staging* s = staging_of(*ep.worker());
+        s && staged_tag_send(*s, ep, op, data, size, tag)) [[unlikely]]
         return;
     ep.tag_send(op, data, size, tag);
 }
 void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
               tag_t mask) noexcept {
-    if (device_staging* s = w.staging(); s && s->tag_recv(op, data, size, tag, mask)) [[unlikely]]
+    if (device_staging* s = staging_of(w); s && staged_tag_recv(*s, op, data, size, tag, mask))
+        [[unlikely]]
         return;
     w.tag_recv(op, data, size, tag, mask);
 }
 void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                    std::uint32_t tag) noexcept {
-    if (device_staging* s = ep.worker()->staging(); s && s->endpoint_send(ep, op, data, size, tag))
-        [[unlikely]]
+    if (device_staging* s = staging_of(*ep.worker());
+        s && staged_endpoint_send(*s, ep, op, data, size, tag)) [[unlikely]]
         return;
     ep.send(op, data, size, tag);
 }
 void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
                    std::uint32_t tag, std::uint32_t mask) noexcept {
-    if (device_staging* s = ep.worker()->staging();
-        s && s->endpoint_recv(ep, op, data, size, tag, mask)) [[unlikely]]
+    if (device_staging* s = staging_of(*ep.worker());
+        s && staged_endpoint_recv(*s, ep, op, data, size, tag, mask)) [[unlikely]]
         return;
     ep.recv(op, data, size, tag, mask);
 }

@@ -54,21 +54,23 @@ void transfer(endpoint_impl& ep, rma_op* op, Buffer data, std::size_t size,
 } // namespace
 
 // A device buffer where UCX cannot move device memory goes through the
-// worker's staging (lib/gpu/device_staging.hpp); without a device `staging()` is
-// null, and where UCX moves device memory the staging takes nothing.
+// worker's staging (`staged_rma`, lib/rma/rma_staging.cpp); without a device
+// `staging_of` is null, and where UCX moves device memory the staging takes
+// nothing.
 
 void rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
-    if (device_staging* s = ep.worker()->staging();
-        s && s->rma_put(ep, op, data, size, remote_address, key)) [[unlikely]]
+    if (device_staging* s = staging_of(*ep.worker());
+        s && staged_rma(*s, ep, op, const_cast<void*>(data), size, remote_address, key, true))
+        [[unlikely]]
         return;
     transfer<&ucp_put_nbx>(ep, op, data, size, remote_address, key);
 }
 
 void rma_get(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
-    if (device_staging* s = ep.worker()->staging();
-        s && s->rma_get(ep, op, data, size, remote_address, key)) [[unlikely]]
+    if (device_staging* s = staging_of(*ep.worker());
+        s && staged_rma(*s, ep, op, data, size, remote_address, key, false)) [[unlikely]]
         return;
     transfer<&ucp_get_nbx>(ep, op, data, size, remote_address, key);
 }

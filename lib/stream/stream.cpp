@@ -243,7 +243,7 @@ std::size_t total_of(const stream_write_op& op) noexcept {
 } // namespace
 
 void stream_impl::write(stream_write_op* op) noexcept {
-    if (device_staging* s = worker_->staging()) [[unlikely]] {
+    if (device_staging* s = staging_of(*worker_)) [[unlikely]] {
         if (staged_writes_ > 0) {
             // Behind a staged write, in order.
             try {
@@ -254,7 +254,7 @@ void stream_impl::write(stream_write_op* op) noexcept {
             }
             return;
         }
-        if (s->stream_write(*this, op))
+        if (staged_stream_write(*s, *this, op))
             return;
     }
     write_direct(op);
@@ -371,7 +371,7 @@ void stream_impl::maybe_ack() noexcept {
 
 void stream_impl::read(transfer_op* op, const boost::asio::mutable_buffer* bufs,
                        std::size_t n) noexcept {
-    if (device_staging* s = worker_->staging(); s && s->stream_read(*this, op, bufs, n))
+    if (device_staging* s = staging_of(*worker_); s && staged_stream_read(*s, *this, op, bufs, n))
         [[unlikely]]
         return;
     read_direct(op, bufs, n);

@@ -21,11 +21,12 @@
 // `stream_fsm`'s; the endpoint hands this stream the peer's end markers and
 // acknowledgements (endpoint_watcher).
 //
-// Device memory where UCX cannot move it (lib/gpu/device_staging.hpp): `write`
-// and `read` hand the operation to the worker's staging first, which writes
-// a device buffer chunk by chunk through `write_direct` and reads into one
-// through `read_direct` and a pinned buffer. Writes started while a staged
-// write has chunks to go wait behind it, in order.
+// Device memory where UCX cannot move it (lib/stream/stream_staging.cpp, on
+// the worker's staging, lib/gpu/device_staging.hpp): `write` and `read` hand
+// the operation to `staged_stream_write` and `staged_stream_read` first,
+// which write a device buffer chunk by chunk through `write_direct` and read
+// into one through `read_direct` and a pinned buffer. Writes started while a
+// staged write has chunks to go wait behind it, in order.
 #pragma once
 
 #include <ucx/detail/operation.hpp>
@@ -53,6 +54,26 @@ namespace ucx::detail {
 /// endpoint timeout, the ways a vanished peer shows, as
 /// `asio::error::connection_reset`), so code written for TCP sockets matches it.
 error_code socket_error(const error_code& ec) noexcept;
+
+class device_staging;
+class stream_impl;
+
+/// A stream write (`stream_impl::write`) through the staging `s`. Taken
+/// (staged) when the first buffer of `op` is device memory: that buffer
+/// alone is written, chunk by chunk, each chunk a write of `st`
+/// (`stream_impl::write_direct`, so flow control applies), in order.
+/// Otherwise `op` is cut to its leading buffers of host memory and left to
+/// the caller. The write completes with the bytes written, also on failure
+/// (the chunks written before). Not cancellable, as a direct write.
+bool staged_stream_write(device_staging& s, stream_impl& st, stream_write_op* op) noexcept;
+/// A stream read (`stream_impl::read`) into the `n` buffers `bufs` through
+/// the staging `s`. Taken (staged) when the first non-empty buffer is
+/// device memory: at most one chunk is read into a pinned buffer
+/// (`stream_impl::read_direct`) and copied into that buffer; cancelling it
+/// cancels that read. Otherwise `n` is cut to the leading buffers of host
+/// memory and the read left to the caller.
+bool staged_stream_read(device_staging& s, stream_impl& st, transfer_op* op,
+                        const boost::asio::mutable_buffer* bufs, std::size_t& n) noexcept;
 
 class stream_impl final : public deferred_work,
                           public endpoint_watcher,

@@ -77,7 +77,7 @@ protected:
     }
 
     device_staging& staging_of(ucx::worker& w) {
-        return *ucx::detail::access::get_impl(w)->staging();
+        return *ucx::detail::staging_of(*ucx::detail::access::get_impl(w));
     }
 
     /// Writes all of `out` from the client and reads as many bytes on the
@@ -546,7 +546,9 @@ protected:
         EXPECT_TRUE(run_until(io, [&] { return r.has_value(); }));
         return r.value_or(asio::error::timed_out);
     }
-    device_staging& staging() { return *ucx::detail::access::get_impl(a)->staging(); }
+    device_staging& staging() {
+        return *ucx::detail::staging_of(*ucx::detail::access::get_impl(a));
+    }
 };
 
 // Put from device memory and get into device memory, from nothing to
@@ -671,7 +673,7 @@ TEST(device_staging_cuda, stream_and_rma_with_device_memory) {
         GTEST_SKIP() << "this UCX moves CUDA memory itself";
     ucx::worker a{ctx, io, strict_worker_options(ucx::progress_mode::event)};
     ucx::worker b{ctx, io, strict_worker_options(ucx::progress_mode::event)};
-    ASSERT_NE(ucx::detail::access::get_impl(a)->staging(), nullptr);
+    ASSERT_NE(ucx::detail::staging_of(*ucx::detail::access::get_impl(a)), nullptr);
     ucx::acceptor acceptor{b, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
     ucx::stream client{a}, server{b};
     std::optional<ucx::error_code> accepted, connected;

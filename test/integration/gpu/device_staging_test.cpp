@@ -48,7 +48,7 @@ protected:
     }
 
     device_staging& staging_of(ucx::worker& w) {
-        return *ucx::detail::access::get_impl(w)->staging();
+        return *ucx::detail::staging_of(*ucx::detail::access::get_impl(w));
     }
 };
 
