@@ -3,6 +3,7 @@
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
 
+#include "connection/control_channel.hpp"
 #include "connection/endpoint_impl.hpp"
 #include "connection/listener_impl.hpp"
 #include "core/created.hpp"
@@ -95,7 +96,7 @@ void endpoint_impl::create(ucp_ep_params_t& params, error_code& ec) noexcept {
         return;
     worker_->add_component(*this);
     registered_ = true;
-    worker_->control().map(ep_, this);
+    control_channel::of(*worker_).map(ep_, this);
     mapped_ = true;
     ec = {};
 }
@@ -121,7 +122,7 @@ bool endpoint_impl::begin_connect(endpoint_op* op) noexcept {
         w.complete(op, boost::asio::error::operation_aborted);
         return false;
     }
-    if (!w.has_control_channel()) {
+    if (!has_control_channel(w)) {
         w.complete(op, make_error_code(error::feature_not_enabled));
         return false;
     }
@@ -234,8 +235,8 @@ void endpoint_impl::connect_address(const worker_address& address, endpoint_op* 
     try {
         std::vector<std::byte> payload = w.address().serialize();
         payload.insert(payload.end(), ticket.begin(), ticket.end());
-        w.control().send(ep_, control_message{control_type::hello, fsm_.local_tag()},
-                         std::move(payload));
+        control_channel::of(w).send(ep_, control_message{control_type::hello, fsm_.local_tag()},
+                                    std::move(payload));
     } catch (...) {
         force_close(make_error_code(error::allocation_failed));
     }
@@ -256,7 +257,7 @@ void endpoint_impl::accept_address(ucp_ep_h own, const control_message& hello,
     ep_ = own;
     worker_->add_component(*this);
     registered_ = true;
-    worker_->control().map(ep_, this);
+    control_channel::of(*worker_).map(ep_, this);
     mapped_ = true;
     ec = {};
     execute(fsm_.start(connection_params(role::server, true, false, timeouts)));
@@ -322,7 +323,7 @@ void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_
     for (const connection_action& a : actions) {
         switch (a.type) {
         case type::send_control:
-            w.send_control(ep_, control_message{a.message, a.value});
+            control_channel::of(w).send(ep_, control_message{a.message, a.value});
             break;
         case type::complete_connect:
             finish_connect(a.ec);
@@ -593,7 +594,7 @@ void endpoint_impl::abort_pending() noexcept {
 
 void endpoint_impl::unmap() noexcept {
     if (mapped_) {
-        worker_->control().unmap(ep_);
+        control_channel::of(*worker_).unmap(ep_);
         mapped_ = false;
     }
 }
