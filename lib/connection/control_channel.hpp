@@ -50,7 +50,7 @@ public:
                        std::span<const std::byte> ticket) noexcept = 0;
     /// The worker's control channel goes away (the worker shuts down).
     virtual void channel_gone() noexcept = 0;
-    /// Whether its connections get fabric ids (worker_impl::fabric_tag):
+    /// Whether its connections get fabric ids (fabric_tag):
     /// the worker's address acceptor's do (a group's fabric holds it while
     /// the worker has a group), a listener's do not.
     virtual bool fabric_ids() const noexcept { return false; }

@@ -298,9 +298,9 @@ endpoint_impl::connection_params(role r, bool by_address, bool listener,
     };
     // A connection made by a group's fabric, or accepted by the worker's
     // address acceptor (which the fabric holds while the worker has a
-    // group), gets a fabric id (see worker_impl::fabric_tag).
+    // group), gets a fabric id (see fabric_tag).
     connection_fsm::start_params p{r, by_address, listener,
-                                   fabric_ ? worker_->fabric_tag() : worker_->random_tag()};
+                                   fabric_ ? fabric_tag(*worker_) : random_tag(*worker_)};
     p.handshake_timeout_ms = ms(t.handshake_timeout);
     // A peer silent for `silent_ticks_limit` ticks fails: the silence lasts
     // between the timeout and a quarter more.
@@ -888,6 +888,14 @@ ucp_ep_h endpoint::native_handle() const noexcept {
 // forwards to the implementation object, so the public headers need only
 // forward declarations of the implementation classes.
 namespace ucx::detail {
+
+std::uint64_t random_tag(worker_impl& w) noexcept {
+    return w.random_id() & ~fabric_tag_bit;
+}
+
+std::uint64_t fabric_tag(worker_impl& w) noexcept {
+    return w.random_id() | fabric_tag_bit;
+}
 
 worker_core& core_of(const endpoint_impl& ep) noexcept {
     return *ep.worker();

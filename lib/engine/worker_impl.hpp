@@ -42,9 +42,6 @@ protected:
 /// A counted send finished (inside a UCX callback: records only); defined
 /// with the endpoint, which `op->endpoint` is.
 void counted_send_finished(operation* op) noexcept;
-/// Connects `op`'s new endpoint to the worker at `to` as a connection of a
-/// group's fabric (lib/connection/connect.cpp; see worker_impl::fabric_tag).
-void connect_fabric(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept;
 /// Hands the stream data UCX queued after a progress call to the streams it
 /// is for, which take it out of UCX's queues: UCX discards what is queued
 /// for an endpoint when the endpoint fails, before it reports the failure,
@@ -171,15 +168,9 @@ public:
         return key < service_slots_.size() ? service_slots_[key] : nullptr;
     }
 
-    /// Bit 63 of an endpoint's id (the high half of its receive tags) is set
-    /// for the connections of a group's fabric only (`fabric_tag`), so a
-    /// group's receive from any rank can match the fabric's messages and
-    /// never another connection's, whatever their 32-bit tags.
-    static constexpr std::uint64_t fabric_tag_bit = std::uint64_t{1} << 63;
-    /// A fresh random tag for per-endpoint receives (bit 63 clear).
-    std::uint64_t random_tag() { return rng_() & ~fabric_tag_bit; }
-    /// A fresh random tag for a fabric connection (bit 63 set).
-    std::uint64_t fabric_tag() { return rng_() | fabric_tag_bit; }
+    /// A fresh random 64-bit number (the connection layer draws the ids of
+    /// its endpoints from it: lib/connection/endpoint_impl.hpp).
+    std::uint64_t random_id() { return rng_(); }
     /// A stream starts (`true`) or stops waiting for data with no read
     /// pending: while any does, each progress call that found events hands
     /// out stream data (a stream with reads pending looks after each pass).
