@@ -3,6 +3,7 @@
 #include <ucx/log.hpp>
 
 #include "connection/address_acceptor.hpp"
+#include "connection/control_channel.hpp"
 #include "engine/worker_impl.hpp"
 
 #include <boost/asio/error.hpp>
@@ -16,7 +17,7 @@ namespace {
 
 /// Says `refused`, then closes the endpoint (flush: the answer goes first).
 void refuse(worker_impl& w, ucp_ep_h ep, bool owned) noexcept {
-    w.send_control(ep, control_message{control_type::refused, 0});
+    control_channel::of(w).send(ep, control_message{control_type::refused, 0});
     if (owned)
         w.close_ucp_endpoint(ep, false);
 }
@@ -85,13 +86,13 @@ address_acceptor_impl::~address_acceptor_impl() {
 }
 
 void address_acceptor_impl::open(error_code& ec) {
-    if (ec = worker_->accept_support(); ec)
+    if (ec = accept_support(*worker_); ec)
         return;
     if (attached_) {
         ec = {};
         return;
     }
-    if (!worker_->control().attach_acceptor(this)) {
+    if (!control_channel::of(*worker_).attach_acceptor(this)) {
         ec = boost::asio::error::address_in_use;
         return;
     }
@@ -101,7 +102,7 @@ void address_acceptor_impl::open(error_code& ec) {
 
 void address_acceptor_impl::close() noexcept {
     if (attached_) {
-        worker_->control().detach_acceptor(this);
+        control_channel::of(*worker_).detach_acceptor(this);
         attached_ = false;
     }
     queue_.close(); // the connectors of unaccepted connections see a reset

@@ -13,6 +13,19 @@
 
 namespace ucx::detail {
 
+bool has_control_channel(const worker_impl& w) noexcept {
+    const control_channel* c = find_service<control_channel>(w);
+    return c && c->is_open();
+}
+
+error_code accept_support(const worker_impl& w) noexcept {
+    if (!w.is_open())
+        return boost::asio::error::bad_descriptor;
+    if (!has_control_channel(w))
+        return make_error_code(error::feature_not_enabled);
+    return {};
+}
+
 bool control_channel::open() noexcept {
     ucp_am_handler_param_t am{};
     am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -292,7 +305,7 @@ void control_channel::arm_unclaimed_timer() noexcept {
                                    [](worker_impl& w, const error_code& ec) {
                                        if (ec)
                                            return;
-                                       control_channel& c = w.control();
+                                       control_channel& c = control_channel::of(w);
                                        c.sweep_unclaimed();
                                        c.arm_unclaimed_timer();
                                    });
@@ -308,9 +321,10 @@ void control_channel::shutdown() noexcept {
         unclaimed_timer_->cancel();
     for (const auto& u : std::exchange(unclaimed_, {}))
         worker_.close_ucp_endpoint(u.ep, true);
+    worker_.remove_component(*this);
 }
 
-void control_channel::release() noexcept {
+void control_channel::release_service() noexcept {
     if (hello_taker* a = std::exchange(acceptor_, nullptr))
         a->channel_gone();
     for (hello_taker* d : std::exchange(doors_, {}))

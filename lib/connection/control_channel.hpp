@@ -10,7 +10,8 @@
 #include <ucx/worker_address.hpp>
 
 #include "connection/control_message.hpp"
-#include "engine/worker_component.hpp"
+#include "engine/worker_impl.hpp"
+#include "engine/worker_service.hpp"
 #include "util/guarded_timer.hpp"
 
 #include <ucp/api/ucp.h>
@@ -49,7 +50,7 @@ public:
                        std::span<const std::byte> ticket) noexcept = 0;
     /// The worker's control channel goes away (the worker shuts down).
     virtual void channel_gone() noexcept = 0;
-    /// Whether its connections get fabric ids (worker_impl::fabric_tag):
+    /// Whether its connections get fabric ids (fabric_tag):
     /// the worker's address acceptor's do (a group's fabric holds it while
     /// the worker has a group), a listener's do not.
     virtual bool fabric_ids() const noexcept { return false; }
@@ -58,11 +59,15 @@ protected:
     ~hello_taker() = default;
 };
 
-class control_channel final : public worker_component {
+/// A service of the worker (worker_service), made and opened with it
+/// (lib/messaging/worker_open.cpp), before any connection.
+class control_channel final : public worker_service {
 public:
-    explicit control_channel(worker_impl& w) noexcept
-        : worker_component(component_kind::service), worker_(w) {}
+    explicit control_channel(worker_impl& w) noexcept : worker_(w) {}
     ~control_channel();
+
+    /// The control channel of `w`.
+    static control_channel& of(worker_impl& w) { return use_service<control_channel>(w); }
 
     /// Installs the control-message handler on the (new) UCP worker; false
     /// when the context has no active messages.
@@ -129,12 +134,14 @@ public:
     static constexpr std::size_t max_unclaimed = 1024;
 
     std::size_t run_deferred(deferred_stage stage) noexcept override;
-    /// Drops what is queued (the worker shuts down).
+    /// Drops what is queued (the worker shuts down), and leaves the
+    /// components: after the listeners and the endpoints, which may still
+    /// send control messages as they end.
     void shutdown() noexcept override;
     /// An address acceptor waits for peers.
     bool keeps_worker_running() const noexcept override { return acceptor_ != nullptr; }
     /// The UCP worker goes: the acceptor is told.
-    void release() noexcept;
+    void release_service() noexcept override;
 
 private:
     static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,
@@ -182,5 +189,17 @@ private:
     std::vector<unclaimed_endpoint> unclaimed_;
     std::unique_ptr<guarded_timer> unclaimed_timer_;
 };
+
+/// The endpoint of `w` mapped to a UCP endpoint, or null (see control_channel::find).
+inline endpoint_impl* find_endpoint(worker_impl& w, ucp_ep_h ep) noexcept {
+    return control_channel::of(w).find(ep);
+}
+/// Whether `w` has its control channel open: the context has active
+/// messages (needed for connected endpoints).
+bool has_control_channel(const worker_impl& w) noexcept;
+/// Whether connections can be accepted on `w`: `bad_descriptor` when it is
+/// closed, `error::feature_not_enabled` without the control channel (the
+/// context has no active messages).
+error_code accept_support(const worker_impl& w) noexcept;
 
 } // namespace ucx::detail

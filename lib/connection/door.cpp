@@ -1,5 +1,6 @@
 #include <ucx/log.hpp>
 
+#include "connection/control_channel.hpp"
 #include "connection/door.hpp"
 #include "connection/endpoint_impl.hpp"
 #include "engine/worker_impl.hpp"
@@ -136,7 +137,7 @@ void door_connect::start(const std::shared_ptr<worker_impl>& w, endpoint_op* op,
     w->start(op);
     if (op->cancel_requested)
         return w->complete(op, boost::asio::error::operation_aborted);
-    if (error_code ec = w->accept_support(); ec)
+    if (error_code ec = accept_support(*w); ec)
         return w->complete(op, ec);
     try {
         auto d = std::make_shared<door_connect>(w, op);

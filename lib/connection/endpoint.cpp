@@ -3,6 +3,7 @@
 #include <ucx/endpoint.hpp>
 #include <ucx/log.hpp>
 
+#include "connection/control_channel.hpp"
 #include "connection/endpoint_impl.hpp"
 #include "connection/listener_impl.hpp"
 #include "core/created.hpp"
@@ -95,7 +96,7 @@ void endpoint_impl::create(ucp_ep_params_t& params, error_code& ec) noexcept {
         return;
     worker_->add_component(*this);
     registered_ = true;
-    worker_->control().map(ep_, this);
+    control_channel::of(*worker_).map(ep_, this);
     mapped_ = true;
     ec = {};
 }
@@ -121,7 +122,7 @@ bool endpoint_impl::begin_connect(endpoint_op* op) noexcept {
         w.complete(op, boost::asio::error::operation_aborted);
         return false;
     }
-    if (!w.has_control_channel()) {
+    if (!has_control_channel(w)) {
         w.complete(op, make_error_code(error::feature_not_enabled));
         return false;
     }
@@ -234,8 +235,8 @@ void endpoint_impl::connect_address(const worker_address& address, endpoint_op* 
     try {
         std::vector<std::byte> payload = w.address().serialize();
         payload.insert(payload.end(), ticket.begin(), ticket.end());
-        w.control().send(ep_, control_message{control_type::hello, fsm_.local_tag()},
-                         std::move(payload));
+        control_channel::of(w).send(ep_, control_message{control_type::hello, fsm_.local_tag()},
+                                    std::move(payload));
     } catch (...) {
         force_close(make_error_code(error::allocation_failed));
     }
@@ -256,7 +257,7 @@ void endpoint_impl::accept_address(ucp_ep_h own, const control_message& hello,
     ep_ = own;
     worker_->add_component(*this);
     registered_ = true;
-    worker_->control().map(ep_, this);
+    control_channel::of(*worker_).map(ep_, this);
     mapped_ = true;
     ec = {};
     execute(fsm_.start(connection_params(role::server, true, false, timeouts)));
@@ -297,9 +298,9 @@ endpoint_impl::connection_params(role r, bool by_address, bool listener,
     };
     // A connection made by a group's fabric, or accepted by the worker's
     // address acceptor (which the fabric holds while the worker has a
-    // group), gets a fabric id (see worker_impl::fabric_tag).
+    // group), gets a fabric id (see fabric_tag).
     connection_fsm::start_params p{r, by_address, listener,
-                                   fabric_ ? worker_->fabric_tag() : worker_->random_tag()};
+                                   fabric_ ? fabric_tag(*worker_) : random_tag(*worker_)};
     p.handshake_timeout_ms = ms(t.handshake_timeout);
     // A peer silent for `silent_ticks_limit` ticks fails: the silence lasts
     // between the timeout and a quarter more.
@@ -322,7 +323,7 @@ void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_
     for (const connection_action& a : actions) {
         switch (a.type) {
         case type::send_control:
-            w.send_control(ep_, control_message{a.message, a.value});
+            control_channel::of(w).send(ep_, control_message{a.message, a.value});
             break;
         case type::complete_connect:
             finish_connect(a.ec);
@@ -593,7 +594,7 @@ void endpoint_impl::abort_pending() noexcept {
 
 void endpoint_impl::unmap() noexcept {
     if (mapped_) {
-        worker_->control().unmap(ep_);
+        control_channel::of(*worker_).unmap(ep_);
         mapped_ = false;
     }
 }
@@ -887,6 +888,14 @@ ucp_ep_h endpoint::native_handle() const noexcept {
 // forwards to the implementation object, so the public headers need only
 // forward declarations of the implementation classes.
 namespace ucx::detail {
+
+std::uint64_t random_tag(worker_impl& w) noexcept {
+    return w.random_id() & ~fabric_tag_bit;
+}
+
+std::uint64_t fabric_tag(worker_impl& w) noexcept {
+    return w.random_id() | fabric_tag_bit;
+}
 
 worker_core& core_of(const endpoint_impl& ep) noexcept {
     return *ep.worker();

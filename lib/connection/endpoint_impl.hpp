@@ -74,7 +74,7 @@ public:
     void connect_address(const worker_address& address, endpoint_op* op,
                          std::span<const std::byte> ticket = {}) noexcept;
     /// Makes the connection one of a group's fabric: its id gets the fabric
-    /// bit (worker_impl::fabric_tag). Before `connect_address` or
+    /// bit (`fabric_tag`). Before `connect_address` or
     /// `accept_address`.
     void mark_fabric() noexcept { fabric_ = true; }
     /// Wraps a UCP endpoint that UCX owns (the reply endpoint of an active
@@ -312,5 +312,18 @@ class context_impl;
 /// socket-address methods refuse another address up front with
 /// `asio::error::address_family_not_supported`.
 bool ucx_connects_over(const context_impl& ctx, const boost::asio::ip::address& a) noexcept;
+
+/// Bit 63 of an endpoint's id (the high half of its receive tags) is set for
+/// the connections of a group's fabric only (`fabric_tag`), so a group's
+/// receive from any rank can match the fabric's messages and never another
+/// connection's, whatever their 32-bit tags.
+inline constexpr std::uint64_t fabric_tag_bit = std::uint64_t{1} << 63;
+/// A fresh random id for an endpoint of `w` (bit 63 clear).
+std::uint64_t random_tag(worker_impl& w) noexcept;
+/// A fresh random id for a fabric connection of `w` (bit 63 set).
+std::uint64_t fabric_tag(worker_impl& w) noexcept;
+/// Connects `op`'s new endpoint to the worker at `to` as a connection of a
+/// group's fabric (lib/connection/connect.cpp; see `fabric_tag`).
+void connect_fabric(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept;
 
 } // namespace ucx::detail

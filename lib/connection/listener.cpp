@@ -1,6 +1,7 @@
 #include <ucx/listener.hpp>
 #include <ucx/log.hpp>
 
+#include "connection/control_channel.hpp"
 #include "connection/listener_impl.hpp"
 #include "core/context_impl.hpp"
 #include "core/created.hpp"
@@ -30,7 +31,7 @@ listener_impl::~listener_impl() {
 }
 
 void listener_impl::open(const boost::asio::ip::tcp::endpoint& bind, error_code& ec) {
-    if (ec = worker_->accept_support(); ec)
+    if (ec = accept_support(*worker_); ec)
         return;
     if (method_ == connection_method::handshake)
         return open_door(bind, ec);
@@ -129,7 +130,7 @@ void listener_impl::accept(endpoint_op* op) noexcept {
 void listener_impl::close() noexcept {
     if (door_attached_) {
         door_attached_ = false;
-        worker_->control().detach_door(this);
+        control_channel::of(*worker_).detach_door(this);
         error_code ignored;
         acceptor_->close(ignored);
         if (retry_timer_)
@@ -181,7 +182,7 @@ void listener_impl::open_door(const boost::asio::ip::tcp::endpoint& bind, error_
     retry_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
     spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     expiry_timer_ = std::make_unique<boost::asio::steady_timer>(worker_->get_executor());
-    worker_->control().attach_door(this);
+    control_channel::of(*worker_).attach_door(this);
     door_attached_ = true;
     worker_->add_component(*this);
     accept_next();

@@ -15,6 +15,7 @@
 #include <boost/system/system_error.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 namespace ucx {
@@ -127,17 +128,12 @@ worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type&
 
 worker_impl::~worker_impl() {
     shutdown();
+    // The services go in the reverse order of their coming, as they were released.
+    while (!services_.empty())
+        services_.pop_back();
 }
 
-error_code worker_impl::accept_support() const noexcept {
-    if (!is_open())
-        return boost::asio::error::bad_descriptor;
-    if (!has_control_channel())
-        return make_error_code(error::feature_not_enabled);
-    return {};
-}
-
-void worker_impl::open() {
+void worker_impl::open(void (*open_services)(worker_impl&)) {
     if (!context_ || !context_->native())
         throw boost::system::system_error(make_error_code(error::context_closed),
                                           "ucx::worker: the context is not open");
@@ -171,12 +167,11 @@ void worker_impl::open() {
         ucp_worker_release_address(worker_, addr);
     }
     efd_.assign(fd);
-    // Active messages carry the control channel, and the registry on top.
-    if ((context_->features() & feature::am) == feature::am && channel_.open())
-        am_ = make_am_registry(*this);
-    // Device buffers go through host memory where UCX cannot move them;
-    // where it can, only the collectives' arithmetic needs host copies.
-    staging_ = make_device_staging(*this);
+    // The services that serve the peers from the start (the control channel,
+    // the active-message registry on top) and the staging of device
+    // buffers, before anything else joins.
+    if (open_services)
+        open_services(*this);
     // An io_context (plain or behind a strand): its work count.
     if (native_executor_)
         work_context_ = &native_executor_->context();
@@ -372,8 +367,7 @@ ucs_status_ptr_t worker_impl::close_ucp_endpoint(ucp_ep_h ep, bool force, operat
 // ---- components ----
 
 bool worker_impl::needed() const noexcept {
-    if (work_pending() || heads_[static_cast<std::size_t>(component_kind::listener)] ||
-        channel_.keeps_worker_running())
+    if (work_pending() || heads_[static_cast<std::size_t>(component_kind::listener)])
         return true;
     for (auto kind : {component_kind::endpoint, component_kind::service})
         for (const worker_component* c = heads_[static_cast<std::size_t>(kind)]; c; c = c->next_)
@@ -595,6 +589,19 @@ void worker_impl::cancel_safety_timer() noexcept {
     safety_timer_.cancel();
 }
 
+std::size_t next_service_key() noexcept {
+    static std::atomic<std::size_t> next{0};
+    return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void worker_impl::add_service(std::size_t key, std::shared_ptr<worker_service> s) {
+    if (key >= service_slots_.size())
+        service_slots_.resize(key + 1, nullptr);
+    service_slots_[key] = s.get();
+    services_.push_back(s);
+    add_component(*s);
+}
+
 void worker_impl::add_resource(worker_resource* r) {
     resources_.push_back(r);
 }
@@ -640,7 +647,6 @@ void worker_impl::shutdown() {
          {component_kind::listener, component_kind::endpoint, component_kind::service})
         while (worker_component* c = components(kind))
             c->shutdown();
-    channel_.shutdown();
     for (auto& queue : deferred_)
         queue.clear();
     has_deferred_ = false;
@@ -687,8 +693,8 @@ void worker_impl::shutdown() {
         resources_.pop_back();
         r->release_worker_resource();
     }
-    am_.reset();
-    channel_.release();
+    for (auto it = services_.rbegin(); it != services_.rend(); ++it)
+        (*it)->release_service();
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
 }
@@ -696,11 +702,7 @@ void worker_impl::shutdown() {
 } // namespace detail
 
 // ---- ucx::worker ----
-
-worker::worker(const context& ctx, const executor_type& ex, const worker_options& options)
-    : impl_(std::make_shared<detail::worker_impl>(detail::access::get_impl(ctx), ex, options)) {
-    impl_->open();
-}
+// (Its constructor opens the library's services too: lib/messaging/worker_open.cpp.)
 
 worker& worker::operator=(worker&& other) noexcept {
     if (this != &other) {

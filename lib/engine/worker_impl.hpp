@@ -5,11 +5,10 @@
 #include <ucx/detail/operation.hpp>
 #include <ucx/worker.hpp>
 
-#include "connection/control_channel.hpp"
-#include "connection/control_message.hpp"
 #include "engine/progress_fsm.hpp"
 #include "engine/spin_group.hpp"
 #include "engine/worker_component.hpp"
+#include "engine/worker_service.hpp"
 #include "util/guarded_timer.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
@@ -25,7 +24,6 @@
 
 namespace ucx::detail {
 
-class am_registry;
 class context_impl;
 class endpoint_impl;
 
@@ -43,16 +41,6 @@ protected:
 /// A counted send finished (inside a UCX callback: records only); defined
 /// with the endpoint, which `op->endpoint` is.
 void counted_send_finished(operation* op) noexcept;
-/// Creates and opens the active-message registry of `w` (registered with
-/// it); null when it cannot be opened. Defined with the registry.
-std::shared_ptr<am_registry> make_am_registry(worker_impl& w);
-/// Creates the staging of `w`'s device buffers (registered with it) where a
-/// device may be used; null elsewhere. Defined with the staging
-/// (lib/gpu/device_staging.cpp).
-std::shared_ptr<worker_component> make_device_staging(worker_impl& w);
-/// Connects `op`'s new endpoint to the worker at `to` as a connection of a
-/// group's fabric (lib/connection/connect.cpp; see worker_impl::fabric_tag).
-void connect_fabric(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept;
 /// Hands the stream data UCX queued after a progress call to the streams it
 /// is for, which take it out of UCX's queues: UCX discards what is queued
 /// for an endpoint when the endpoint fails, before it reports the failure,
@@ -68,8 +56,11 @@ public:
     worker_impl(const worker_impl&) = delete;
     worker_impl& operator=(const worker_impl&) = delete;
 
-    /// Opens the UCP worker and its event fd; throws on failure.
-    void open();
+    /// Opens the UCP worker and its event fd, then calls `open_services` (the
+    /// layer that makes workers gives it: the services that must serve the
+    /// peers from the start, such as the control channel, open there);
+    /// throws on failure.
+    void open(void (*open_services)(worker_impl&) = nullptr);
 
     ucp_worker_h native() const noexcept { return worker_; }
     const context_impl& context() const noexcept { return *context_; }
@@ -167,49 +158,33 @@ public:
     /// `submitted`), and the close completes it.
     ucs_status_ptr_t close_ucp_endpoint(ucp_ep_h ep, bool force, operation* op = nullptr) noexcept;
 
-    /// The control channel (the library's control messages).
-    control_channel& control() noexcept { return channel_; }
-    /// The endpoint mapped to a UCP endpoint, or null (see control_channel).
-    endpoint_impl* find_endpoint(ucp_ep_h ep) const noexcept { return channel_.find(ep); }
-    /// Sends a control message on `ep` (fire and forget; the worker tracks it).
-    void send_control(ucp_ep_h ep, const control_message& m) noexcept { channel_.send(ep, m); }
-    /// Whether the context has active messages (needed for connected endpoints).
-    bool has_control_channel() const noexcept { return channel_.is_open(); }
-    /// Whether connections can be accepted on this worker: `bad_descriptor`
-    /// when it is closed, `error::feature_not_enabled` without the control
-    /// channel (the context has no active messages).
-    error_code accept_support() const noexcept;
-    /// Bit 63 of an endpoint's id (the high half of its receive tags) is set
-    /// for the connections of a group's fabric only (`fabric_tag`), so a
-    /// group's receive from any rank can match the fabric's messages and
-    /// never another connection's, whatever their 32-bit tags.
-    static constexpr std::uint64_t fabric_tag_bit = std::uint64_t{1} << 63;
-    /// A fresh random tag for per-endpoint receives (bit 63 clear).
-    std::uint64_t random_tag() { return rng_() & ~fabric_tag_bit; }
-    /// A fresh random tag for a fabric connection (bit 63 set).
-    std::uint64_t fabric_tag() { return rng_() | fabric_tag_bit; }
+    // --- services (owner thread only; see worker_service) ---
+    /// The worker takes `s` as its service of key `key` (one per key): it
+    /// joins the components, and stays until the worker is destroyed.
+    void add_service(std::size_t key, std::shared_ptr<worker_service> s);
+    /// The service of key `key`, or null.
+    worker_service* service(std::size_t key) const noexcept {
+        return key < service_slots_.size() ? service_slots_[key] : nullptr;
+    }
+
+    /// A fresh random 64-bit number (the connection layer draws the ids of
+    /// its endpoints from it: lib/connection/endpoint_impl.hpp).
+    std::uint64_t random_id() { return rng_(); }
     /// A stream starts (`true`) or stops waiting for data with no read
     /// pending: while any does, each progress call that found events hands
     /// out stream data (a stream with reads pending looks after each pass).
     void watch_streams(bool on) noexcept { on ? ++streams_ : --streams_; }
-    /// Control messages dropped as malformed or unroutable.
-    std::size_t dropped_control_messages() const noexcept { return channel_.dropped(); }
-
-    // --- active messages (owner thread only) ---
-    /// The active-message receive side; null without the AM feature.
-    am_registry* am() const noexcept { return am_.get(); }
 
     // --- device buffers (owner thread only) ---
     /// The staging of device buffers, made by the gpu layer
-    /// (`make_device_staging`, lib/gpu/device_staging.hpp, whose `staging_of`
+    /// (`make_device_staging`, installed by the public worker's constructor;
+    /// lib/gpu/device_staging.hpp, whose `staging_of`
     /// gives its type): present only where a device exists (it stages
     /// messages only where the context's UCX cannot move device memory), so
     /// elsewhere an operation pays one test of a null pointer.
     worker_component* staging() const noexcept { return staging_.get(); }
     /// Installs (or, with null, removes) the staging of device buffers.
     void set_staging(std::shared_ptr<worker_component> s) noexcept { staging_ = std::move(s); }
-    /// Starts a receive of one active message on `id` (from `from` only, if set).
-    void am_recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept;
 
     // --- resources (owner thread only) ---
     /// `r` is released at shutdown unless removed first.
@@ -307,12 +282,35 @@ private:
     /// The stage running now: its queue as it was when the stage started.
     std::vector<deferred_work*> running_;
     std::array<worker_component*, component_kind_count> heads_{};
-    control_channel channel_{*this};
-    std::shared_ptr<am_registry> am_;
+    /// The services, in the order they came, and by key.
+    std::vector<std::shared_ptr<worker_service>> services_;
+    std::vector<worker_service*> service_slots_;
     std::shared_ptr<worker_component> staging_;
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{std::random_device{}()};
     bool arm_error_logged_ = false;
 };
+
+/// The service `Service` of `w`, or null.
+template <class Service>
+Service* find_service(const worker_impl& w) noexcept {
+    return static_cast<Service*>(w.service(service_key<Service>()));
+}
+
+/// `w` takes `s` as its service `Service` (see worker_impl::add_service).
+template <class Service>
+Service& add_service(worker_impl& w, std::shared_ptr<Service> s) {
+    Service& service = *s;
+    w.add_service(service_key<Service>(), std::move(s));
+    return service;
+}
+
+/// The service `Service` of `w`, made (from `w`) the first time it is asked for.
+template <class Service>
+Service& use_service(worker_impl& w) {
+    if (Service* s = find_service<Service>(w))
+        return *s;
+    return add_service(w, std::make_shared<Service>(w));
+}
 
 } // namespace ucx::detail

@@ -261,6 +261,11 @@ private:
     std::shared_ptr<device_staging*> self_ = std::make_shared<device_staging*>(this);
 };
 
+/// Creates the staging of `w`'s device buffers (registered with it) where a
+/// device may be used; null elsewhere. The public worker's constructor
+/// installs it (lib/messaging/worker_open.cpp).
+std::shared_ptr<worker_component> make_device_staging(worker_impl& w);
+
 /// The staging of `w`'s device buffers; null where it has none (no device):
 /// a test of a null pointer on the paths of host memory.
 inline device_staging* staging_of(const worker_impl& w) noexcept {

@@ -21,7 +21,7 @@
 // Receives from any rank. Underneath, a connection's message is a UCX tag
 // message with the receiving endpoint's random id in the high 32 bits of the
 // UCX tag and the 32-bit tag above in the low half; the ids of the fabric's
-// connections, and only theirs, have bit 63 set (worker_impl::fabric_tag).
+// connections, and only theirs, have bit 63 set (fabric_tag, lib/connection/endpoint_impl.hpp).
 // An any-source receive is one UCX receive on the worker whose mask covers
 // the low half and that bit: UCX
 // matches each arriving message against the posted receives in the order they
@@ -1422,8 +1422,8 @@ void group_impl::post_any(const std::shared_ptr<any_recv>& r) {
             // The group's tag in the low half, from any of the fabric's
             // connections (the fabric bit in the high half).
             // Through the submit function: a device buffer is staged.
-            detail::tag_recv(w, op, data, size, worker_impl::fabric_tag_bit | tag,
-                             worker_impl::fabric_tag_bit | tag_t{0xFFFFFFFFu});
+            detail::tag_recv(w, op, data, size, fabric_tag_bit | tag,
+                             fabric_tag_bit | tag_t{0xFFFFFFFFu});
         });
 }
 

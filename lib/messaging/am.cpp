@@ -2,6 +2,7 @@
 #include <ucx/detail/throw_on_error.hpp>
 #include <ucx/log.hpp>
 
+#include "connection/control_channel.hpp"
 #include "connection/endpoint_impl.hpp"
 #include "core/context_impl.hpp"
 #include "engine/request_param.hpp"
@@ -57,7 +58,7 @@ error_code fetch_error(ucs_status_t status) noexcept {
 } // namespace
 
 am_registry::am_registry(worker_impl& w)
-    : worker_component(component_kind::service), worker_(&w), executor_(w.get_executor()),
+    : worker_(&w), channel_(&control_channel::of(w)), executor_(w.get_executor()),
       bound_(w.options().am_queue_bytes) {
     allocators_[type_index(memory_type::host)] = std::make_shared<pooled_host_allocator>();
     if (const auto& pool = w.context().cuda_pool())
@@ -156,7 +157,7 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
     m->length = length;
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep) {
         m->reply_ep = param->reply_ep;
-        if (endpoint_impl* ep = self->worker_->find_endpoint(param->reply_ep)) {
+        if (endpoint_impl* ep = self->channel_->find(param->reply_ep)) {
             m->from_raw = ep;
             m->from_serial = ep->serial();
         }
@@ -446,24 +447,26 @@ std::size_t am_registry::drain() noexcept {
     return n;
 }
 
-std::shared_ptr<am_registry> make_am_registry(worker_impl& w) {
+void open_am_registry(worker_impl& w) {
     auto am = std::make_shared<am_registry>(w);
     if (!am->open())
-        return nullptr;
-    w.add_component(*am);
+        return;
+    add_service(w, am);
     // Released after every request called back: see detach().
     w.add_resource(am.get());
-    return am;
 }
 
-void worker_impl::am_recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept {
-    if (!am_) {
-        start(op);
-        return complete(op, is_open() ? make_error_code(error::feature_not_enabled)
-                                      : error_code(boost::asio::error::operation_aborted));
+namespace {
+void am_recv_on(worker_impl& w, am_recv_op* op, unsigned id, endpoint_impl* from) noexcept {
+    am_registry* am = am_of(w);
+    if (!am) {
+        w.start(op);
+        return w.complete(op, w.is_open() ? make_error_code(error::feature_not_enabled)
+                                          : error_code(boost::asio::error::operation_aborted));
     }
-    am_->recv(op, id, from);
+    am->recv(op, id, from);
 }
+} // namespace
 
 void am_registry::recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcept {
     worker_impl& w = *worker_;
@@ -676,7 +679,7 @@ std::tuple<error_code, am_message> am_recv_result::extract(const error_code& ec,
 }
 
 bool am_send_valid(const endpoint_impl& ep, unsigned id, std::size_t header_length) noexcept {
-    const am_registry* am = ep.worker()->am();
+    const am_registry* am = am_of(*ep.worker());
     return am && id <= am_max_id && header_length <= am->max_header();
 }
 
@@ -686,7 +689,7 @@ void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void
     if (!ep.begin(op, true))
         return;
     worker_impl& w = *ep.worker();
-    am_registry* am = w.am();
+    am_registry* am = am_of(w);
     if (!am)
         return w.complete(op, make_error_code(error::feature_not_enabled));
     if (id > am_max_id)
@@ -821,7 +824,7 @@ endpoint am_message::reply_endpoint(error_code& ec) const {
         };
         detail::worker_impl* w = state_->registry->worker();
         std::shared_ptr<detail::endpoint_impl> ep;
-        if (detail::endpoint_impl* e = w->find_endpoint(state_->reply_ep); e && same(e)) {
+        if (detail::endpoint_impl* e = detail::find_endpoint(*w, state_->reply_ep); e && same(e)) {
             ep = e->weak_from_this().lock();
         } else {
             // A failed endpoint is no longer mapped, but still listed.
@@ -861,7 +864,7 @@ endpoint am_message::reply_endpoint() const {
 
 namespace {
 detail::am_registry& registry_of(const worker& w) {
-    detail::am_registry* am = detail::checked(w)->am();
+    detail::am_registry* am = detail::am_of(*detail::checked(w));
     if (!am)
         throw boost::system::system_error(make_error_code(error::feature_not_enabled),
                                           "ucx: the worker has no active messages (the context "
@@ -911,10 +914,10 @@ am_queue_stats am_queue(const worker& w, unsigned id) {
 namespace ucx::detail {
 
 void am_recv(worker_impl& w, am_recv_op* op, unsigned id) noexcept {
-    w.am_recv(op, id, nullptr);
+    am_recv_on(w, op, id, nullptr);
 }
 void am_recv(endpoint_impl& ep, am_recv_op* op, unsigned id) noexcept {
-    ep.worker()->am_recv(op, id, &ep);
+    am_recv_on(*ep.worker(), op, id, &ep);
 }
 
 } // namespace ucx::detail

@@ -25,6 +25,7 @@
 
 namespace ucx::detail {
 
+class control_channel;
 class endpoint_impl;
 class device_staging;
 
@@ -91,7 +92,9 @@ struct am_message_state {
 /// Push handler of an id.
 using am_handler = std::function<void(error_code, am_message)>;
 
-class am_registry final : public worker_component,
+/// A service of the worker (worker_service), opened with it, after its
+/// control channel (lib/messaging/worker_open.cpp).
+class am_registry final : public worker_service,
                           public worker_resource,
                           public std::enable_shared_from_this<am_registry> {
 public:
@@ -184,6 +187,8 @@ private:
     static void cancel_recv(operation* op) noexcept;
 
     worker_impl* worker_;
+    /// The worker's control channel: every message looks up its sender there.
+    control_channel* channel_;
     worker_impl::executor_type executor_;
     std::size_t bound_;
     std::size_t max_header_ = 0;
@@ -199,5 +204,15 @@ private:
     std::size_t fetches_in_flight_ = 0;
     std::size_t peak_bytes_ = 0;
 };
+
+/// The active-message registry of `w`: null without the AM feature, or once
+/// the worker closed.
+inline am_registry* am_of(const worker_impl& w) noexcept {
+    am_registry* am = find_service<am_registry>(w);
+    return am && !am->closed() ? am : nullptr;
+}
+/// Opens the active-message registry of `w` (its control channel is open);
+/// none when UCX refuses.
+void open_am_registry(worker_impl& w);
 
 } // namespace ucx::detail

@@ -362,8 +362,8 @@ void stream_impl::maybe_ack() noexcept {
         return;
     // The worker's control channel sends it (a failed send is tried again
     // after the next read).
-    if (worker_->control().send(ep_->native(),
-                                control_message{control_type::stream_ack, fsm_.bytes_read()}))
+    if (control_channel::of(*worker_).send(
+            ep_->native(), control_message{control_type::stream_ack, fsm_.bytes_read()}))
         fsm_.on_ack_sent();
 }
 
@@ -590,7 +590,7 @@ void take_stream_data(worker_impl& w) noexcept {
     for (;;) {
         const ssize_t n = ucp_stream_worker_poll(w.native(), ready, std::size(ready), 0);
         for (ssize_t i = 0; i < n; ++i)
-            if (endpoint_impl* ep = w.find_endpoint(ready[i].ep))
+            if (endpoint_impl* ep = find_endpoint(w, ready[i].ep))
                 if (endpoint_watcher* s = ep->watcher())
                     s->stream_data_ready();
         if (n < static_cast<ssize_t>(std::size(ready)))
