@@ -1,4 +1,12 @@
 # ctest entries for ucx-asio-perf --check (included from test/integration).
+# Under a sanitizer each run takes a fifth of the iterations: the same paths
+# and content checks, in the time the sanitizer's slower code allows.
+set(_iters 100)
+set(_warmup 10)
+if(UCX_ASIO_SANITIZE)
+  set(_iters 20)
+  set(_warmup 2)
+endif()
 set(_perf_tests tag_lat tag_bw am_lat am_bw stream_lat stream_bw put_bw get_bw)
 foreach(transport library ucp tcp)
   foreach(style callback coroutine)
@@ -21,7 +29,7 @@ foreach(transport library ucp tcp)
           set(_name perf_smoke.${transport}.${test}.${mode}.${style}.${size})
           add_test(NAME ${_name}
             COMMAND ucx-asio-perf --local --check --transport ${transport} --progress ${mode}
-                    --style ${style} --test ${test} --size ${size} --iters 100 --warmup 10
+                    --style ${style} --test ${test} --size ${size} --iters ${_iters} --warmup ${_warmup}
                     --window 16)
           set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 120)
         endforeach()
