@@ -42,19 +42,25 @@ ucp_ep_params_t address_params(const worker_address& address) noexcept {
 }
 } // namespace
 
+namespace {
+/// A counted send finished (inside a UCX callback: records only); the
+/// worker's send finisher (`worker_impl::set_send_finisher`).
+void counted_send_finished(operation* op) noexcept {
+    op->endpoint->send_finished();
+}
+} // namespace
+
 endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker)
     : worker_component(component_kind::endpoint), worker_(std::move(worker)),
-      serial_(next_endpoint_serial()) {}
+      serial_(next_endpoint_serial()) {
+    worker_->set_send_finisher(&counted_send_finished);
+}
 
 endpoint_impl::~endpoint_impl() {
     force_close(boost::asio::error::operation_aborted);
     orphan_operations();
     // Also takes it out of the deferred queues.
     worker_->remove_component(*this);
-}
-
-void counted_send_finished(operation* op) noexcept {
-    op->endpoint->send_finished();
 }
 
 std::size_t endpoint_impl::run_deferred(deferred_stage stage) noexcept {

@@ -44,9 +44,9 @@ inline bool worker_impl::nothing_to_deliver() const noexcept {
 inline unsigned worker_impl::progress_ucp() noexcept {
     const unsigned events = ucp_worker_progress(worker_);
     // Stream data that arrived goes to its stream at once (see
-    // take_stream_data); only workers with a stream waiting without a read look.
+    // watch_streams); only workers with a stream waiting without a read look.
     if (events != 0 && streams_ != 0)
-        take_stream_data(*this);
+        take_stream_data_(*this);
     return events;
 }
 
@@ -222,7 +222,7 @@ void worker_impl::unlink(operation* op) noexcept {
 void worker_impl::finished(operation* op) noexcept {
     if (op->counted_send && op->endpoint) {
         op->counted_send = false;
-        counted_send_finished(op);
+        finish_counted_send_(op);
     }
     unlink(op);
     op->next = nullptr;

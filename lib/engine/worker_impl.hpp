@@ -38,16 +38,6 @@ protected:
     ~worker_resource() = default;
 };
 
-/// A counted send finished (inside a UCX callback: records only); defined
-/// with the endpoint, which `op->endpoint` is.
-void counted_send_finished(operation* op) noexcept;
-/// Hands the stream data UCX queued after a progress call to the streams it
-/// is for, which take it out of UCX's queues: UCX discards what is queued
-/// for an endpoint when the endpoint fails, before it reports the failure,
-/// and the data a peer wrote before it died must still be read. Defined
-/// with the stream.
-void take_stream_data(worker_impl& w) noexcept;
-
 class worker_impl : public worker_core, public std::enable_shared_from_this<worker_impl> {
 public:
     worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
@@ -170,10 +160,24 @@ public:
     /// A fresh random 64-bit number (the connection layer draws the ids of
     /// its endpoints from it: lib/connection/endpoint_impl.hpp).
     std::uint64_t random_id() { return rng_(); }
+    /// What takes the stream data UCX queued after a progress call to the
+    /// streams it is for (the stream layer's; UCX discards what is queued for
+    /// an endpoint when the endpoint fails, before it reports the failure,
+    /// and the data a peer wrote before it died must still be read).
+    using stream_data_taker = void (*)(worker_impl&) noexcept;
     /// A stream starts (`true`) or stops waiting for data with no read
-    /// pending: while any does, each progress call that found events hands
-    /// out stream data (a stream with reads pending looks after each pass).
-    void watch_streams(bool on) noexcept { on ? ++streams_ : --streams_; }
+    /// pending: while any does, each progress call that found events has
+    /// `take` hand out stream data (a stream with reads pending looks after
+    /// each pass).
+    void watch_streams(bool on, stream_data_taker take) noexcept {
+        take_stream_data_ = take;
+        on ? ++streams_ : --streams_;
+    }
+    /// What ends a counted send of an endpoint (`operation::counted_send`)
+    /// when UCX finishes it (inside UCX's callback: it only records). The
+    /// connection layer installs it with its first endpoint.
+    using send_finisher = void (*)(operation*) noexcept;
+    void set_send_finisher(send_finisher f) noexcept { finish_counted_send_ = f; }
 
     // --- device buffers (owner thread only) ---
     /// The staging of device buffers, made by the gpu layer
@@ -267,6 +271,8 @@ private:
     bool stopping_ = false;
     /// Streams connected with no read pending.
     std::size_t streams_ = 0;
+    stream_data_taker take_stream_data_ = nullptr;
+    send_finisher finish_counted_send_ = nullptr;
 
     operation* in_flight_head_ = nullptr;
     std::size_t in_flight_count_ = 0;

@@ -98,14 +98,14 @@ void stream_impl::update_watch() noexcept {
     const bool idle = ep_ && ep_->native() && reads_.empty();
     if (idle != watched_) {
         watched_ = idle;
-        worker_->watch_streams(idle);
+        worker_->watch_streams(idle, &take_stream_data);
     }
 }
 
 void stream_impl::detach_endpoint() noexcept {
     if (watched_) {
         watched_ = false;
-        worker_->watch_streams(false);
+        worker_->watch_streams(false, &take_stream_data);
     }
     release_held();
     drained_.clear();

@@ -11,8 +11,9 @@
 //
 // Received data never waits in UCX's queue: UCX discards that queue when the
 // endpoint fails, before it reports the failure, so data the peer wrote just
-// before it died would be lost. After each progress call the worker tells
-// the streams UCX queued data for (`take_stream_data`), and a stream with no
+// before it died would be lost. After each progress call the worker has
+// `take_stream_data` tell the streams UCX queued data for (the taker a
+// stream hands `worker_impl::watch_streams`), and a stream with no
 // read pending takes the data out of UCX's queue into its own, still
 // zero-copy (UCX's descriptors, released once read). The peer's flow-control
 // window bounds what is held.
@@ -49,6 +50,10 @@
 #include <vector>
 
 namespace ucx::detail {
+
+/// Hands the stream data UCX queued after a progress call to the streams it
+/// is for, which take it out of UCX's queues (see above).
+void take_stream_data(worker_impl& w) noexcept;
 
 /// Maps an error to the code a socket would give (UCX's connection reset and
 /// endpoint timeout, the ways a vanished peer shows, as
