@@ -83,13 +83,15 @@ import csv, statistics, sys
 path, before, after, tests = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 runs = {}
 allocs = {}
+# Columns (--format csv): transport, test, progress, style, size, iters,
+# window, median_us, p99_us, avg_us, MiB/s, msg/s, allocs/op, label, ...
 for row in csv.reader(open(path)):
-    build, i = row[-1].split(":")
+    build, i = row[13].split(":")
     test = tests[int(i)]
     bandwidth = "_bw" in test
-    value = float(row[9]) if bandwidth else float(row[6])
+    value = float(row[10]) if bandwidth else float(row[7])
     runs.setdefault((test, build), []).append(value)
-    allocs.setdefault((test, build), []).append(float(row[11]))
+    allocs.setdefault((test, build), []).append(float(row[12]))
 print(f"| test | before ({before}) | after ({after}) | after / before | rounds before | rounds after | allocs/op before, after |")
 print("|---|---|---|---|---|---|---|")
 for test in tests:
