@@ -166,4 +166,5 @@ int main(int argc, char** argv) {
         });
     }
     io.run();
+    return 0;
 }

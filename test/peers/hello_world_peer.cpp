@@ -252,4 +252,5 @@ int main(int argc, char** argv) {
             });
     }
     io.run();
+    return 0;
 }

@@ -189,4 +189,5 @@ int main(int argc, char** argv) {
     } catch (const peer_failed&) {
         return 1;
     }
+    return 0;
 }
