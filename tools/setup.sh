@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format iproute2 procps nftables # nftables: the fault tests' black hole
   clang libclang-rt-14-dev # tools/fuzz.sh (libFuzzer)
+  lld # tools/test.sh links with it
   libssl-dev openssl # TLS over ucx::stream (tests), ucxcat tests (SHA-256)
   gnuplot-nox valgrind # tools/bench.sh (chart), tools/callgrind.sh
   openmpi-bin libopenmpi-dev # the launch tests under mpirun

@@ -51,8 +51,16 @@ debug_flags=()
 if [ -n "$line_tables" ]; then
   debug_flags=(-DCMAKE_CXX_FLAGS_DEBUG=-g1 "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
 fi
+# LLVM's linker where it is installed (tools/setup.sh installs it): it links
+# a test executable in about half the processor time of the default one, on
+# several threads.
+linker_flags=()
+if command -v ld.lld > /dev/null; then
+  linker_flags=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld)
+fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DUCX_ASIO_SANITIZE="$sanitize" \
-  -DUCX_ASIO_UNITY_BUILD="$unity" -DCMAKE_CXX_FLAGS="$extra_flags" "${debug_flags[@]}"
+  -DUCX_ASIO_UNITY_BUILD="$unity" -DCMAKE_CXX_FLAGS="$extra_flags" "${debug_flags[@]}" \
+  "${linker_flags[@]}"
 cmake --build "$build_dir"
 
 # UCX's TCP transport stays on loopback; every test process gets it from ctest too.
