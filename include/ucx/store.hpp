@@ -38,7 +38,13 @@ namespace ucx {
 /// the handler's cancellation slot emitted a cancellation, which the stores
 /// of this library support for `async_get` and `async_wait`); and a store's
 /// own (I/O errors of `tcp_store` and `file_store`,
-/// `ucx::error::store_protocol_error`).
+/// `ucx::error::store_protocol_error`; a `file_store`'s
+/// `ucx::error::store_not_regular_file` and
+/// `ucx::error::store_value_too_large`). Each store's class lists its codes.
+///
+/// The stores of this library follow one set of rules for what each
+/// operation does to the keys (those of torch's TCPStore server): see
+/// `async_add` and `async_compare_set`; an empty value is a value.
 class store {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -91,10 +97,13 @@ public:
 
     /// Adds `delta` to the counter `key` (a missing key counts as 0) and
     /// gives the new value. Counters are stored as decimal text, as torch
-    /// stores them; a key whose value is not one fails with
+    /// stores them: an optional '-' and digits, nothing else, within int64
+    /// (the empty value is not a counter). A key whose value is not one, or
+    /// a sum outside int64, leaves the key unchanged and fails with
     /// `ucx::error::store_protocol_error` (memory and file stores; a TCP
     /// store's server closes the connection, as torch's does, and the
-    /// operation fails with `asio::error::eof`).
+    /// operation fails with `asio::error::eof` or
+    /// `asio::error::connection_reset`).
     /// Completion signature: `void(error_code, std::int64_t)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
