@@ -51,9 +51,14 @@ std::string peer_name(const tcp::socket& s) {
     return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
-void log_line(log::severity sev, const std::string& what) {
-    if (log::enabled(sev))
+/// Logs a line of the server; a failing sink does not stop the server.
+void log_line(log::severity sev, const std::string& what) noexcept {
+    if (!log::enabled(sev))
+        return;
+    try {
         log::write(sev, "tcp_store_server: " + what);
+    } catch (...) {
+    }
 }
 
 } // namespace
