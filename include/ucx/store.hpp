@@ -64,6 +64,8 @@ public:
 
     /// Sets `key` to `value` (replacing any value) and wakes its waiters.
     /// Completion signature: `void(error_code)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors; a `file_store`'s system errors and `store_value_too_large`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
     async_set(std::string key, value_type value,
@@ -86,6 +88,10 @@ public:
 
     /// Gets the value of `key`, waiting until some process sets it (at most
     /// `timeout()`). Completion signature: `void(error_code, value_type)`.
+    /// Errors: `store_timeout` (the key was not set in time),
+    /// `operation_aborted` (also on cancellation); a `tcp_store`'s I/O errors
+    /// and `store_protocol_error`; a `file_store`'s system errors,
+    /// `store_not_regular_file` and `store_value_too_large`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
     async_get(std::string key,
@@ -105,6 +111,10 @@ public:
     /// operation fails with `asio::error::eof` or
     /// `asio::error::connection_reset`).
     /// Completion signature: `void(error_code, std::int64_t)`.
+    /// Errors: `store_protocol_error` (not a counter, or an overflow: memory
+    /// and file stores), `store_timeout`, `operation_aborted`; a `tcp_store`'s
+    /// I/O errors; a `file_store`'s system errors, `store_not_regular_file`
+    /// and `store_value_too_large`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
     async_add(std::string key, std::int64_t delta,
@@ -121,6 +131,9 @@ public:
     /// (`desired` when it was set; the current value, or `expected` for a
     /// missing key, when not), as torch's `compare_set`.
     /// Completion signature: `void(error_code, value_type)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors and `store_protocol_error`; a `file_store`'s system errors,
+    /// `store_not_regular_file` and `store_value_too_large`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_compare_set(
         std::string key, value_type expected, value_type desired,
@@ -134,6 +147,8 @@ public:
 
     /// Whether every key of `keys` is set, without waiting.
     /// Completion signature: `void(error_code, bool)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors and `store_protocol_error`; a `file_store`'s system errors.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_check(
         std::vector<std::string> keys,
@@ -147,6 +162,9 @@ public:
 
     /// Waits until every key of `keys` is set (at most `timeout()`).
     /// Completion signature: `void(error_code)`.
+    /// Errors: `store_timeout`, `operation_aborted` (also on cancellation); a
+    /// `tcp_store`'s I/O errors and `store_protocol_error`; a `file_store`'s
+    /// system errors.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
     async_wait(std::vector<std::string> keys,
@@ -160,6 +178,8 @@ public:
 
     /// Deletes `key`; says whether it was set.
     /// Completion signature: `void(error_code, bool)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors and `store_protocol_error`; a `file_store`'s system errors.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_erase(
         std::string key,
@@ -172,6 +192,8 @@ public:
     /// The number of keys in the whole store (a `prefix_store` counts the
     /// keys of its base, as torch's `PrefixStore` does).
     /// Completion signature: `void(error_code, std::int64_t)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors and `store_protocol_error`; a `file_store`'s system errors.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_num_keys(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {

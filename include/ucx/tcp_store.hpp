@@ -92,6 +92,9 @@ public:
     /// at most `timeout()`), and, with `join_as_worker`, joins; completes when
     /// the store is ready. Operations do not need it: they connect on demand.
     /// Completion signature: `void(error_code)`.
+    /// Errors: `store_timeout` (no connection within `timeout()`),
+    /// `operation_aborted` (closed or destroyed); with `join_as_worker`, the
+    /// I/O errors of the join's ADD (`asio::error::eof`, ...).
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_connect(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
@@ -203,7 +206,8 @@ public:
 
     /// The executor the server runs on.
     executor_type get_executor() const noexcept { return ex_; }
-    /// The address and port the server listens on.
+    /// The address and port the server listens on. Throws
+    /// `boost::system::system_error` (`bad_descriptor`) once closed.
     boost::asio::ip::tcp::endpoint local_endpoint() const;
     /// The number of keys set.
     std::size_t num_keys() const noexcept;
