@@ -172,6 +172,13 @@ enum class error : int {
     /// loader's path or at UCXASIO_NCCL_LIBRARY, or a library without the
     /// functions of NCCL 2.14 and later).
     nccl_unavailable,
+    /// A rendezvous store's value is larger than the store's bound (a
+    /// `file_store` key file over `file_store_options::max_value_size`, on
+    /// reading or writing).
+    store_value_too_large,
+    /// A `file_store` key file that is not a regular file (a FIFO, a device, a
+    /// directory, a socket or a symbolic link): it is not opened for reading.
+    store_not_regular_file,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

@@ -5,7 +5,9 @@
 #include <ucx/store.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 namespace ucx {
@@ -15,8 +17,14 @@ struct file_store_options {
     /// The first interval at which `async_get` and `async_wait` look for
     /// their keys; it grows by half at each look, up to `max_poll_interval`.
     std::chrono::milliseconds poll_interval{1};
-    /// The longest interval between two looks.
+    /// The longest interval between two looks (also of `async_add` and
+    /// `async_compare_set` waiting for the directory's lock).
     std::chrono::milliseconds max_poll_interval{50};
+    /// The largest value, in bytes (64 MiB by default). A key file that is
+    /// larger is not read: the operation fails with
+    /// `ucx::error::store_value_too_large`, as does an `async_set` (or the
+    /// desired value of an `async_compare_set`) of a larger value.
+    std::size_t max_value_size = 64 * 1024 * 1024;
 };
 
 /// A store whose keys are files in a directory: one file per key, named
@@ -34,12 +42,35 @@ struct file_store_options {
 /// `async_wait` look for their keys at growing intervals (see
 /// `file_store_options`) until they are there or the timeout passes.
 ///
-/// File system calls run in the initiating call, on the calling thread;
-/// errors of the file system are reported as `error_code`s of the system
-/// category. A counter file that is not a decimal integer fails `async_add`
-/// with `ucx::error::store_protocol_error`.
+/// File system calls run in the initiating call, on the calling thread, and
+/// none of them waits on another process: a key file is read only if it is a
+/// regular file (checked before it is opened, without following a symbolic
+/// link, and again on the open descriptor) of at most
+/// `file_store_options::max_value_size` bytes, so a FIFO, a device or a link
+/// (to `/dev/zero`, say) in place of a key's file is an error code, not a
+/// read that blocks or never ends; and the directory's lock is tried without
+/// waiting, then again at the poll intervals until the operation's timeout.
 ///
-/// Several `file_store`s (in one process or several) may share a directory.
+/// Errors, besides those of every store (`ucx::error::store_timeout`,
+/// `asio::error::operation_aborted`):
+/// - every operation: the file system's, as `error_code`s of the system
+///   category (`std::errc::filename_too_long` for a key whose file name is
+///   longer than 255 bytes, `std::errc::permission_denied`, ...);
+/// - `async_get`, `async_add`, `async_compare_set`:
+///   `ucx::error::store_not_regular_file` (the key's file is not a regular
+///   file) and `ucx::error::store_value_too_large` (it is larger than
+///   `max_value_size`);
+/// - `async_set`, `async_compare_set`: `ucx::error::store_value_too_large`
+///   (a value larger than `max_value_size`, nothing written);
+/// - `async_add`: `ucx::error::store_protocol_error` (the key's value is not
+///   a counter, the decimal text of an int64, or the sum would overflow);
+/// - `async_add`, `async_compare_set`: `ucx::error::store_timeout` also when
+///   the directory's lock stays held by another store until the timeout;
+///   `ucx::error::store_not_regular_file` when the lock file `.lock` is not
+///   a regular file.
+/// `async_check`, `async_wait` and `async_num_keys` count a key whose file is
+/// there, of whatever kind.
+///
 class file_store final : public store {
 public:
     /// A store on `directory`, which is created (with its parents) if it
@@ -76,10 +107,16 @@ private:
     void start_poll(std::vector<std::string> keys, bool want_value, value_handler vh,
                     done_handler dh);
 
+    struct lock_wait;
+    /// Runs `body` with the directory's lock held (an empty code), now or
+    /// once the lock is free, or with the error that prevents it.
+    void with_lock(std::function<void(error_code)> body);
+
     executor_type ex_;
     std::filesystem::path dir_;
     file_store_options options_;
     std::vector<std::weak_ptr<poll>> polls_;
+    std::vector<std::weak_ptr<lock_wait>> lock_waits_;
 };
 
 } // namespace ucx

@@ -38,7 +38,13 @@ namespace ucx {
 /// the handler's cancellation slot emitted a cancellation, which the stores
 /// of this library support for `async_get` and `async_wait`); and a store's
 /// own (I/O errors of `tcp_store` and `file_store`,
-/// `ucx::error::store_protocol_error`).
+/// `ucx::error::store_protocol_error`; a `file_store`'s
+/// `ucx::error::store_not_regular_file` and
+/// `ucx::error::store_value_too_large`). Each store's class lists its codes.
+///
+/// The stores of this library follow one set of rules for what each
+/// operation does to the keys (those of torch's TCPStore server): see
+/// `async_add` and `async_compare_set`; an empty value is a value.
 class store {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -58,6 +64,8 @@ public:
 
     /// Sets `key` to `value` (replacing any value) and wakes its waiters.
     /// Completion signature: `void(error_code)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors; a `file_store`'s system errors and `store_value_too_large`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
     async_set(std::string key, value_type value,
@@ -80,6 +88,10 @@ public:
 
     /// Gets the value of `key`, waiting until some process sets it (at most
     /// `timeout()`). Completion signature: `void(error_code, value_type)`.
+    /// Errors: `store_timeout` (the key was not set in time),
+    /// `operation_aborted` (also on cancellation); a `tcp_store`'s I/O errors
+    /// and `store_protocol_error`; a `file_store`'s system errors,
+    /// `store_not_regular_file` and `store_value_too_large`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
     async_get(std::string key,
@@ -91,11 +103,18 @@ public:
 
     /// Adds `delta` to the counter `key` (a missing key counts as 0) and
     /// gives the new value. Counters are stored as decimal text, as torch
-    /// stores them; a key whose value is not one fails with
+    /// stores them: an optional '-' and digits, nothing else, within int64
+    /// (the empty value is not a counter). A key whose value is not one, or
+    /// a sum outside int64, leaves the key unchanged and fails with
     /// `ucx::error::store_protocol_error` (memory and file stores; a TCP
     /// store's server closes the connection, as torch's does, and the
-    /// operation fails with `asio::error::eof`).
+    /// operation fails with `asio::error::eof` or
+    /// `asio::error::connection_reset`).
     /// Completion signature: `void(error_code, std::int64_t)`.
+    /// Errors: `store_protocol_error` (not a counter, or an overflow: memory
+    /// and file stores), `store_timeout`, `operation_aborted`; a `tcp_store`'s
+    /// I/O errors; a `file_store`'s system errors, `store_not_regular_file`
+    /// and `store_value_too_large`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
     async_add(std::string key, std::int64_t delta,
@@ -112,6 +131,9 @@ public:
     /// (`desired` when it was set; the current value, or `expected` for a
     /// missing key, when not), as torch's `compare_set`.
     /// Completion signature: `void(error_code, value_type)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors and `store_protocol_error`; a `file_store`'s system errors,
+    /// `store_not_regular_file` and `store_value_too_large`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_compare_set(
         std::string key, value_type expected, value_type desired,
@@ -125,6 +147,8 @@ public:
 
     /// Whether every key of `keys` is set, without waiting.
     /// Completion signature: `void(error_code, bool)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors and `store_protocol_error`; a `file_store`'s system errors.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_check(
         std::vector<std::string> keys,
@@ -138,6 +162,9 @@ public:
 
     /// Waits until every key of `keys` is set (at most `timeout()`).
     /// Completion signature: `void(error_code)`.
+    /// Errors: `store_timeout`, `operation_aborted` (also on cancellation); a
+    /// `tcp_store`'s I/O errors and `store_protocol_error`; a `file_store`'s
+    /// system errors.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
     async_wait(std::vector<std::string> keys,
@@ -151,6 +178,8 @@ public:
 
     /// Deletes `key`; says whether it was set.
     /// Completion signature: `void(error_code, bool)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors and `store_protocol_error`; a `file_store`'s system errors.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_erase(
         std::string key,
@@ -163,6 +192,8 @@ public:
     /// The number of keys in the whole store (a `prefix_store` counts the
     /// keys of its base, as torch's `PrefixStore` does).
     /// Completion signature: `void(error_code, std::int64_t)`.
+    /// Errors: `store_timeout`, `operation_aborted`; a `tcp_store`'s I/O
+    /// errors and `store_protocol_error`; a `file_store`'s system errors.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_num_keys(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {

@@ -92,6 +92,9 @@ public:
     /// at most `timeout()`), and, with `join_as_worker`, joins; completes when
     /// the store is ready. Operations do not need it: they connect on demand.
     /// Completion signature: `void(error_code)`.
+    /// Errors: `store_timeout` (no connection within `timeout()`),
+    /// `operation_aborted` (closed or destroyed); with `join_as_worker`, the
+    /// I/O errors of the join's ADD (`asio::error::eof`, ...).
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_connect(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
@@ -121,8 +124,13 @@ private:
     std::shared_ptr<impl> impl_;
 };
 
-/// Options of a `tcp_store_server`: the bounds on what a client may send. A
-/// query over a bound closes that client's connection.
+/// Options of a `tcp_store_server`: the bounds on what a client may send and
+/// hold, and the deadlines of its connection. A client over a bound is
+/// disconnected (the protocol has no error replies); every refusal and
+/// disconnection is logged (`ucx::log`, see the logging guide). Together they
+/// bound what one connection holds: about `max_request_size` (the request
+/// being read) + `max_value_size` (replies not written yet) +
+/// `max_request_size` (the keys of its pending WAITs).
 struct tcp_store_server_options {
     /// The largest key, in bytes.
     std::size_t max_key_size = 64 * 1024;
@@ -131,6 +139,31 @@ struct tcp_store_server_options {
     std::size_t max_value_size = 64 * 1024 * 1024;
     /// The most keys of one CHECK or WAIT.
     std::size_t max_keys = 64 * 1024;
+    /// The largest request, all its fields together, in bytes (65 MiB: a SET
+    /// of a value of `max_value_size` and a key of `max_key_size` fits; a
+    /// COMPARE_SET's two values must fit together). It also bounds the keys
+    /// of a connection's WAITs not answered yet, together, each key counting
+    /// 32 bytes more than its size. Over it: disconnected (logged at warning).
+    std::size_t max_request_size = 65 * 1024 * 1024;
+    /// The most clients connected at once. A connection over it is accepted
+    /// and closed at once, so that it holds no descriptor and does not stay
+    /// in the listen backlog (logged at warning; a `tcp_store` client sees
+    /// `asio::error::eof` or `connection_reset` for the queries it sent).
+    /// Keep it below the process's descriptor limit (`RLIMIT_NOFILE`), or
+    /// accepting fails once descriptors run out (logged at warning; the
+    /// server tries again every 10 ms).
+    std::size_t max_connections = 1024;
+    /// A client that has sent nothing and been sent nothing for this long,
+    /// while it has no WAIT pending, is disconnected (logged at info). Zero
+    /// (the default): never, as torch's server, whose Python clients keep
+    /// one connection for the whole job and do not reconnect. A server open
+    /// to clients that may hold connections without using them sets one.
+    std::chrono::milliseconds idle_timeout{0};
+    /// The longest a request may take to arrive, from its first byte to its
+    /// last. A client whose request is not whole by then (a truncated query,
+    /// a client that stalled) is disconnected (logged at warning), and its
+    /// half request is dropped. Zero: no bound.
+    std::chrono::milliseconds request_timeout{30000};
     /// The listen backlog.
     int backlog = boost::asio::socket_base::max_listen_connections;
 };
@@ -138,15 +171,20 @@ struct tcp_store_server_options {
 /// A store server on an executor, speaking the protocol of
 /// torch.distributed's TCPStore (as PyTorch 1.13 does): `tcp_store` clients
 /// and Python's `torch.distributed.TCPStore(host, port, is_master=False)`
-/// use it. It keeps the keys in memory, serves any number of clients, and
-/// answers a WAIT (and so a get of a missing key) when its keys are set (by
-/// SET, ADD or COMPARE_SET).
+/// use it. It keeps the keys in memory, serves any number of clients (up to
+/// `tcp_store_server_options::max_connections` at once), and answers a WAIT
+/// (and so a get of a missing key) when its keys are set (by SET, ADD or
+/// COMPARE_SET). Its keys follow the rules of every store of this library
+/// (see `store`): ADD on a missing key starts from 0, COMPARE_SET as torch's.
 ///
 /// A client that sends what is not the protocol (an unknown query, a size
 /// over the server's bounds), a WATCH_KEY (not supported), a GET of a missing
-/// key, or an ADD to a key whose value is not a decimal integer or that would
-/// overflow is disconnected (the protocol has no error replies; torch's
-/// server does the same); the other clients are not affected.
+/// key, or an ADD to a key whose value is not a decimal integer (the empty
+/// value included) or that would overflow is disconnected (the protocol has
+/// no error replies; torch's server does the same); so is a client over the
+/// options' deadlines. The other clients are not affected. Errors of the
+/// sockets end the connection they happen on, never the server: no
+/// exception leaves the executor's `run()`.
 ///
 /// The server's executor must not run handlers concurrently (an io_context
 /// run by one thread, or a strand); the server is made and closed on it, or
@@ -157,7 +195,8 @@ public:
 
     /// Listens on `bind` (port 0: any free port; see `local_endpoint()`) and
     /// starts serving. Throws `boost::system::system_error` if it cannot
-    /// listen there.
+    /// listen there (`address_in_use`, `access_denied`, ...): the only error
+    /// the server reports to its owner; later ones are logged.
     tcp_store_server(executor_type ex, const boost::asio::ip::tcp::endpoint& bind,
                      tcp_store_server_options options = {});
     /// Closes the server.
@@ -167,7 +206,8 @@ public:
 
     /// The executor the server runs on.
     executor_type get_executor() const noexcept { return ex_; }
-    /// The address and port the server listens on.
+    /// The address and port the server listens on. Throws
+    /// `boost::system::system_error` (`bad_descriptor`) once closed.
     boost::asio::ip::tcp::endpoint local_endpoint() const;
     /// The number of keys set.
     std::size_t num_keys() const noexcept;

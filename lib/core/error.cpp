@@ -103,6 +103,10 @@ constexpr detail::error_row<error> library_errors[] = {
      std_errc::no_such_device},
     {error::cuda_error, "a CUDA runtime call failed", std_errc::io_error},
     {error::nccl_unavailable, "NCCL could not be loaded", std_errc::operation_not_supported},
+    {error::store_value_too_large, "rendezvous store value larger than the store's bound",
+     std_errc::value_too_large},
+    {error::store_not_regular_file, "rendezvous store key file is not a regular file",
+     std_errc::invalid_argument},
 };
 
 } // namespace

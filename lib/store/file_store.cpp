@@ -1,4 +1,7 @@
+// ucx::file_store: one file per key in a shared directory.
 #include <ucx/file_store.hpp>
+
+#include "store/store_rules.hpp"
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -7,7 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -20,6 +23,7 @@
 namespace ucx {
 
 namespace asio = boost::asio;
+namespace rules = detail::store_rules;
 
 namespace {
 
@@ -57,15 +61,38 @@ error_code key_path(const std::filesystem::path& dir, std::string_view key,
     return {};
 }
 
-/// Reads the whole file; ENOENT when there is none.
-error_code read_file(const std::filesystem::path& p, store::value_type& out) {
-    fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (f.fd < 0)
-        return last_error();
+/// Reads the whole file `p`, a regular file of at most `max` bytes: ENOENT
+/// when there is none, `store_not_regular_file` for another kind of file (a
+/// FIFO, which would block, a device, a symbolic link, which may lead to one),
+/// `store_value_too_large` for a larger one. Nothing here blocks on the file:
+/// its kind is checked before it is opened (without following a link and
+/// without waiting for a writer), and again on the open descriptor.
+error_code read_file(const std::filesystem::path& p, std::size_t max, store::value_type& out) {
     out.clear();
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0)
+        return last_error();
+    if (!S_ISREG(st.st_mode))
+        return make_error_code(error::store_not_regular_file);
+    fd_guard f{::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY)};
+    if (f.fd < 0) {
+        // Replaced by a symbolic link since the lstat.
+        if (errno == ELOOP)
+            return make_error_code(error::store_not_regular_file);
+        return last_error();
+    }
+    if (::fstat(f.fd, &st) != 0)
+        return last_error();
+    if (!S_ISREG(st.st_mode))
+        return make_error_code(error::store_not_regular_file);
+    if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) > max)
+        return make_error_code(error::store_value_too_large);
+    out.reserve(static_cast<std::size_t>(st.st_size));
     std::byte buf[16 * 1024];
     for (;;) {
-        const auto n = ::read(f.fd, buf, sizeof buf);
+        // One byte more than the bound tells a file that grew over it.
+        const std::size_t room = max + 1 - out.size();
+        const auto n = ::read(f.fd, buf, std::min(sizeof buf, room));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -74,6 +101,10 @@ error_code read_file(const std::filesystem::path& p, store::value_type& out) {
         if (n == 0)
             return {};
         out.insert(out.end(), buf, buf + n);
+        if (out.size() > max) {
+            out.clear();
+            return make_error_code(error::store_value_too_large);
+        }
     }
 }
 
@@ -111,18 +142,34 @@ error_code write_file(const std::filesystem::path& dir, const std::filesystem::p
     return ec;
 }
 
-/// The directory's exclusive lock, held for its scope.
+/// The directory's exclusive lock, held for its scope, taken without waiting:
+/// `busy` when another process (or store) holds it.
 struct dir_lock {
     fd_guard f;
     error_code ec;
+    bool busy = false;
     explicit dir_lock(const std::filesystem::path& dir) {
         const auto p = dir / lock_file_name;
-        f.fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        f.fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+                      0644);
         if (f.fd < 0) {
+            ec = errno == ELOOP ? make_error_code(error::store_not_regular_file) : last_error();
+            return;
+        }
+        struct stat st;
+        if (::fstat(f.fd, &st) != 0) {
             ec = last_error();
             return;
         }
-        while (::flock(f.fd, LOCK_EX) != 0) {
+        if (!S_ISREG(st.st_mode)) {
+            ec = make_error_code(error::store_not_regular_file);
+            return;
+        }
+        while (::flock(f.fd, LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EWOULDBLOCK) {
+                busy = true;
+                return;
+            }
             if (errno != EINTR) {
                 ec = last_error();
                 return;
@@ -131,9 +178,10 @@ struct dir_lock {
     }
 };
 
+/// Whether the key's file is there (of any kind: reading it says more).
 bool key_exists(const std::filesystem::path& p) {
     struct stat st;
-    return ::stat(p.c_str(), &st) == 0;
+    return ::lstat(p.c_str(), &st) == 0;
 }
 
 template <class Handler, class... Args>
@@ -161,12 +209,13 @@ struct file_store::poll : std::enable_shared_from_this<file_store::poll> {
     std::chrono::milliseconds max_interval{50};
     bool done = false;
     bool cancellable = false;
+    std::size_t max_value_size = rules::default_max_value_size;
 
     /// Looks once; true when it completed.
     bool look() {
         if (want_value) {
             store::value_type v;
-            auto ec = read_file(paths[0], v);
+            auto ec = read_file(paths[0], max_value_size, v);
             if (ec == sys_error(ENOENT))
                 return false;
             finish(ec, std::move(v));
@@ -213,6 +262,49 @@ struct file_store::poll : std::enable_shared_from_this<file_store::poll> {
     }
 };
 
+/// An add or compare_set waiting for the directory's lock, which another
+/// store holds: it tries again at growing intervals until the timeout.
+struct file_store::lock_wait : std::enable_shared_from_this<file_store::lock_wait> {
+    explicit lock_wait(executor_type e) : timer(e) {}
+
+    asio::steady_timer timer;
+    std::filesystem::path dir;
+    /// Runs with the lock held (an empty code) or with the error that ends
+    /// the wait; called once.
+    std::function<void(error_code)> body;
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    std::chrono::milliseconds interval{1};
+    std::chrono::milliseconds max_interval{50};
+    bool done = false;
+
+    void finish(error_code ec) {
+        if (std::exchange(done, true))
+            return;
+        timer.cancel();
+        body(ec);
+    }
+
+    void schedule() {
+        const auto now = std::chrono::steady_clock::now();
+        if (deadline && now >= *deadline)
+            return finish(make_error_code(error::store_timeout));
+        auto at = now + interval;
+        if (deadline && at > *deadline)
+            at = *deadline;
+        interval = std::min(interval + interval / 2 + std::chrono::milliseconds(1), max_interval);
+        timer.expires_at(at);
+        timer.async_wait([self = shared_from_this()](error_code ec) {
+            if (ec || self->done)
+                return;
+            dir_lock lock(self->dir);
+            if (lock.busy)
+                return self->schedule();
+            self->done = true;
+            self->body(lock.ec);
+        });
+    }
+};
+
 std::string file_store::file_name(std::string_view key) {
     static constexpr char hex[] = "0123456789ABCDEF";
     std::string name(key_file_prefix);
@@ -239,11 +331,16 @@ file_store::~file_store() {
     for (auto& w : polls_)
         if (auto p = w.lock())
             p->finish(asio::error::operation_aborted, {});
+    for (auto& w : lock_waits_)
+        if (auto l = w.lock())
+            l->finish(asio::error::operation_aborted);
 }
 
 void file_store::do_set(std::string key, value_type value, done_handler h) {
     std::filesystem::path p;
     auto ec = key_path(dir_, key, p);
+    if (!ec && value.size() > options_.max_value_size)
+        ec = make_error_code(error::store_value_too_large);
     if (!ec)
         ec = write_file(dir_, p, value);
     complete(ex_, std::move(h), ec);
@@ -261,6 +358,7 @@ void file_store::start_poll(std::vector<std::string> keys, bool want_value, valu
                             done_handler dh) {
     auto p = std::make_shared<poll>(ex_, std::move(vh), std::move(dh));
     p->want_value = want_value;
+    p->max_value_size = options_.max_value_size;
     p->interval =
         options_.poll_interval.count() > 0 ? options_.poll_interval : std::chrono::milliseconds(1);
     p->max_interval = std::max(options_.max_poll_interval, p->interval);
@@ -294,70 +392,91 @@ void file_store::start_poll(std::vector<std::string> keys, bool want_value, valu
     p->schedule();
 }
 
+void file_store::with_lock(std::function<void(error_code)> body) {
+    {
+        dir_lock lock(dir_);
+        if (!lock.busy)
+            return body(lock.ec);
+    }
+    auto w = std::make_shared<lock_wait>(ex_);
+    w->dir = dir_;
+    w->body = std::move(body);
+    w->interval =
+        options_.poll_interval.count() > 0 ? options_.poll_interval : std::chrono::milliseconds(1);
+    w->max_interval = std::max(options_.max_poll_interval, w->interval);
+    if (timeout().count() > 0)
+        w->deadline = std::chrono::steady_clock::now() + timeout();
+    std::erase_if(lock_waits_, [](const std::weak_ptr<lock_wait>& x) { return x.expired(); });
+    lock_waits_.push_back(w);
+    w->schedule();
+}
+
 void file_store::do_add(std::string key, std::int64_t delta, count_handler h) {
     std::filesystem::path p;
-    std::int64_t result = 0;
-    auto ec = key_path(dir_, key, p);
-    if (!ec) {
-        dir_lock lock(dir_);
-        ec = lock.ec;
-        value_type v;
+    if (auto ec = key_path(dir_, key, p))
+        return complete(ex_, std::move(h), ec, std::int64_t{0});
+    auto hp = std::make_shared<count_handler>(std::move(h));
+    // The body runs with the lock held, and touches the store only then (an
+    // error: the store may be gone).
+    with_lock([this, hp, ex = ex_, p = std::move(p), delta](error_code ec) {
+        std::int64_t result = 0;
         if (!ec) {
-            ec = read_file(p, v);
-            if (ec == sys_error(ENOENT)) {
+            value_type v;
+            ec = read_file(p, options_.max_value_size, v);
+            const bool present = !ec;
+            if (ec == sys_error(ENOENT))
                 ec = {};
-                v.clear();
-            }
-        }
-        if (!ec) {
-            std::int64_t old = 0;
-            if (!v.empty()) {
-                const auto* b = reinterpret_cast<const char*>(v.data());
-                const auto* e = b + v.size();
-                auto [ptr, perr] = std::from_chars(b, e, old);
-                if (perr != std::errc() || ptr != e)
+            if (!ec) {
+                const auto r = rules::add(present ? &v : nullptr, delta);
+                if (r.st != rules::status::ok)
                     ec = make_error_code(error::store_protocol_error);
+                else
+                    result = r.value;
             }
-            if (!ec && __builtin_add_overflow(old, delta, &result))
-                ec = make_error_code(error::store_protocol_error);
+            if (!ec)
+                ec = write_file(dir_, p, rules::counter_value(result));
         }
-        if (!ec) {
-            const auto text = std::to_string(result);
-            const auto* b = reinterpret_cast<const std::byte*>(text.data());
-            ec = write_file(dir_, p, value_type(b, b + text.size()));
-        }
-    }
-    complete(ex_, std::move(h), ec, ec ? std::int64_t{0} : result);
+        complete(ex, std::move(*hp), ec, ec ? std::int64_t{0} : result);
+    });
 }
 
 void file_store::do_compare_set(std::string key, value_type expected, value_type desired,
                                 value_handler h) {
     std::filesystem::path p;
-    value_type result;
     auto ec = key_path(dir_, key, p);
-    if (!ec) {
-        dir_lock lock(dir_);
-        ec = lock.ec;
-        value_type current;
-        bool present = false;
+    if (!ec && desired.size() > options_.max_value_size)
+        ec = make_error_code(error::store_value_too_large);
+    if (ec)
+        return complete(ex_, std::move(h), ec, value_type{});
+    auto hp = std::make_shared<value_handler>(std::move(h));
+    with_lock([this, hp, ex = ex_, p = std::move(p), expected = std::move(expected),
+               desired = std::move(desired)](error_code ec) mutable {
+        value_type result;
         if (!ec) {
-            ec = read_file(p, current);
-            present = !ec;
+            value_type current;
+            ec = read_file(p, options_.max_value_size, current);
+            const bool present = !ec;
             if (ec == sys_error(ENOENT))
                 ec = {};
-        }
-        if (!ec) {
-            if ((!present && expected.empty()) || (present && current == expected)) {
-                ec = write_file(dir_, p, desired);
-                result = std::move(desired);
-            } else {
-                result = present ? std::move(current) : std::move(expected);
+            if (!ec) {
+                switch (rules::compare_set(present ? &current : nullptr, expected)) {
+                case rules::cas_outcome::set_desired:
+                    ec = write_file(dir_, p, desired);
+                    result = std::move(desired);
+                    break;
+                case rules::cas_outcome::keep_current:
+                    result = std::move(current);
+                    break;
+                case rules::cas_outcome::keep_missing:
+                    result = std::move(expected);
+                    break;
+                }
             }
         }
-    }
-    if (ec)
-        result.clear();
-    complete(ex_, std::move(h), ec, std::move(result));
+        if (ec)
+            result.clear();
+        complete(ex, std::move(*hp), ec, std::move(result));
+    });
 }
 
 void file_store::do_check(std::vector<std::string> keys, bool_handler h) {

@@ -2,6 +2,8 @@
 // store and safe to use from any thread.
 #include <ucx/store.hpp>
 
+#include "store/store_rules.hpp"
+
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -10,14 +12,13 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-#include <charconv>
 #include <functional>
 #include <list>
-#include <map>
 #include <mutex>
-#include <optional>
 
 namespace ucx {
+
+namespace rules = detail::store_rules;
 
 namespace {
 
@@ -37,15 +38,10 @@ struct waiter {
 
 struct memory_store::state {
     std::mutex mutex;
-    std::map<std::string, value_type> keys;
+    rules::key_map keys;
     std::list<std::shared_ptr<waiter>> waiters;
 
-    bool has_all(const std::vector<std::string>& ks) const {
-        for (const auto& k : ks)
-            if (!keys.contains(k))
-                return false;
-        return true;
-    }
+    bool has_all(const std::vector<std::string>& ks) const { return keys.check(ks); }
 
     /// Takes the waiters whose keys are all present (under the lock).
     std::vector<std::shared_ptr<waiter>> take_ready() {
@@ -53,7 +49,7 @@ struct memory_store::state {
         for (auto it = waiters.begin(); it != waiters.end();) {
             if (has_all((*it)->keys)) {
                 (*it)->done = true;
-                (*it)->value = keys.at((*it)->keys.front());
+                (*it)->value = *keys.find((*it)->keys.front());
                 ready.push_back(std::move(*it));
                 it = waiters.erase(it);
             } else {
@@ -83,21 +79,6 @@ void complete(const store::executor_type& ex, Handler h, Args&&... args) {
     boost::asio::post(ex, boost::asio::append(std::move(h), std::forward<Args>(args)...));
 }
 
-std::optional<std::int64_t> parse_counter(const store::value_type& v) {
-    std::int64_t n = 0;
-    const auto* b = reinterpret_cast<const char*>(v.data());
-    const auto r = std::from_chars(b, b + v.size(), n);
-    if (r.ec != std::errc() || r.ptr != b + v.size() || v.empty())
-        return std::nullopt;
-    return n;
-}
-
-store::value_type counter_bytes(std::int64_t n) {
-    const std::string s = std::to_string(n);
-    const auto* p = reinterpret_cast<const std::byte*>(s.data());
-    return store::value_type(p, p + s.size());
-}
-
 } // namespace
 
 memory_store::memory_store(executor_type ex)
@@ -112,7 +93,7 @@ void memory_store::do_set(std::string key, value_type value, done_handler h) {
     std::vector<std::shared_ptr<waiter>> ready;
     {
         std::lock_guard lock(state_->mutex);
-        state_->keys[std::move(key)] = std::move(value);
+        state_->keys.set(key, std::move(value));
         ready = state_->take_ready();
     }
     wake(std::move(ready));
@@ -151,7 +132,7 @@ void wait_keys(const std::shared_ptr<memory_store::state>& state_, const store::
         std::lock_guard lock(state_->mutex);
         if (state_->has_all(w->keys)) {
             ready = true;
-            value = state_->keys[w->keys.front()];
+            value = *state_->keys.find(w->keys.front());
         } else {
             state_->waiters.push_back(w);
         }
@@ -209,19 +190,12 @@ void memory_store::do_add(std::string key, std::int64_t delta, count_handler h) 
     std::int64_t result = 0;
     {
         std::lock_guard lock(state_->mutex);
-        auto it = state_->keys.find(key);
-        std::int64_t current = 0;
-        if (it != state_->keys.end()) {
-            auto n = parse_counter(it->second);
-            if (!n)
-                ec = make_error_code(error::store_protocol_error);
-            else
-                current = *n;
-        }
-        if (!ec) {
-            result = current + delta;
-            state_->keys[std::move(key)] = counter_bytes(result);
+        const auto r = state_->keys.add(key, delta);
+        if (r.st == rules::status::ok) {
+            result = r.value;
             ready = state_->take_ready();
+        } else {
+            ec = make_error_code(error::store_protocol_error);
         }
     }
     wake(std::move(ready));
@@ -234,22 +208,10 @@ void memory_store::do_compare_set(std::string key, value_type expected, value_ty
     value_type result;
     {
         std::lock_guard lock(state_->mutex);
-        auto it = state_->keys.find(key);
-        if (it == state_->keys.end()) {
-            if (expected.empty()) {
-                state_->keys[std::move(key)] = desired;
-                result = std::move(desired);
-                ready = state_->take_ready();
-            } else {
-                result = std::move(expected);
-            }
-        } else if (it->second == expected) {
-            it->second = desired;
-            result = std::move(desired);
+        auto r = state_->keys.compare_set(key, expected, std::move(desired));
+        result = std::move(r.answer);
+        if (r.set)
             ready = state_->take_ready();
-        } else {
-            result = it->second;
-        }
     }
     wake(std::move(ready));
     complete(ex_, std::move(h), error_code(), std::move(result));
@@ -268,7 +230,7 @@ void memory_store::do_erase(std::string key, bool_handler h) {
     bool erased = false;
     {
         std::lock_guard lock(state_->mutex);
-        erased = state_->keys.erase(key) > 0;
+        erased = state_->keys.erase(key);
     }
     complete(ex_, std::move(h), error_code(), erased);
 }

@@ -132,6 +132,7 @@ void request_parser::reset() {
     in_list_ = false;
     keys_left_ = 0;
     list_bytes_ = 0;
+    size_ = 0;
 }
 
 std::size_t request_parser::feed(bytes_view data) {
@@ -140,6 +141,7 @@ std::size_t request_parser::feed(bytes_view data) {
         switch (phase_) {
         case phase::type: {
             const auto t = static_cast<std::uint8_t>(data[used++]);
+            ++size_;
             if (t > static_cast<std::uint8_t>(query_type::delete_key)) {
                 fail();
                 break;
@@ -176,6 +178,11 @@ std::size_t request_parser::feed(bytes_view data) {
             for (std::size_t i = 0; i < n; ++i)
                 num_[num_have_++] = static_cast<std::uint8_t>(data[used + i]);
             used += n;
+            size_ += n;
+            if (size_ > limits_.max_request_size) {
+                fail();
+                break;
+            }
             if (num_have_ == 8)
                 on_u64(get_u64(num_));
             break;
@@ -190,6 +197,7 @@ std::size_t request_parser::feed(bytes_view data) {
                 req_.values.back().insert(req_.values.back().end(), p, p + n);
             }
             used += n;
+            size_ += n;
             bytes_left_ -= n;
             if (bytes_left_ == 0)
                 on_bytes_done();
@@ -225,6 +233,10 @@ void request_parser::begin_u64() {
 }
 
 void request_parser::begin_bytes(std::uint64_t n) {
+    // Every byte of the request counts; the size of a field is checked
+    // before any of it is kept.
+    if (n > limits_.max_request_size - size_)
+        return fail();
     phase_ = phase::bytes;
     bytes_left_ = n;
     if (n == 0)
@@ -273,6 +285,75 @@ void request_parser::on_bytes_done() {
     if (plan_[field_] == field::keys && --keys_left_ > 0)
         return begin_u64();
     next_field();
+}
+
+// ---- answer ----
+
+answer_result answer(store_rules::key_map& keys, request& q, buffer& out) {
+    switch (q.type) {
+    case query_type::set:
+        keys.set(q.keys[0], std::move(q.values[0]));
+        return {answer_status::replied, true};
+    case query_type::compare_set: {
+        auto r = keys.compare_set(q.keys[0], q.values[0], std::move(q.values[1]));
+        encode_value_reply(out, r.answer);
+        return {answer_status::replied, r.set};
+    }
+    case query_type::get: {
+        const auto* v = keys.find(q.keys[0]);
+        if (!v)
+            return {answer_status::missing_key, false};
+        encode_value_reply(out, *v);
+        return {answer_status::replied, false};
+    }
+    case query_type::add: {
+        const auto r = keys.add(q.keys[0], q.number);
+        switch (r.st) {
+        case store_rules::status::ok:
+            encode_int64_reply(out, r.value);
+            return {answer_status::replied, true};
+        case store_rules::status::not_a_counter:
+            return {answer_status::not_a_counter, false};
+        case store_rules::status::overflow:
+            break;
+        }
+        return {answer_status::overflow, false};
+    }
+    case query_type::check:
+        encode_byte_reply(out, keys.check(q.keys) ? check_ready : check_not_ready);
+        return {answer_status::replied, false};
+    case query_type::wait:
+        if (!keys.check(q.keys))
+            return {answer_status::wait, false};
+        encode_byte_reply(out, wait_stop_waiting);
+        return {answer_status::replied, false};
+    case query_type::get_num_keys:
+        encode_int64_reply(out, static_cast<std::int64_t>(keys.size()));
+        return {answer_status::replied, false};
+    case query_type::delete_key:
+        encode_int64_reply(out, keys.erase(q.keys[0]) ? 1 : 0);
+        return {answer_status::replied, false};
+    case query_type::watch_key:
+        break;
+    }
+    return {answer_status::unsupported, false};
+}
+
+const char* refusal_reason(answer_status s) noexcept {
+    switch (s) {
+    case answer_status::replied:
+    case answer_status::wait:
+        break;
+    case answer_status::missing_key:
+        return "GET of a missing key";
+    case answer_status::not_a_counter:
+        return "ADD to a value that is not a counter";
+    case answer_status::overflow:
+        return "ADD that overflows the counter";
+    case answer_status::unsupported:
+        return "WATCH_KEY, which is not supported";
+    }
+    return nullptr;
 }
 
 // ---- reply_parser ----

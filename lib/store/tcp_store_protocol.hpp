@@ -23,8 +23,12 @@
 //
 // Sans-io: the encoders append requests and replies to a buffer; the two
 // parsers take bytes in pieces of any size and say when a whole request or
-// reply has arrived, checking every size against their limits first.
+// reply has arrived, checking every size against their limits first;
+// `answer` applies a parsed request to the server's keys (the rules of
+// store_rules.hpp) and appends its reply.
 #pragma once
+
+#include "store/store_rules.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +66,8 @@ struct limits {
     std::uint64_t max_value_size = 64 * 1024 * 1024;
     /// Keys of one CHECK or WAIT.
     std::uint64_t max_keys = 64 * 1024;
+    /// Bytes of one request, all its fields together (request parser only).
+    std::uint64_t max_request_size = 65 * 1024 * 1024;
 };
 
 // Requests (client to server).
@@ -105,6 +111,8 @@ public:
     request& get() noexcept { return req_; }
     /// Starts the next request (after done).
     void reset();
+    /// The bytes of the current request taken so far: 0 between requests.
+    std::uint64_t size() const noexcept { return size_; }
 
 private:
     enum class field : std::uint8_t { key, value, number, keys };
@@ -130,8 +138,40 @@ private:
     bool in_list_ = false;
     std::uint64_t keys_left_ = 0;
     std::uint64_t list_bytes_ = 0;
+    std::uint64_t size_ = 0;
     bool target_is_key_ = true;
 };
+
+/// What the server does with a request.
+enum class answer_status : std::uint8_t {
+    /// The request is applied and its reply (if it has one) appended.
+    replied,
+    /// A WAIT some of whose keys are missing: its reply is due when they are
+    /// set (nothing appended).
+    wait,
+    /// A GET of a missing key (torch's server disconnects the client).
+    missing_key,
+    /// An ADD to a value that is not a counter (disconnect).
+    not_a_counter,
+    /// An ADD whose sum is outside int64 (disconnect).
+    overflow,
+    /// A WATCH_KEY, which this server does not support (disconnect).
+    unsupported,
+};
+
+struct answer_result {
+    answer_status status = answer_status::replied;
+    /// Whether the request set its key (`q.keys[0]`): its waiters are due.
+    bool key_set = false;
+};
+
+/// Applies the request `q` (whose strings it may move from) to `keys` and
+/// appends its reply to `out`, as torch's TCPStore server does.
+answer_result answer(store_rules::key_map& keys, request& q, buffer& out);
+
+/// Why the server drops a connection after `answer`: a short text for its
+/// log, or null for replied and wait.
+const char* refusal_reason(answer_status s) noexcept;
 
 /// What a reply is: one for each query that has one.
 enum class reply_kind : std::uint8_t { none, value, int64, check, wait };

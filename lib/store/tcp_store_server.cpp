@@ -1,14 +1,21 @@
+// ucx::tcp_store_server: torch.distributed's TCPStore protocol over Asio
+// sockets. The keys and the answer to each query are the sans-io rules
+// (store_rules, tcp_store_protocol::answer); this file is the I/O: accepting
+// within the connection cap, reading and writing with back-pressure, the
+// waits, and the deadlines of idle connections and of requests.
+#include <ucx/log.hpp>
 #include <ucx/tcp_store.hpp>
 
+#include "store/store_rules.hpp"
 #include "store/tcp_store_protocol.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <array>
-#include <charconv>
-#include <limits>
-#include <map>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -16,7 +23,9 @@ namespace ucx {
 
 namespace asio = boost::asio;
 namespace proto = detail::tcp_store_protocol;
+namespace rules = detail::store_rules;
 using tcp = asio::ip::tcp;
+using clock_type = std::chrono::steady_clock;
 
 namespace {
 
@@ -27,7 +36,30 @@ struct waiter {
     std::weak_ptr<session> s;
     std::vector<std::string> keys;
     std::size_t missing = 0;
+    /// What it counts against its connection's bound.
+    std::size_t cost = 0;
 };
+
+/// What a pending WAIT's key counts beyond its bytes (the bookkeeping).
+constexpr std::size_t wait_key_overhead = 32;
+
+std::string peer_name(const tcp::socket& s) {
+    error_code ec;
+    const auto ep = s.remote_endpoint(ec);
+    if (ec)
+        return "a client";
+    return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+/// Logs a line of the server; a failing sink does not stop the server.
+void log_line(log::severity sev, const std::string& what) noexcept {
+    if (!log::enabled(sev))
+        return;
+    try {
+        log::write(sev, "tcp_store_server: " + what);
+    } catch (...) {
+    }
+}
 
 } // namespace
 
@@ -36,35 +68,40 @@ struct tcp_store_server::impl : std::enable_shared_from_this<tcp_store_server::i
     tcp::acceptor acceptor;
     asio::steady_timer retry;
     tcp_store_server_options options;
-    std::unordered_map<std::string, proto::buffer> keys;
+    rules::key_map keys;
     std::unordered_map<std::string, std::vector<std::shared_ptr<waiter>>> waiting;
     std::unordered_set<std::shared_ptr<session>> sessions;
+    /// Accept failures in a row (logged at the first and when they end).
+    std::size_t accept_failures = 0;
     bool closed = false;
 
     impl(asio::any_io_executor e, tcp_store_server_options o)
         : ex(e), acceptor(e), retry(e), options(o) {}
 
     void accept();
-    void set(const std::string& key, proto::buffer value);
     void wake(const std::string& key);
 };
 
 namespace {
 
 /// A client's connection: its queries, parsed as they come, and their
-/// replies, written in order.
+/// replies, written in order; the deadlines of its requests and of its
+/// idleness.
 class session : public std::enable_shared_from_this<session> {
 public:
     session(tcp::socket s, tcp_store_server::impl& server)
-        : sock_(std::move(s)), server_(&server),
+        : sock_(std::move(s)), server_(&server), timer_(server.ex), name_(peer_name(sock_)),
           parser_(proto::limits{.max_key_size = server.options.max_key_size,
                                 .max_value_size = server.options.max_value_size,
-                                .max_keys = server.options.max_keys}) {}
+                                .max_keys = server.options.max_keys,
+                                .max_request_size = server.options.max_request_size}),
+          last_activity_(clock_type::now()) {}
 
     void start() {
         error_code ignored;
         sock_.set_option(tcp::no_delay(true), ignored);
         read();
+        update_timer();
     }
 
     /// Closes the connection and forgets the session's waits.
@@ -74,6 +111,7 @@ public:
         closed_ = true;
         error_code ignored;
         sock_.close(ignored);
+        timer_.cancel();
         for (auto& w : waits_) {
             for (const auto& k : w->keys) {
                 auto it = server_->waiting.find(k);
@@ -91,13 +129,23 @@ public:
     /// The keys of `w` are all set.
     void wait_done(const std::shared_ptr<waiter>& w) {
         std::erase(waits_, w);
+        wait_cost_ -= w->cost;
+        // The answer counts as activity: the idle time starts again now.
+        last_activity_ = clock_type::now();
         proto::encode_byte_reply(out_, proto::wait_stop_waiting);
         write();
+        update_timer();
     }
 
 private:
     /// Output beyond this stops the reading of queries until it is written.
     std::size_t high_water() const { return server_->options.max_value_size + 64 * 1024; }
+
+    /// Drops the client, saying why.
+    void drop(const std::string& why) {
+        log_line(log::severity::warning, "client " + name_ + " disconnected: " + why);
+        close();
+    }
 
     void read() {
         if (closed_ || reading_ || rpos_ < rlen_ || out_.size() + pending_.size() > high_water())
@@ -110,6 +158,7 @@ private:
                                       return;
                                   if (ec)
                                       return self->close();
+                                  self->last_activity_ = clock_type::now();
                                   self->on_bytes(n);
                               });
     }
@@ -126,12 +175,13 @@ private:
         while (rpos_ < rlen_) {
             if (out_.size() + pending_.size() > high_water())
                 return write();
+            if (parser_.size() == 0)
+                request_start_ = clock_type::now();
             rpos_ += parser_.feed(proto::bytes_view(rbuf_.data() + rpos_, rlen_ - rpos_));
             if (parser_.status() == proto::parse_status::error)
-                return close();
+                return drop("a query that is not the protocol or over the server's bounds");
             if (parser_.status() == proto::parse_status::done) {
-                if (!handle(parser_.get()))
-                    return close();
+                handle(parser_.get());
                 if (closed_)
                     return;
                 parser_.reset();
@@ -139,93 +189,52 @@ private:
         }
         write();
         read();
+        update_timer();
     }
 
-    /// Applies a query; false: the client is to be disconnected.
-    bool handle(proto::request& q) {
+    /// Applies a query (or drops the client).
+    void handle(proto::request& q) {
         auto& s = *server_;
-        switch (q.type) {
-        case proto::query_type::set:
-            s.set(q.keys[0], std::move(q.values[0]));
-            return true;
-        case proto::query_type::compare_set: {
-            auto it = s.keys.find(q.keys[0]);
-            if (it == s.keys.end()) {
-                if (q.values[0].empty()) {
-                    proto::encode_value_reply(out_, q.values[1]);
-                    s.set(q.keys[0], std::move(q.values[1]));
-                } else {
-                    proto::encode_value_reply(out_, q.values[0]);
-                }
-            } else {
-                if (it->second == q.values[0]) {
-                    proto::encode_value_reply(out_, q.values[1]);
-                    s.set(q.keys[0], std::move(q.values[1]));
-                } else {
-                    proto::encode_value_reply(out_, it->second);
-                }
-            }
-            return true;
+        const auto r = proto::answer(s.keys, q, out_);
+        switch (r.status) {
+        case proto::answer_status::replied:
+            if (r.key_set)
+                s.wake(q.keys[0]);
+            return;
+        case proto::answer_status::wait:
+            return add_wait(q);
+        case proto::answer_status::missing_key:
+        case proto::answer_status::not_a_counter:
+        case proto::answer_status::overflow:
+        case proto::answer_status::unsupported:
+            break;
         }
-        case proto::query_type::get: {
-            auto it = s.keys.find(q.keys[0]);
-            if (it == s.keys.end())
-                return false;
-            proto::encode_value_reply(out_, it->second);
-            return true;
+        drop(proto::refusal_reason(r.status));
+    }
+
+    void add_wait(proto::request& q) {
+        auto& s = *server_;
+        auto w = std::make_shared<waiter>();
+        w->s = weak_from_this();
+        for (auto& k : q.keys) {
+            if (s.keys.find(k))
+                continue;
+            w->cost += k.size() + wait_key_overhead;
+            w->keys.push_back(std::move(k));
         }
-        case proto::query_type::add: {
-            std::int64_t v = 0;
-            auto it = s.keys.find(q.keys[0]);
-            if (it != s.keys.end()) {
-                const auto* b = reinterpret_cast<const char*>(it->second.data());
-                const auto* e = b + it->second.size();
-                auto [p, ec] = std::from_chars(b, e, v);
-                if (ec != std::errc() || p != e || b == e)
-                    return false;
-            }
-            std::int64_t sum = 0;
-            if (__builtin_add_overflow(v, q.number, &sum))
-                return false;
-            const auto text = std::to_string(sum);
-            const auto* p = reinterpret_cast<const std::byte*>(text.data());
-            proto::encode_int64_reply(out_, sum);
-            s.set(q.keys[0], proto::buffer(p, p + text.size()));
-            return true;
+        if (w->cost > server_->options.max_request_size -
+                          std::min(wait_cost_, server_->options.max_request_size))
+            return drop("its pending WAITs hold more keys than max_request_size");
+        // A WAIT may name a key twice: it is due when each is set.
+        for (const auto& k : w->keys) {
+            auto& list = s.waiting[k];
+            if (std::find(list.begin(), list.end(), w) != list.end())
+                continue;
+            list.push_back(w);
+            ++w->missing;
         }
-        case proto::query_type::check: {
-            bool all = true;
-            for (const auto& k : q.keys)
-                all = all && s.keys.contains(k);
-            proto::encode_byte_reply(out_, all ? proto::check_ready : proto::check_not_ready);
-            return true;
-        }
-        case proto::query_type::wait: {
-            auto w = std::make_shared<waiter>();
-            w->s = weak_from_this();
-            for (auto& k : q.keys) {
-                if (s.keys.contains(k))
-                    continue;
-                ++w->missing;
-                s.waiting[k].push_back(w);
-                w->keys.push_back(std::move(k));
-            }
-            if (w->missing == 0)
-                proto::encode_byte_reply(out_, proto::wait_stop_waiting);
-            else
-                waits_.push_back(w);
-            return true;
-        }
-        case proto::query_type::get_num_keys:
-            proto::encode_int64_reply(out_, static_cast<std::int64_t>(s.keys.size()));
-            return true;
-        case proto::query_type::delete_key:
-            proto::encode_int64_reply(out_, s.keys.erase(q.keys[0]) ? 1 : 0);
-            return true;
-        case proto::query_type::watch_key:
-            return false;
-        }
-        return false;
+        wait_cost_ += w->cost;
+        waits_.push_back(std::move(w));
     }
 
     void write() {
@@ -242,23 +251,86 @@ private:
                                   return;
                               if (ec)
                                   return self->close();
+                              self->last_activity_ = clock_type::now();
                               self->write();
                               if (self->rpos_ < self->rlen_)
                                   self->process();
                               else
                                   self->read();
+                              self->update_timer();
                           });
+    }
+
+    // ---- deadlines ----
+
+    /// The next deadline of the connection: the end of the current request's
+    /// time, or of its idleness (no byte either way, no WAIT pending).
+    std::optional<clock_type::time_point> next_deadline() const {
+        const auto& o = server_->options;
+        std::optional<clock_type::time_point> at;
+        if (o.request_timeout.count() > 0 && parser_.size() > 0)
+            at = request_start_ + o.request_timeout;
+        if (o.idle_timeout.count() > 0 && waits_.empty()) {
+            const auto idle_end = last_activity_ + o.idle_timeout;
+            if (!at || idle_end < *at)
+                at = idle_end;
+        }
+        return at;
+    }
+
+    /// Arms the timer for the next deadline, unless it fires earlier anyway
+    /// (it then looks again).
+    void update_timer() {
+        if (closed_)
+            return;
+        const auto at = next_deadline();
+        if (!at || (timer_armed_ && timer_.expiry() <= *at))
+            return;
+        timer_armed_ = true;
+        timer_.expires_at(*at);
+        timer_.async_wait([self = shared_from_this(), gen = ++timer_gen_](error_code ec) {
+            if (gen != self->timer_gen_ || self->closed_)
+                return;
+            self->timer_armed_ = false;
+            if (ec)
+                return;
+            self->on_timer();
+        });
+    }
+
+    void on_timer() {
+        const auto& o = server_->options;
+        const auto now = clock_type::now();
+        if (o.request_timeout.count() > 0 && parser_.size() > 0 &&
+            now >= request_start_ + o.request_timeout)
+            return drop("a request not whole within request_timeout (" +
+                        std::to_string(o.request_timeout.count()) + " ms)");
+        if (o.idle_timeout.count() > 0 && waits_.empty() &&
+            now >= last_activity_ + o.idle_timeout) {
+            log_line(log::severity::info, "client " + name_ +
+                                              " disconnected: idle for idle_timeout (" +
+                                              std::to_string(o.idle_timeout.count()) + " ms)");
+            return close();
+        }
+        update_timer();
     }
 
     tcp::socket sock_;
     tcp_store_server::impl* server_;
+    asio::steady_timer timer_;
+    std::string name_;
     proto::request_parser parser_;
     std::array<std::byte, 16 * 1024> rbuf_{};
     proto::buffer out_;
     proto::buffer pending_;
     std::vector<std::shared_ptr<waiter>> waits_;
+    std::size_t wait_cost_ = 0;
+    clock_type::time_point last_activity_;
+    clock_type::time_point request_start_;
     std::size_t rpos_ = 0;
     std::size_t rlen_ = 0;
+    std::uint64_t timer_gen_ = 0;
+    bool timer_armed_ = false;
     bool reading_ = false;
     bool writing_ = false;
     bool closed_ = false;
@@ -272,6 +344,9 @@ void tcp_store_server::impl::accept() {
             return;
         if (ec) {
             // Out of descriptors, for instance: try again a little later.
+            if (self->accept_failures++ == 0)
+                log_line(log::severity::warning,
+                         "accepting failed (trying again every 10 ms): " + ec.message());
             self->retry.expires_after(std::chrono::milliseconds(10));
             self->retry.async_wait([self](error_code ec) {
                 if (!ec && !self->closed)
@@ -279,16 +354,25 @@ void tcp_store_server::impl::accept() {
             });
             return;
         }
-        auto ss = std::make_shared<session>(std::move(s), *self);
-        self->sessions.insert(ss);
-        ss->start();
+        if (self->accept_failures > 0) {
+            log_line(log::severity::warning, "accepting again after " +
+                                                 std::to_string(self->accept_failures) +
+                                                 " failed attempts");
+            self->accept_failures = 0;
+        }
+        if (self->sessions.size() >= self->options.max_connections) {
+            log_line(log::severity::warning, "connection of " + peer_name(s) + " refused: " +
+                                                 std::to_string(self->sessions.size()) +
+                                                 " clients connected, max_connections reached");
+            error_code ignored;
+            s.close(ignored);
+        } else {
+            auto ss = std::make_shared<session>(std::move(s), *self);
+            self->sessions.insert(ss);
+            ss->start();
+        }
         self->accept();
     });
-}
-
-void tcp_store_server::impl::set(const std::string& key, proto::buffer value) {
-    keys[key] = std::move(value);
-    wake(key);
 }
 
 void tcp_store_server::impl::wake(const std::string& key) {

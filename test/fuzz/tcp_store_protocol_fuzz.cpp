@@ -12,20 +12,34 @@
 //   parsed from, which parse again to the same request;
 // - a parsed reply is of the kind expected and the server's encoder gives
 //   back exactly its bytes; a reply fails only on a value size over the
-//   limit, or a CHECK or WAIT byte the protocol does not have.
+//   limit, or a CHECK or WAIT byte the protocol does not have;
+// - a request takes at most max_request_size bytes, and the parser counts
+//   them;
+// - the server's handling (tcp_store_protocol::answer over the stores' rules)
+//   of the requests parsed, applied in order until one is refused (as the
+//   server drops the connection there), agrees with a plain model of
+//   torch's TCPStore: each reply parses as the client expects, SET and a
+//   refusal append nothing, a refusal changes no key, ADD and COMPARE_SET
+//   leave the key as they answered, a WAIT is answered only when its keys
+//   are all set.
 //
 // Input: one byte (bit 0: play the client, else the server; bit 1: small
 // limits, else the defaults), for small limits a key size (1 byte), a value
-// size (2 bytes) and a key count (1 byte), the split point (2 bytes, modulo
+// size (2 bytes) and a key count (1 byte) (the request size bound is then the
+// key size, the value size and 32 together), the split point (2 bytes, modulo
 // the peer's size plus one), for the client the queries it sent (a count
 // byte, 1 to 8, then a query type byte each, modulo 9; they repeat), then
 // the peer's bytes.
 #include "fuzz.hpp"
 
+#include "store/store_rules.hpp"
 #include "store/tcp_store_protocol.hpp"
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,6 +101,7 @@ void check_request(const proto::request& q, input wire, const proto::limits& l) 
         UCX_ASIO_FUZZ_CHECK(v.size() <= l.max_value_size);
     if (q.type != query_type::add)
         UCX_ASIO_FUZZ_CHECK(q.number == 0);
+    UCX_ASIO_FUZZ_CHECK(wire.size() <= l.max_request_size);
 
     proto::buffer again;
     switch (q.type) {
@@ -174,6 +189,7 @@ outcome<parsed_request> read_requests(input peer, std::size_t split, const proto
                 return out;
             }
             const proto::request& q = p.get();
+            UCX_ASIO_FUZZ_CHECK(p.size() == pos - begin);
             check_request(q, peer.subspan(begin, pos - begin), l);
             out.messages.push_back({q.type, q.keys, q.values, q.number, begin, pos});
             p.reset();
@@ -305,6 +321,138 @@ outcome<parsed_reply> read_replies(input peer, std::size_t split,
     return out;
 }
 
+/// torch's TCPStore server, plainly: the model the server's handling is
+/// checked against.
+struct model {
+    std::map<std::string, proto::buffer> keys;
+
+    static std::optional<std::int64_t> counter(const proto::buffer& v) {
+        const auto* b = reinterpret_cast<const char*>(v.data());
+        std::int64_t n = 0;
+        const auto [p, ec] = std::from_chars(b, b + v.size(), n);
+        if (v.empty() || ec != std::errc() || p != b + v.size())
+            return std::nullopt;
+        return n;
+    }
+
+    bool has_all(const std::vector<std::string>& ks) const {
+        return std::all_of(ks.begin(), ks.end(), [&](const auto& k) { return keys.contains(k); });
+    }
+};
+
+/// Serves the requests parsed, in order, as the server does, and checks each
+/// answer against the model.
+void serve(const std::vector<parsed_request>& requests) {
+    using proto::answer_status;
+    detail::store_rules::key_map keys;
+    model m;
+    for (const parsed_request& pr : requests) {
+        proto::request q{pr.type, pr.keys, pr.values, pr.number};
+        proto::buffer out;
+        const std::size_t size_before = keys.size();
+        const auto r = proto::answer(keys, q, out);
+        const std::string key = pr.keys.empty() ? std::string() : pr.keys[0];
+        // The reply, parsed as the client does.
+        auto reply = [&] {
+            proto::reply_parser p;
+            p.expect(proto::reply_of(pr.type));
+            UCX_ASIO_FUZZ_CHECK(p.feed(out) == out.size());
+            UCX_ASIO_FUZZ_CHECK(p.status() == parse_status::done);
+            return p;
+        };
+        if (r.status != answer_status::replied && r.status != answer_status::wait) {
+            // A refusal: nothing appended, nothing changed, and the server
+            // drops the client.
+            UCX_ASIO_FUZZ_CHECK(out.empty() && !r.key_set);
+            UCX_ASIO_FUZZ_CHECK(proto::refusal_reason(r.status) != nullptr);
+            UCX_ASIO_FUZZ_CHECK(keys.size() == size_before);
+            switch (r.status) {
+            case answer_status::missing_key:
+                UCX_ASIO_FUZZ_CHECK(pr.type == query_type::get && !m.keys.contains(key));
+                break;
+            case answer_status::not_a_counter:
+                UCX_ASIO_FUZZ_CHECK(pr.type == query_type::add && m.keys.contains(key) &&
+                                    !model::counter(m.keys[key]));
+                break;
+            case answer_status::overflow: {
+                UCX_ASIO_FUZZ_CHECK(pr.type == query_type::add);
+                const auto it = m.keys.find(key);
+                const std::int64_t old = it == m.keys.end() ? 0 : *model::counter(it->second);
+                std::int64_t sum;
+                UCX_ASIO_FUZZ_CHECK(__builtin_add_overflow(old, pr.number, &sum));
+                break;
+            }
+            default:
+                UCX_ASIO_FUZZ_CHECK(pr.type == query_type::watch_key);
+                break;
+            }
+            return;
+        }
+        UCX_ASIO_FUZZ_CHECK(proto::refusal_reason(r.status) == nullptr);
+        switch (pr.type) {
+        case query_type::set:
+            UCX_ASIO_FUZZ_CHECK(out.empty() && r.key_set);
+            m.keys[key] = pr.values[0];
+            break;
+        case query_type::compare_set: {
+            const auto it = m.keys.find(key);
+            proto::buffer want;
+            bool set = false;
+            if (it == m.keys.end()) {
+                set = pr.values[0].empty();
+                want = set ? pr.values[1] : pr.values[0];
+            } else {
+                set = it->second == pr.values[0];
+                want = set ? pr.values[1] : it->second;
+            }
+            if (set)
+                m.keys[key] = pr.values[1];
+            UCX_ASIO_FUZZ_CHECK(r.key_set == set);
+            UCX_ASIO_FUZZ_CHECK(reply().value() == want);
+            break;
+        }
+        case query_type::get:
+            UCX_ASIO_FUZZ_CHECK(reply().value() == m.keys.at(key));
+            break;
+        case query_type::add: {
+            const auto it = m.keys.find(key);
+            const std::int64_t old = it == m.keys.end() ? 0 : model::counter(it->second).value();
+            const std::int64_t sum = old + pr.number; // no overflow: refused above
+            UCX_ASIO_FUZZ_CHECK(r.key_set && reply().number() == sum);
+            const auto text = std::to_string(sum);
+            const auto* b = reinterpret_cast<const std::byte*>(text.data());
+            m.keys[key] = proto::buffer(b, b + text.size());
+            break;
+        }
+        case query_type::check:
+            UCX_ASIO_FUZZ_CHECK(reply().ready() == m.has_all(pr.keys));
+            break;
+        case query_type::wait:
+            UCX_ASIO_FUZZ_CHECK((r.status == answer_status::wait) == !m.has_all(pr.keys));
+            if (r.status == answer_status::wait)
+                UCX_ASIO_FUZZ_CHECK(out.empty());
+            else
+                reply();
+            break;
+        case query_type::get_num_keys:
+            UCX_ASIO_FUZZ_CHECK(reply().number() == static_cast<std::int64_t>(m.keys.size()));
+            break;
+        case query_type::delete_key:
+            UCX_ASIO_FUZZ_CHECK(reply().number() == (m.keys.erase(key) ? 1 : 0));
+            break;
+        case query_type::watch_key:
+            UCX_ASIO_FUZZ_CHECK(false);
+            break;
+        }
+        if (r.status != answer_status::wait)
+            UCX_ASIO_FUZZ_CHECK(r.status == answer_status::replied);
+        // The keys and the model agree.
+        UCX_ASIO_FUZZ_CHECK(keys.size() == m.keys.size());
+        for (const auto& [k, v] : m.keys)
+            UCX_ASIO_FUZZ_CHECK(keys.find(k) && *keys.find(k) == v);
+    }
+}
+
 } // namespace
 
 void tcp_store_protocol(input data) {
@@ -316,6 +464,7 @@ void tcp_store_protocol(input data) {
         l.max_key_size = r.byte();
         l.max_value_size = r.uint(2);
         l.max_keys = r.byte();
+        l.max_request_size = l.max_key_size + l.max_value_size + 32;
     }
     const std::uint64_t split_at = r.uint(2);
     std::vector<query_type> queries;
@@ -333,6 +482,7 @@ void tcp_store_protocol(input data) {
     } else {
         const auto whole = read_requests(peer, peer.size(), l);
         UCX_ASIO_FUZZ_CHECK(read_requests(peer, split, l) == whole);
+        serve(whole.messages);
     }
 }
 

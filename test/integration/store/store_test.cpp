@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <future>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -180,6 +181,23 @@ TEST_P(StoreTest, Add) {
     pump(ioc_, s.async_set("text", "abc", tuple_future));
     EXPECT_TRUE(std::get<0>(pump(ioc_, s.async_add("text", 1, tuple_future))));
     EXPECT_EQ(std::get<1>(pump(ioc_, s.async_add("c", 2, tuple_future))), 0);
+}
+
+TEST_P(StoreTest, EmptyValueIsNotACounter) {
+    // The same rule in every store: an add to the empty value fails (a TCP
+    // server closes the connection), the key keeps its value, the store goes
+    // on.
+    auto& s = *store_;
+    pump(ioc_, s.async_set("e", "", tuple_future));
+    auto [ec, n] = pump(ioc_, s.async_add("e", 1, tuple_future));
+    EXPECT_TRUE(ec);
+    if (GetParam() == kind::file) {
+        EXPECT_EQ(ec, ucx::error::store_protocol_error);
+    }
+    auto [ec2, v] = pump(ioc_, s.async_get("e", tuple_future));
+    EXPECT_FALSE(ec2);
+    EXPECT_TRUE(v.empty());
+    EXPECT_EQ(std::get<1>(pump(ioc_, s.async_add("other", 2, tuple_future))), 2);
 }
 
 TEST_P(StoreTest, CompareSet) {
@@ -506,4 +524,32 @@ TEST(FileStore, SharedDirectory) {
                   std::errc::filename_too_long);
     }
     std::filesystem::remove_all(dir);
+}
+
+// ---- memory_store ----
+
+TEST(MemoryStore, FollowsTheRulesOfTheOtherStores) {
+    // The rules of every store (store_rules): an empty value and an overflow
+    // are errors of add that leave the key as it was; compare_set's cases.
+    asio::io_context ioc;
+    ucx::memory_store s(ioc.get_executor());
+    pump(ioc, s.async_set("e", "", tuple_future));
+    EXPECT_EQ(std::get<0>(pump(ioc, s.async_add("e", 1, tuple_future))),
+              ucx::error::store_protocol_error);
+    EXPECT_TRUE(std::get<1>(pump(ioc, s.async_get("e", tuple_future))).empty());
+    const auto max = std::to_string(std::numeric_limits<std::int64_t>::max());
+    pump(ioc, s.async_set("max", max, tuple_future));
+    EXPECT_EQ(std::get<0>(pump(ioc, s.async_add("max", 1, tuple_future))),
+              ucx::error::store_protocol_error);
+    EXPECT_EQ(text(std::get<1>(pump(ioc, s.async_get("max", tuple_future)))), max);
+    EXPECT_EQ(std::get<1>(pump(ioc, s.async_add("fresh", -3, tuple_future))), -3);
+    EXPECT_EQ(text(std::get<1>(
+                  pump(ioc, s.async_compare_set("c", bytes("e"), bytes("d"), tuple_future)))),
+              "e");
+    EXPECT_FALSE(std::get<1>(pump(ioc, s.async_check({"c"}, tuple_future))));
+    EXPECT_EQ(text(std::get<1>(pump(ioc, s.async_compare_set("c", {}, bytes("d"), tuple_future)))),
+              "d");
+    EXPECT_EQ(text(std::get<1>(
+                  pump(ioc, s.async_compare_set("c", bytes("x"), bytes("y"), tuple_future)))),
+              "d");
 }

@@ -169,6 +169,8 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::cuda_unavailable,
     ucx::error::cuda_error,
     ucx::error::nccl_unavailable,
+    ucx::error::store_value_too_large,
+    ucx::error::store_not_regular_file,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {
