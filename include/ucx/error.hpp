@@ -172,6 +172,13 @@ enum class error : int {
     /// loader's path or at UCXASIO_NCCL_LIBRARY, or a library without the
     /// functions of NCCL 2.14 and later).
     nccl_unavailable,
+    /// No rendezvous store can be chosen from the launch environment
+    /// (`plan_store`: no store variable, no rendezvous address, no PMIx
+    /// launcher, or PMIx without this build's support for it).
+    no_launch_store,
+    /// A PMIx call failed (`pmix_store`): no PMIx server (`PMIx_Init`), the
+    /// launcher's server went away, or it refused a value.
+    pmix_failed,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

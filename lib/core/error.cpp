@@ -103,6 +103,9 @@ constexpr detail::error_row<error> library_errors[] = {
      std_errc::no_such_device},
     {error::cuda_error, "a CUDA runtime call failed", std_errc::io_error},
     {error::nccl_unavailable, "NCCL could not be loaded", std_errc::operation_not_supported},
+    {error::no_launch_store, "no rendezvous store in the launch environment",
+     std_errc::invalid_argument},
+    {error::pmix_failed, "a PMIx call failed", std_errc::io_error},
 };
 
 } // namespace

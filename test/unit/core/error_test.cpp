@@ -169,6 +169,8 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::cuda_unavailable,
     ucx::error::cuda_error,
     ucx::error::nccl_unavailable,
+    ucx::error::no_launch_store,
+    ucx::error::pmix_failed,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {
