@@ -36,6 +36,7 @@
 // failed (as a fault test expects); 2 for a bad option or launch environment.
 #include <ucx/asio.hpp>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -237,32 +238,36 @@ int main(int argc, char** argv) {
     }
 
     asio::io_context io;
-    ucx::open_store_options so;
-    so.store_timeout = std::chrono::seconds(60);
-    ucx::launch_store store;
-    ucx::async_open_store(io.get_executor(), env, plan, so,
-                          [&](ucx::error_code e, ucx::launch_store s) {
-                              ec = e;
-                              store = std::move(s);
-                          });
-    io.run();
-    io.restart();
-    if (ec) {
-        std::fprintf(stderr, "group_allreduce: %s\n", store.description().c_str());
-        return 1;
-    }
-    std::fprintf(stderr, "rank %d: store: %s\n", env.rank, store.description().c_str());
-
     ucx::context ctx;
     ucx::worker_options wo;
     wo.peer_timeout = std::chrono::milliseconds(cfg.peer_timeout_ms);
     ucx::worker w(ctx, io, wo);
+    ucx::launch_store store;
     std::exception_ptr error;
-    asio::co_spawn(io, run(w, store.get(), env, cfg), [&](std::exception_ptr e) {
-        error = e;
-        store.close(); // a TCP store's connections would keep io.run() going
-    });
+    asio::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+            ucx::open_store_options so;
+            so.store_timeout = std::chrono::seconds(60);
+            auto [e, s] = co_await ucx::async_open_store(io.get_executor(), env, plan, so,
+                                                         asio::as_tuple(use_awaitable));
+            store = std::move(s);
+            if (e) {
+                ec = e;
+                co_return;
+            }
+            std::fprintf(stderr, "rank %d: store: %s\n", env.rank, store.description().c_str());
+            co_await run(w, store.get(), env, cfg);
+        },
+        [&](std::exception_ptr e) {
+            error = e;
+            store.close(); // a TCP store's connections would keep io.run() going
+        });
     io.run();
+    if (ec) {
+        std::fprintf(stderr, "group_allreduce: %s\n", store.description().c_str());
+        return 1;
+    }
     if (error) {
         try {
             std::rethrow_exception(error);

@@ -451,7 +451,7 @@ void open_store(boost::asio::any_io_executor ex, const launch_environment& env,
         break;
     }
     auto o = std::make_shared<tcp_opening>(ex);
-    o->handler = std::move(h);
+    o->handler.swap(h); // (Asio 1.26: no assignment of an any_completion_handler)
     o->plan = plan;
     o->who = who;
     o->options = options;
