@@ -163,7 +163,11 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
     o.size = env.size;
     o.name = cfg.name;
     o.lazy_connections = cfg.lazy;
+    const auto start = std::chrono::steady_clock::now();
     ucx::group g = co_await ucx::async_join(w, s, o, use_awaitable);
+    std::printf("rank %d of %d: joined in %.1f ms\n", g.rank(), g.size(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count());
 
     std::vector<float> v(cfg.count, static_cast<float>(g.rank() + 1));
     co_await g.async_allreduce(std::span<float>(v), ucx::reduce_op::sum, use_awaitable);
