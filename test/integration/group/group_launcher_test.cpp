@@ -138,6 +138,25 @@ TEST(Launchers, MpirunWithNoVariableOfTheLibraryUsesPmix) {
     EXPECT_TRUE(contains(j.out, "pmix store")) << j.out;
 }
 
+// ucx::pmix_store itself under mpirun: two rounds, an own key without a
+// round, a large value, check, and what PMIx cannot do
+// (test/peers/pmix_store_peer.cpp).
+TEST(Launchers, PmixStoreRoundsUnderMpirun) {
+#ifndef UCX_ASIO_PMIX_STORE_PEER
+    GTEST_SKIP() << "this build has no PMIx store (libpmix-dev, UCX_ASIO_WITH_PMIX)";
+#else
+    if (!have("mpirun"))
+        GTEST_SKIP() << "mpirun (Open MPI, openmpi-bin) is not installed";
+    const job j = run(clean_env({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
+                                 UCX_ASIO_PMIX_STORE_PEER}),
+                      "mpirun -np 3 pmix_store_peer");
+    EXPECT_EQ(j.status, 0) << j.out;
+    for (int r = 0; r < 3; ++r)
+        EXPECT_TRUE(contains(j.out, "rank " + std::to_string(r) + " of 3: pmix store ok, rounds 2"))
+            << j.out;
+#endif
+}
+
 // An mpirun in an sbatch script: every rank also has the batch step's
 // SLURM_PROCID=0 and SLURM_NTASKS; Open MPI's variables win.
 TEST(Launchers, MpirunInsideABatchStepIsOpenMpi) {
