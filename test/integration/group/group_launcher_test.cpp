@@ -148,7 +148,7 @@ TEST(Launchers, PmixStoreRoundsUnderMpirun) {
     if (!have("mpirun"))
         GTEST_SKIP() << "mpirun (Open MPI, openmpi-bin) is not installed";
     const job j = run(clean_env({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
-                                 UCX_ASIO_PMIX_STORE_PEER}),
+                                 "-x", "UCX_NET_DEVICES", UCX_ASIO_PMIX_STORE_PEER}),
                       "mpirun -np 3 pmix_store_peer");
     EXPECT_EQ(j.status, 0) << j.out;
     for (int r = 0; r < 3; ++r)
