@@ -164,7 +164,14 @@ struct pmix_store::impl : std::enable_shared_from_this<impl> {
                      work = std::move(work)]() mutable {
             auto r = std::make_shared<round_result>();
             self->run_round(n, mine, timeout, *r);
-            boost::asio::post(self->ex, [self, r] { self->round_done(*r); });
+            auto ex = self->ex;
+            boost::asio::post(ex, [self, r] { self->round_done(*r); });
+            // This thread lets go of the state before the executor may run
+            // out of work: once the io_context's run() returns, the store is
+            // its last owner, and its destructor finalizes PMIx (a process
+            // that exits without PMIx_Finalize is an abnormal termination to
+            // Open MPI's mpirun).
+            self.reset();
             work.reset();
         }).detach();
     }
