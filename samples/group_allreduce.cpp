@@ -1,17 +1,23 @@
 // group_allreduce: the processes of a job join a ucx::group and allreduce.
 //
-// Where a process stands comes from its launcher (ucx::detect_environment):
+// Where a process stands comes from its launcher (ucx::detect_environment),
+// and so does the store the processes meet in (ucx::plan_store), with no
+// variable of this library:
 //
-//   mpirun -np 4 group_allreduce                      (Open MPI; with a file store)
-//   RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. group_allreduce
-//                                                      (torchrun's variables:
-//                                                       rank 0 serves a TCP store)
+//   mpirun -np 4 group_allreduce                      (Open MPI: its PMIx)
+//   torchrun --nproc_per_node 4 --no_python group_allreduce
+//                                                      (torchrun's agent store)
+//   torchrun --standalone --nproc_per_node 4 --no_python group_allreduce
+//                                                      (rank 0 serves the store)
 //   UCXASIO_RANK=.. UCXASIO_SIZE=.. UCXASIO_STORE_DIR=/shared/dir group_allreduce
+//   UCXASIO_RANK=.. UCXASIO_SIZE=.. UCXASIO_RENDEZVOUS=host:port group_allreduce
 //
 // The store: a directory (file_store) when UCXASIO_STORE_DIR is set, else the
-// rendezvous address (MASTER_ADDR:MASTER_PORT or UCXASIO_RENDEZVOUS), whose
-// TCP store rank 0 serves unless UCXASIO_STORE_SERVER=external (a store
-// someone else runs, such as torch.distributed's TCPStore).
+// rendezvous address (UCXASIO_RENDEZVOUS, or MASTER_ADDR:MASTER_PORT), whose
+// TCP store rank 0 serves unless torchrun's agent serves it
+// (TORCHELASTIC_USE_AGENT_STORE=True) or UCXASIO_STORE_SERVER=external says
+// someone else does (such as torch.distributed's TCPStore); else the PMIx
+// launcher's key-value space (pmix_store).
 //
 // Options:
 //   --count N        floats to allreduce (default 1048576)
@@ -22,10 +28,15 @@
 //   --name NAME      the group's name in the store (default group_allreduce)
 //   --lazy           connections on first use (group_options::lazy_connections)
 //
-// Prints one line per rank: "rank R of N: allreduce of COUNT floats ok, sum S".
-// Exit status: 0 when every check passed, 1 otherwise, 2 for a bad setting.
+// Prints one line per rank: "rank R of N: allreduce of COUNT floats ok, sum S",
+// and "rank R: store: ..." (which store, from which variables) on stderr.
+// Exit status: 0 when every check passed; 1 when a check failed, the store
+// could not be opened (the message names the rank, the address and the
+// cause), the join or a collective failed, or, with --loop, once the group
+// failed (as a fault test expects); 2 for a bad option or launch environment.
 #include <ucx/asio.hpp>
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -152,7 +163,11 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
     o.size = env.size;
     o.name = cfg.name;
     o.lazy_connections = cfg.lazy;
+    const auto start = std::chrono::steady_clock::now();
     ucx::group g = co_await ucx::async_join(w, s, o, use_awaitable);
+    std::printf("rank %d of %d: joined in %.1f ms\n", g.rank(), g.size(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count());
 
     std::vector<float> v(cfg.count, static_cast<float>(g.rank() + 1));
     co_await g.async_allreduce(std::span<float>(v), ucx::reduce_op::sum, use_awaitable);
@@ -181,6 +196,7 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
         std::printf("rank %d: group failed after %lld ms: %s\n", g.rank(),
                     static_cast<long long>(ms), ec.message().c_str());
         std::fflush(stdout);
+        ++failures;
         co_return;
     }
     co_await g.async_barrier(use_awaitable);
@@ -218,47 +234,50 @@ int main(int argc, char** argv) {
         return 2;
     }
 
-    asio::io_context io;
-    std::unique_ptr<ucx::store> store;
-    std::optional<ucx::tcp_store_server> server;
-    ucx::tcp_store* tcp = nullptr; // closed at the end: its connections keep io.run() going
-    if (const char* dir = std::getenv("UCXASIO_STORE_DIR")) {
-        store = std::make_unique<ucx::file_store>(io.get_executor(), dir);
-    } else if (!env.rendezvous_host.empty()) {
-        const auto port = static_cast<std::uint16_t>(std::atoi(env.rendezvous_port.c_str()));
-        const char* external = std::getenv("UCXASIO_STORE_SERVER");
-        if (env.rank == 0 && !(external && std::string(external) == "external"))
-            server.emplace(
-                io.get_executor(),
-                asio::ip::tcp::endpoint(asio::ip::make_address(env.rendezvous_host), port));
-        auto t = std::make_unique<ucx::tcp_store>(io.get_executor(), env.rendezvous_host, port);
-        tcp = t.get();
-        store = std::move(t);
-    } else {
-        std::fprintf(stderr, "group_allreduce: no store: set UCXASIO_STORE_DIR, or a rendezvous "
-                             "(MASTER_ADDR and MASTER_PORT, or UCXASIO_RENDEZVOUS)\n");
+    const ucx::store_plan plan = ucx::plan_store(env, ec, &culprit);
+    if (ec) {
+        std::fprintf(stderr, "group_allreduce: rank %d: %s: %s\n", env.rank, ec.message().c_str(),
+                     culprit.c_str());
         return 2;
     }
-    store->set_timeout(std::chrono::seconds(60));
 
+    asio::io_context io;
     ucx::context ctx;
     ucx::worker_options wo;
     wo.peer_timeout = std::chrono::milliseconds(cfg.peer_timeout_ms);
     ucx::worker w(ctx, io, wo);
+    ucx::launch_store store;
     std::exception_ptr error;
-    asio::co_spawn(io, run(w, *store, env, cfg), [&](std::exception_ptr e) {
-        error = e;
-        if (tcp)
-            tcp->close();
-        if (server)
-            server->close();
-    });
+    asio::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+            ucx::open_store_options so;
+            so.store_timeout = std::chrono::seconds(60);
+            auto [e, s] = co_await ucx::async_open_store(io.get_executor(), env, plan, so,
+                                                         asio::as_tuple(use_awaitable));
+            store = std::move(s);
+            if (e) {
+                ec = e;
+                co_return;
+            }
+            std::fprintf(stderr, "rank %d: store: %s\n", env.rank, store.description().c_str());
+            co_await run(w, store.get(), env, cfg);
+        },
+        [&](std::exception_ptr e) {
+            error = e;
+            store.close(); // a TCP store's connections would keep io.run() going
+        });
     io.run();
+    if (ec) {
+        std::fprintf(stderr, "group_allreduce: %s\n", store.description().c_str());
+        return 1;
+    }
     if (error) {
         try {
             std::rethrow_exception(error);
         } catch (const std::exception& e) {
             std::printf("rank %d: failed: %s\n", env.rank, e.what());
+            std::fprintf(stderr, "group_allreduce: rank %d: failed: %s\n", env.rank, e.what());
         }
         return 1;
     }

@@ -7,7 +7,10 @@
 // With --launch it prints only this process's place in its job, as
 // ucx::detect_environment reads it from a launcher's variables (one line:
 // "launch: launcher=L rank=R size=S local_rank=LR local_size=LS node_rank=N
-// rendezvous=HOST:PORT"), or the error naming the variable, and exits 0 or 2.
+// rendezvous=HOST:PORT enclosing=OUTER"), or the error naming the variable,
+// and exits 0 or 2; then the store ucx::plan_store chooses ("store: KIND ...
+// (VARIABLES)", or "store: none: what was looked for"), which does not change
+// the exit status.
 //
 // Prints, in sections:
 // - versions: the UCX running and the one the library was built against
@@ -120,10 +123,22 @@ int main(int argc, char** argv) {
             return 2;
         }
         std::printf("launch: launcher=%s rank=%d size=%d local_rank=%d local_size=%d node_rank=%d "
-                    "rendezvous=%s%s%s\n",
+                    "rendezvous=%s%s%s enclosing=%s\n",
                     env.launcher.c_str(), env.rank, env.size, env.local_rank, env.local_size,
                     env.node_rank, env.rendezvous_host.c_str(),
-                    env.rendezvous_port.empty() ? "" : ":", env.rendezvous_port.c_str());
+                    env.rendezvous_port.empty() ? "" : ":", env.rendezvous_port.c_str(),
+                    env.enclosing.empty() ? "none" : env.enclosing.c_str());
+        const ucx::store_plan plan = ucx::plan_store(env, ec, &culprit);
+        using kind = ucx::store_plan::kind;
+        if (ec)
+            std::printf("store: none: %s: %s\n", ec.message().c_str(), culprit.c_str());
+        else if (plan.which == kind::file)
+            std::printf("store: file %s (%s)\n", plan.directory.c_str(), plan.reason.c_str());
+        else if (plan.which == kind::tcp)
+            std::printf("store: tcp %s:%u%s (%s)\n", plan.host.c_str(), plan.port,
+                        plan.serve ? ", served by this process" : "", plan.reason.c_str());
+        else
+            std::printf("store: pmix (%s)\n", plan.reason.c_str());
         return 0;
     }
     for (int i = 1; i < argc; ++i) {
@@ -177,6 +192,11 @@ int main(int argc, char** argv) {
         return 2;
     }
     print_options(options);
+    // The library's other variables (its registry): read elsewhere, not options.
+    for (const ucx::environment_variable& v : ucx::library_environment)
+        if (const char* value = std::getenv(std::string(v.name).c_str()))
+            std::printf("  %s=%s: %.*s\n", std::string(v.name).c_str(), value,
+                        static_cast<int>(v.meaning.size()), v.meaning.data());
     std::printf("  UCX settings from these options (over UCX's defaults and UCX_*):\n");
     const auto settings =
         ucx::make_config_settings(options, [](const char* n) { return std::getenv(n); });

@@ -14,6 +14,7 @@ packages=(
   libssl-dev openssl # TLS over ucx::stream (tests), ucxcat tests (SHA-256)
   gnuplot-nox valgrind # tools/bench.sh (chart), tools/callgrind.sh
   openmpi-bin libopenmpi-dev # the launch tests under mpirun
+  libpmix-dev # ucx::pmix_store: the store of a PMIx launcher (mpirun with no variable)
   python3 # the layer rule's check (test/layers)
   python3-torch # the store tests against torch.distributed's TCPStore
 )

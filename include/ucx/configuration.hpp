@@ -5,6 +5,7 @@
 #include <ucx/context.hpp>
 #include <ucx/error.hpp>
 
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,61 @@ namespace ucx {
 /// The default prefix of the environment variables read by
 /// `context_options_from_environment`.
 inline constexpr std::string_view default_environment_prefix = "UCXASIO_";
+
+/// The names of the library's environment variables that are not context
+/// options (each is in `library_environment`).
+namespace env {
+inline constexpr const char* log = "UCXASIO_LOG";
+inline constexpr const char* nccl_library = "UCXASIO_NCCL_LIBRARY";
+inline constexpr const char* rank = "UCXASIO_RANK";
+inline constexpr const char* size = "UCXASIO_SIZE";
+inline constexpr const char* local_rank = "UCXASIO_LOCAL_RANK";
+inline constexpr const char* local_size = "UCXASIO_LOCAL_SIZE";
+inline constexpr const char* node_rank = "UCXASIO_NODE_RANK";
+inline constexpr const char* rendezvous = "UCXASIO_RENDEZVOUS";
+inline constexpr const char* store_dir = "UCXASIO_STORE_DIR";
+inline constexpr const char* store_server = "UCXASIO_STORE_SERVER";
+} // namespace env
+
+/// Who reads a variable of `library_environment`.
+enum class environment_use {
+    log,    ///< the library's log level (log.hpp)
+    nccl,   ///< the NCCL library `ucx::nccl` loads (nccl.hpp)
+    launch, ///< `detect_environment` (launch.hpp)
+    store,  ///< `plan_store`: the job's rendezvous store (launch.hpp)
+};
+
+/// A variable of the library's environment that is not a context option.
+struct environment_variable {
+    /// The whole name, with the prefix `UCXASIO_`.
+    std::string_view name;
+    environment_use use;
+    /// What it says, in a few words.
+    std::string_view meaning;
+};
+
+// clang-format off
+/// The one registry of the library's environment variables other than the
+/// context options (`UCXASIO_` + a name of `set_context_option`). Every part
+/// of the library that reads such a variable names it here, and
+/// `apply_environment` leaves these names to their readers.
+inline constexpr environment_variable library_environment[] = {
+    {env::log, environment_use::log, "log level: trace, debug, info, warning, error, fatal"},
+    {env::nccl_library, environment_use::nccl, "path of the NCCL library to load"},
+    {env::rank, environment_use::launch, "this process's rank (explicit launch)"},
+    {env::size, environment_use::launch, "the number of processes (explicit launch)"},
+    {env::local_rank, environment_use::launch, "this process's rank on its node"},
+    {env::local_size, environment_use::launch, "the number of processes on the node"},
+    {env::node_rank, environment_use::launch, "the index of this process's node"},
+    {env::rendezvous, environment_use::launch, "host:port of the job's TCP store"},
+    {env::store_dir, environment_use::store, "a directory every process sees: a file store"},
+    {env::store_server, environment_use::store, "external: no rank serves the TCP store"},
+};
+// clang-format on
+
+/// The entry of `library_environment` whose name after `UCXASIO_` is `name`
+/// (in any case: "rank", "STORE_DIR"), or null.
+const environment_variable* find_library_variable(std::string_view name) noexcept;
 
 /// Sets one option of `options` by name (case-insensitive):
 ///
@@ -40,9 +96,13 @@ error_code set_context_option(context_options& options, std::string_view name,
 /// Applies every environment variable whose name starts with `prefix` (the
 /// rest of the name is the option's name, as `set_context_option`; for
 /// example `UCXASIO_TCP=false`, `UCXASIO_NET_DEVICES=mlx5_0:1`,
-/// `UCXASIO_ENVIRONMENT__RNDV_THRESH=8k`) to `options`, except `LOG` (the
-/// library's log level, see log.hpp) and `NCCL_LIBRARY` (the NCCL that
-/// `ucx::nccl` loads, see nccl.hpp), in the environment's order. On the first
+/// `UCXASIO_ENVIRONMENT__RNDV_THRESH=8k`) to `options`, in the environment's
+/// order, except the names of `library_environment` (the log level, the NCCL
+/// library, the launch and store variables: `UCXASIO_RANK`,
+/// `UCXASIO_RENDEZVOUS`, `UCXASIO_STORE_DIR`, ...), which their readers take.
+/// With another prefix, `PREFIX` + the part of such a name after `UCXASIO_`
+/// is skipped too (`MYAPP_RANK`). A name that is neither an option nor in the
+/// registry fails with `error::unknown_option`. On the first
 /// variable that fails, stops with its error; `failed` (when given) then
 /// holds that variable as `NAME=value`, and `options` is unchanged. An
 /// empty `prefix` is `error::invalid_option`.

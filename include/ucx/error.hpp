@@ -179,6 +179,13 @@ enum class error : int {
     /// A `file_store` key file that is not a regular file (a FIFO, a device, a
     /// directory, a socket or a symbolic link): it is not opened for reading.
     store_not_regular_file,
+    /// No rendezvous store can be chosen from the launch environment
+    /// (`plan_store`: no store variable, no rendezvous address, no PMIx
+    /// launcher, or PMIx without this build's support for it).
+    no_launch_store,
+    /// A PMIx call failed (`pmix_store`): no PMIx server (`PMIx_Init`), the
+    /// launcher's server went away, or it refused a value.
+    pmix_failed,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

@@ -165,6 +165,19 @@ error_code set_context_option(context_options& options, std::string_view name,
     return error::unknown_option;
 }
 
+const environment_variable* find_library_variable(std::string_view name) noexcept {
+    for (const environment_variable& v : library_environment) {
+        const std::string_view rest = v.name.substr(default_environment_prefix.size());
+        if (rest.size() == name.size() &&
+            std::equal(rest.begin(), rest.end(), name.begin(), [](char a, char b) {
+                return std::toupper(static_cast<unsigned char>(a)) ==
+                       std::toupper(static_cast<unsigned char>(b));
+            }))
+            return &v;
+    }
+    return nullptr;
+}
+
 void apply_environment(context_options& options, error_code& ec, std::string_view prefix,
                        std::string* failed) {
     ec = {};
@@ -180,8 +193,8 @@ void apply_environment(context_options& options, error_code& ec, std::string_vie
         if (eq == std::string_view::npos || var.substr(0, eq).rfind(prefix, 0) != 0)
             continue;
         const std::string_view name = var.substr(prefix.size(), eq - prefix.size());
-        if (lower(name) == "log" || lower(name) == "nccl_library")
-            continue; // UCXASIO_LOG: the log level (log.hpp); UCXASIO_NCCL_LIBRARY: nccl.hpp
+        if (find_library_variable(name))
+            continue; // read by the library elsewhere (the registry says where)
         if (ec = set_context_option(out, name, var.substr(eq + 1)); ec) {
             if (failed)
                 *failed = std::string(var);

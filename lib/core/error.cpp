@@ -107,6 +107,9 @@ constexpr detail::error_row<error> library_errors[] = {
      std_errc::value_too_large},
     {error::store_not_regular_file, "rendezvous store key file is not a regular file",
      std_errc::invalid_argument},
+    {error::no_launch_store, "no rendezvous store in the launch environment",
+     std_errc::invalid_argument},
+    {error::pmix_failed, "a PMIx call failed", std_errc::io_error},
 };
 
 } // namespace

@@ -1,5 +1,7 @@
 #include <ucx/log.hpp>
 
+#include <ucx/configuration.hpp>
+
 #include <boost/core/null_deleter.hpp>
 #include <boost/log/attributes/constant.hpp>
 #include <boost/log/core.hpp>
@@ -25,7 +27,7 @@ constexpr std::array<std::string_view, 6> names{"trace",   "debug", "info",
 
 severity initial_level() noexcept {
     severity s = severity::off;
-    if (const char* env = std::getenv("UCXASIO_LOG"))
+    if (const char* env = std::getenv(ucx::env::log))
         parse_severity(env, s);
     return s;
 }
@@ -44,7 +46,7 @@ BOOST_LOG_ATTRIBUTE_KEYWORD(severity_keyword, "Severity", severity)
 void add_environment_sink_once() {
     static std::once_flag once;
     std::call_once(once, [] {
-        if (std::getenv("UCXASIO_LOG"))
+        if (std::getenv(ucx::env::log))
             add_stream_sink(std::clog);
     });
 }

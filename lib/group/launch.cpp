@@ -1,9 +1,20 @@
+#include <ucx/configuration.hpp>
+#include <ucx/file_store.hpp>
 #include <ucx/launch.hpp>
+#include <ucx/tcp_store.hpp>
+#if UCX_ASIO_HAS_PMIX
+#include <ucx/pmix_store.hpp>
+#endif
 
+#include <boost/asio/append.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -23,20 +34,26 @@ struct launcher_names {
     const char* rendezvous_port;
 };
 
+// Tried in this order: when launchers nest (an mpirun in a Slurm batch
+// script, torchrun under mpirun), the process sees the variables of each, and
+// the launcher nearest the process wins. A launcher started inside another
+// sets its own variables over the outer one's, and Slurm only ever starts
+// the outermost (a batch step's SLURM_PROCID=0 reaches every rank of an
+// mpirun in it), so: explicit variables, torchrun, Open MPI, PMI, Slurm.
 constexpr launcher_names launchers[] = {
-    {"explicit", "UCXASIO_RANK", "UCXASIO_SIZE", "UCXASIO_LOCAL_RANK", "UCXASIO_LOCAL_SIZE",
-     "UCXASIO_NODE_RANK", nullptr, nullptr},
+    {"explicit", env::rank, env::size, env::local_rank, env::local_size, env::node_rank, nullptr,
+     nullptr},
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
      "MASTER_ADDR", "MASTER_PORT"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, "SLURM_NODEID", nullptr,
-     nullptr},
     {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr, nullptr},
     {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr, nullptr,
      nullptr},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, "SLURM_NODEID", nullptr,
+     nullptr},
 };
 
-constexpr const char* rendezvous_variable = "UCXASIO_RENDEZVOUS";
+constexpr const char* rendezvous_variable = env::rendezvous;
 
 /// A whole decimal number in [min, max], or nothing.
 std::optional<int> parse_int(std::string_view s, int min, int max) {
@@ -150,6 +167,10 @@ launch_environment detect_environment(const std::function<const char*(const char
                 env.rendezvous_port = port;
             }
         }
+        // The launchers outside this one (whose variables are set too).
+        for (const launcher_names* o = &l + 1; o != std::end(launchers); ++o)
+            if (getenv(o->rank) && getenv(o->size))
+                env.enclosing += std::string(env.enclosing.empty() ? "" : ",") + o->launcher;
         ec = {};
         return env;
     }
@@ -176,5 +197,283 @@ launch_environment detect_environment() {
         throw boost::system::system_error(ec, "ucx::detect_environment: " + culprit);
     return env;
 }
+
+bool pmix_supported() noexcept {
+#if UCX_ASIO_HAS_PMIX
+    return true;
+#else
+    return false;
+#endif
+}
+
+namespace {
+
+constexpr const char* agent_store_variable = "TORCHELASTIC_USE_AGENT_STORE";
+
+bool is_true(const char* v) {
+    const std::string_view s = v ? v : "";
+    return s == "True" || s == "true" || s == "TRUE" || s == "1";
+}
+
+} // namespace
+
+store_plan plan_store(const launch_environment& env,
+                      const std::function<const char*(const char*)>& getenv, error_code& ec,
+                      std::string* culprit) {
+    ec = {};
+    auto fail = [&](error e, std::string what) {
+        ec = make_error_code(e);
+        if (culprit)
+            *culprit = std::move(what);
+        return store_plan{};
+    };
+    store_plan p;
+    if (const char* dir = getenv(env::store_dir)) {
+        if (!*dir)
+            return fail(error::invalid_launch_environment, std::string(env::store_dir) + "=");
+        p.which = store_plan::kind::file;
+        p.directory = dir;
+        p.reason = env::store_dir;
+        return p;
+    }
+    bool external = false;
+    if (const char* v = getenv(env::store_server)) {
+        if (std::string_view(v) != "external")
+            return fail(error::invalid_launch_environment,
+                        std::string(env::store_server) + "=" + v);
+        external = true;
+    }
+    if (!env.rendezvous_host.empty()) {
+        const auto port = parse_int(env.rendezvous_port, 1, 65535);
+        if (!port)
+            return fail(error::invalid_launch_environment, "port=" + env.rendezvous_port);
+        p.which = store_plan::kind::tcp;
+        p.host = env.rendezvous_host;
+        p.port = static_cast<std::uint16_t>(*port);
+        const bool named = getenv(env::rendezvous) != nullptr;
+        // torchrun's agent serves a TCPStore on MASTER_PORT already (a second
+        // server's bind fails) and says so to its workers.
+        const bool agent =
+            !named && env.launcher == "torchrun" && is_true(getenv(agent_store_variable));
+        p.serve = env.rank == 0 && !external && !agent;
+        p.reason = named ? env::rendezvous : "MASTER_ADDR:MASTER_PORT";
+        p.reason += agent ? std::string(", torchrun's agent store (") + agent_store_variable + ")"
+                    : external ? std::string(", ") + env::store_server + "=external"
+                               : std::string(", served by rank 0");
+        return p;
+    }
+    if (getenv("PMIX_NAMESPACE") && getenv("PMIX_RANK")) {
+        if (!pmix_supported())
+            return fail(error::no_launch_store,
+                        "PMIX_NAMESPACE is set (a PMIx launcher), but this build of the library "
+                        "has no PMIx (libpmix-dev, UCX_ASIO_WITH_PMIX); set " +
+                            std::string(env::store_dir) + " or " + env::rendezvous);
+        p.which = store_plan::kind::pmix;
+        p.reason = "PMIX_NAMESPACE, the launcher's PMIx";
+        return p;
+    }
+    return fail(error::no_launch_store,
+                std::string("none of ") + env::store_dir + ", " + env::rendezvous +
+                    ", MASTER_ADDR and MASTER_PORT (torchrun) or PMIX_NAMESPACE (a PMIx "
+                    "launcher such as Open MPI's mpirun) is set");
+}
+
+store_plan plan_store(const launch_environment& env, error_code& ec, std::string* culprit) {
+    return plan_store(
+        env, [](const char* n) { return std::getenv(n); }, ec, culprit);
+}
+
+struct launch_store::impl {
+    std::unique_ptr<store> s;
+    tcp_store* tcp = nullptr;
+    std::unique_ptr<tcp_store_server> server;
+    std::string description;
+};
+
+struct launch_store_access {
+    static launch_store make(std::unique_ptr<launch_store::impl> i) {
+        launch_store l;
+        l.impl_ = std::move(i);
+        return l;
+    }
+};
+
+launch_store::launch_store() = default;
+launch_store::launch_store(launch_store&&) noexcept = default;
+launch_store& launch_store::operator=(launch_store&&) noexcept = default;
+launch_store::~launch_store() {
+    close();
+}
+
+launch_store::operator bool() const noexcept {
+    return impl_ && impl_->s;
+}
+store& launch_store::get() const noexcept {
+    return *impl_->s;
+}
+bool launch_store::serving() const noexcept {
+    return impl_ && impl_->server;
+}
+const std::string& launch_store::description() const noexcept {
+    static const std::string none;
+    return impl_ ? impl_->description : none;
+}
+void launch_store::close() {
+    if (!impl_)
+        return;
+    if (impl_->tcp)
+        impl_->tcp->close();
+    if (impl_->server)
+        impl_->server->close();
+}
+
+namespace detail {
+
+namespace {
+
+using open_handler = boost::asio::any_completion_handler<void(error_code, launch_store)>;
+
+void finish(const boost::asio::any_io_executor& ex, open_handler h, error_code ec,
+            std::unique_ptr<launch_store::impl> i) {
+    if (ec)
+        i->s.reset(), i->server.reset(), i->tcp = nullptr;
+    boost::asio::post(
+        ex, boost::asio::append(std::move(h), ec, launch_store_access::make(std::move(i))));
+}
+
+std::string endpoint_text(const boost::asio::ip::tcp::endpoint& ep) {
+    const auto a = ep.address();
+    return (a.is_v6() ? "[" + a.to_string() + "]" : a.to_string()) + ":" +
+           std::to_string(ep.port());
+}
+
+/// A TCP store's opening: the resolve in flight and its bound.
+struct tcp_opening {
+    boost::asio::any_io_executor ex;
+    boost::asio::ip::tcp::resolver resolver;
+    boost::asio::steady_timer timer;
+    open_handler handler;
+    std::unique_ptr<launch_store::impl> result = std::make_unique<launch_store::impl>();
+    store_plan plan;
+    std::string who;
+    open_store_options options;
+    bool done = false;
+
+    explicit tcp_opening(boost::asio::any_io_executor e) : ex(e), resolver(e), timer(e) {}
+
+    std::string where() const {
+        return plan.host + ":" + std::to_string(plan.port) + " (" + plan.reason + ")";
+    }
+
+    void resolved(error_code ec, const boost::asio::ip::tcp::resolver::results_type& rs) {
+        if (done)
+            return; // the bound passed: reported already
+        done = true;
+        timer.cancel();
+        if (ec) {
+            result->description =
+                who + ": cannot resolve the rendezvous host of " + where() + ": " + ec.message();
+            return finish(ex, std::move(handler), ec, std::move(result));
+        }
+        std::string bound;
+        if (plan.serve) {
+            error_code first;
+            std::string first_at;
+            for (const auto& entry : rs) {
+                try {
+                    result->server = std::make_unique<tcp_store_server>(ex, entry.endpoint());
+                    bound = endpoint_text(result->server->local_endpoint());
+                    break;
+                } catch (const boost::system::system_error& e) {
+                    if (!first) {
+                        first = e.code();
+                        first_at = endpoint_text(entry.endpoint());
+                    }
+                }
+            }
+            if (!result->server) {
+                if (!first)
+                    first = boost::asio::error::host_not_found;
+                result->description = who + ": cannot serve the store at " + where() + ", " +
+                                      (first_at.empty() ? "no address" : first_at) + ": " +
+                                      first.message();
+                return finish(ex, std::move(handler), first, std::move(result));
+            }
+        }
+        auto t = std::make_unique<tcp_store>(ex, plan.host, plan.port);
+        result->tcp = t.get();
+        result->s = std::move(t);
+        result->s->set_timeout(options.store_timeout);
+        result->description = "tcp store at " + where() +
+                              (bound.empty() ? "" : ", served by this process at " + bound);
+        finish(ex, std::move(handler), {}, std::move(result));
+    }
+};
+
+} // namespace
+
+void open_store(boost::asio::any_io_executor ex, const launch_environment& env,
+                const store_plan& plan, const open_store_options& options, open_handler h) {
+    auto result = std::make_unique<launch_store::impl>();
+    const std::string who = "rank " + std::to_string(env.rank);
+    switch (plan.which) {
+    case store_plan::kind::file:
+        try {
+            result->s = std::make_unique<file_store>(ex, plan.directory);
+        } catch (const std::filesystem::filesystem_error& e) {
+            result->description = who + ": cannot open the store directory " + plan.directory +
+                                  " (" + plan.reason + "): " + e.code().message();
+            return finish(ex, std::move(h), e.code(), std::move(result));
+        }
+        result->s->set_timeout(options.store_timeout);
+        result->description = "file store in " + plan.directory + " (" + plan.reason + ")";
+        return finish(ex, std::move(h), {}, std::move(result));
+    case store_plan::kind::pmix: {
+#if UCX_ASIO_HAS_PMIX
+        error_code ec;
+        std::string why;
+        auto p = std::make_unique<pmix_store>(ex, ec, &why);
+        if (ec) {
+            result->description = who + ": cannot connect to the launcher's PMIx server (" +
+                                  plan.reason + "): " + why;
+            return finish(ex, std::move(h), ec, std::move(result));
+        }
+        result->description = "pmix store of namespace " + p->nspace() + " (" + plan.reason + ")";
+        result->s = std::move(p);
+        result->s->set_timeout(options.store_timeout);
+        return finish(ex, std::move(h), {}, std::move(result));
+#else
+        result->description = who + ": this build of the library has no PMIx";
+        return finish(ex, std::move(h), make_error_code(error::no_launch_store), std::move(result));
+#endif
+    }
+    case store_plan::kind::tcp:
+        break;
+    }
+    auto o = std::make_shared<tcp_opening>(ex);
+    o->handler.swap(h); // (Asio 1.26: no assignment of an any_completion_handler)
+    o->plan = plan;
+    o->who = who;
+    o->options = options;
+    o->result = std::move(result);
+    if (options.resolve_timeout.count() > 0) {
+        o->timer.expires_after(options.resolve_timeout);
+        // The name lookup runs on Asio's resolver thread, which a hung name
+        // service may keep: the open completes at the bound regardless.
+        o->timer.async_wait([o](error_code ec) {
+            if (ec || o->done)
+                return;
+            o->resolved(boost::asio::error::timed_out, {});
+            o->resolver.cancel();
+        });
+    }
+    o->resolver.async_resolve(
+        plan.host, std::to_string(plan.port),
+        [o](error_code ec, const boost::asio::ip::tcp::resolver::results_type& rs) {
+            o->resolved(ec, rs);
+        });
+}
+
+} // namespace detail
 
 } // namespace ucx

@@ -3,6 +3,7 @@
 // object executing the actions of `nccl_plan` (lib/nccl/nccl_plan.hpp).
 #include "nccl/nccl_plan.hpp"
 
+#include <ucx/configuration.hpp>
 #include <ucx/log.hpp>
 #include <ucx/nccl.hpp>
 
@@ -59,7 +60,7 @@ bool resolve(void* handle, const char* name, F& f) {
 }
 
 void load_once(api& a) {
-    const char* named = std::getenv("UCXASIO_NCCL_LIBRARY");
+    const char* named = std::getenv(env::nccl_library);
     const char* file = named && *named ? named : "libnccl.so.2";
     // RTLD_GLOBAL: the program's own NCCL calls (through a later dlopen or
     // symbol lookup) find this same copy.

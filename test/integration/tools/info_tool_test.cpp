@@ -153,3 +153,26 @@ TEST(info_tool, reads_explicit_launch_variables_and_names_what_is_missing) {
 }
 
 } // namespace
+
+// The launch and store variables are the library's, not unknown options: the
+// tool lists them and goes on; a misspelt one is named, with exit status 2.
+TEST(info_tool, accepts_the_launch_and_store_variables) {
+    const run_result r =
+        run_info({"UCXASIO_RANK=0", "UCXASIO_SIZE=1", "UCXASIO_RENDEZVOUS=127.0.0.1:29500",
+                  "UCXASIO_STORE_DIR=/tmp", "UCXASIO_STORE_SERVER=external"},
+                 {"--no-connection"});
+    EXPECT_NE(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "UCXASIO_RANK=0: ")) << r.output;
+    EXPECT_TRUE(contains(r.output, "UCXASIO_STORE_DIR=/tmp: ")) << r.output;
+    const run_result bad = run_info({"UCXASIO_RANKS=0"}, {"--no-connection"});
+    EXPECT_EQ(bad.status, 2) << bad.output;
+    EXPECT_TRUE(contains(bad.output, "UCXASIO_RANKS=0")) << bad.output;
+    // --launch names the store the variables choose, and the enclosing launcher.
+    const run_result launch = run_info({"SLURM_PROCID=0", "SLURM_NTASKS=1", "UCXASIO_RANK=0",
+                                        "UCXASIO_SIZE=1", "UCXASIO_RENDEZVOUS=localhost:29500"},
+                                       {"--launch"});
+    EXPECT_EQ(launch.status, 0) << launch.output;
+    EXPECT_TRUE(contains(launch.output, "enclosing=slurm")) << launch.output;
+    EXPECT_TRUE(contains(launch.output, "store: tcp localhost:29500, served by this process"))
+        << launch.output;
+}

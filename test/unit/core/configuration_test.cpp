@@ -209,3 +209,42 @@ TEST(Configuration, AConfiguredContextWorks) {
 }
 
 } // namespace
+
+// The registry of the library's variables: the launch and store variables
+// (and the log level, the NCCL library) are left to their readers, with the
+// default prefix and another; a name that is neither an option nor in the
+// registry still fails, and is named.
+TEST(Configuration, TheLaunchAndStoreVariablesAreNotOptions) {
+    scoped_env env;
+    for (const ucx::environment_variable& v : ucx::library_environment) {
+        EXPECT_EQ(v.name.substr(0, 8), "UCXASIO_") << v.name;
+        EXPECT_FALSE(v.meaning.empty()) << v.name;
+        env.set(std::string(v.name), "1");
+        env.set("UCXTEST_" + std::string(v.name.substr(8)), "1");
+    }
+    for (const char* name : {"UCXASIO_RANK", "UCXASIO_SIZE", "UCXASIO_RENDEZVOUS",
+                             "UCXASIO_STORE_DIR", "UCXASIO_STORE_SERVER", "UCXASIO_LOCAL_RANK"}) {
+        EXPECT_NE(ucx::find_library_variable(std::string_view(name).substr(8)), nullptr) << name;
+    }
+    EXPECT_NE(ucx::find_library_variable("store_dir"), nullptr);
+    EXPECT_EQ(ucx::find_library_variable("TCP"), nullptr);
+    context_options o;
+    ucx::error_code ec;
+    std::string failed;
+    ucx::apply_environment(o, ec, "UCXASIO_", &failed);
+    EXPECT_FALSE(ec) << ec.message() << ": " << failed;
+    ucx::apply_environment(o, ec, "UCXTEST_", &failed);
+    EXPECT_FALSE(ec) << ec.message() << ": " << failed;
+    EXPECT_NO_THROW((void)ucx::configured_context_options({}, "UCXASIO_"));
+
+    env.set("UCXASIO_RANKS", "4"); // a misspelt name
+    ucx::apply_environment(o, ec, "UCXASIO_", &failed);
+    EXPECT_EQ(ec, ucx::error::unknown_option);
+    EXPECT_EQ(failed, "UCXASIO_RANKS=4");
+    try {
+        (void)ucx::configured_context_options({}, "UCXASIO_");
+        ADD_FAILURE() << "an unknown name was accepted";
+    } catch (const boost::system::system_error& e) {
+        EXPECT_NE(std::string(e.what()).find("UCXASIO_RANKS=4"), std::string::npos) << e.what();
+    }
+}

@@ -171,6 +171,8 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::nccl_unavailable,
     ucx::error::store_value_too_large,
     ucx::error::store_not_regular_file,
+    ucx::error::no_launch_store,
+    ucx::error::pmix_failed,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {

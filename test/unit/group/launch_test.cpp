@@ -200,3 +200,184 @@ TEST(LaunchEnvironment, TheThrowingFormNamesTheVariable) {
 }
 
 } // namespace
+
+// --- launchers inside launchers: the innermost wins ---
+
+/// What an sbatch script's batch step gives every process started in it.
+fake_env batch_step() {
+    return {{{"SLURM_PROCID", "0"},
+             {"SLURM_NTASKS", "4"},
+             {"SLURM_LOCALID", "0"},
+             {"SLURM_NODEID", "0"},
+             {"SLURM_TASKS_PER_NODE", "4"},
+             {"SLURM_JOB_NODELIST", "node1"}}};
+}
+
+TEST(LaunchNesting, MpirunInABatchScriptIsOpenMpi) {
+    for (int r = 0; r < 4; ++r) {
+        fake_env env = batch_step();
+        env.vars["OMPI_COMM_WORLD_RANK"] = std::to_string(r);
+        env.vars["OMPI_COMM_WORLD_SIZE"] = "4";
+        env.vars["OMPI_COMM_WORLD_LOCAL_RANK"] = std::to_string(r);
+        env.vars["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4";
+        env.vars["PMIX_RANK"] = std::to_string(r);
+        env.vars["PMIX_NAMESPACE"] = "1234";
+        const auto e = detect_ok(env);
+        EXPECT_EQ(e.launcher, "openmpi");
+        EXPECT_EQ(e.rank, r);
+        EXPECT_EQ(e.size, 4);
+        EXPECT_EQ(e.local_rank, r);
+        EXPECT_EQ(e.enclosing, "slurm");
+    }
+}
+
+TEST(LaunchNesting, HydraInABatchScriptIsPmi) {
+    fake_env env = batch_step();
+    env.vars["PMI_RANK"] = "3";
+    env.vars["PMI_SIZE"] = "4";
+    env.vars["MPI_LOCALRANKID"] = "3";
+    env.vars["MPI_LOCALNRANKS"] = "4";
+    const auto e = detect_ok(env);
+    EXPECT_EQ(e.launcher, "pmi");
+    EXPECT_EQ(e.rank, 3);
+    EXPECT_EQ(e.enclosing, "slurm");
+}
+
+TEST(LaunchNesting, TorchrunUnderMpirunIsTorchrun) {
+    fake_env env = batch_step();
+    env.vars["OMPI_COMM_WORLD_RANK"] = "1";
+    env.vars["OMPI_COMM_WORLD_SIZE"] = "2";
+    env.vars["RANK"] = "5";
+    env.vars["WORLD_SIZE"] = "8";
+    const auto e = detect_ok(env);
+    EXPECT_EQ(e.launcher, "torchrun");
+    EXPECT_EQ(e.rank, 5);
+    EXPECT_EQ(e.enclosing, "openmpi,slurm");
+}
+
+TEST(LaunchNesting, ExplicitVariablesBeatEveryLauncher) {
+    fake_env env = batch_step();
+    env.vars["OMPI_COMM_WORLD_RANK"] = "1";
+    env.vars["OMPI_COMM_WORLD_SIZE"] = "2";
+    env.vars["UCXASIO_RANK"] = "0";
+    env.vars["UCXASIO_SIZE"] = "1";
+    const auto e = detect_ok(env);
+    EXPECT_EQ(e.launcher, "explicit");
+    EXPECT_EQ(e.enclosing, "openmpi,slurm");
+    EXPECT_EQ(detect_ok(batch_step()).enclosing, "");
+}
+
+// --- the store a launch environment gives (plan_store) ---
+
+ucx::store_plan plan(const fake_env& env, ucx::error_code& ec, std::string& culprit) {
+    const auto e = detect_ok(env);
+    return ucx::plan_store(e, std::cref(env), ec, &culprit);
+}
+
+ucx::store_plan plan_ok(const fake_env& env) {
+    ucx::error_code ec;
+    std::string culprit;
+    auto p = plan(env, ec, culprit);
+    EXPECT_FALSE(ec) << ec.message() << ": " << culprit;
+    return p;
+}
+
+fake_env torchrun(int rank) {
+    return {{{"RANK", std::to_string(rank)},
+             {"WORLD_SIZE", "4"},
+             {"MASTER_ADDR", "localhost"},
+             {"MASTER_PORT", "29500"}}};
+}
+
+TEST(StorePlan, ADirectoryWinsOverEverything) {
+    fake_env env = torchrun(0);
+    env.vars["UCXASIO_STORE_DIR"] = "/shared/dir";
+    env.vars["PMIX_RANK"] = "0";
+    env.vars["PMIX_NAMESPACE"] = "1";
+    const auto p = plan_ok(env);
+    EXPECT_EQ(p.which, ucx::store_plan::kind::file);
+    EXPECT_EQ(p.directory, "/shared/dir");
+    EXPECT_EQ(p.reason, "UCXASIO_STORE_DIR");
+}
+
+TEST(StorePlan, TorchrunsRendezvousIsServedByRankZero) {
+    for (int r = 0; r < 4; ++r) {
+        const auto p = plan_ok(torchrun(r));
+        EXPECT_EQ(p.which, ucx::store_plan::kind::tcp);
+        EXPECT_EQ(p.host, "localhost");
+        EXPECT_EQ(p.port, 29500);
+        EXPECT_EQ(p.serve, r == 0) << r;
+    }
+}
+
+TEST(StorePlan, TorchrunsAgentStoreHasOnlyClients) {
+    for (const char* yes : {"True", "true", "1"})
+        for (int r = 0; r < 4; ++r) {
+            fake_env env = torchrun(r);
+            env.vars["TORCHELASTIC_USE_AGENT_STORE"] = yes;
+            const auto p = plan_ok(env);
+            EXPECT_EQ(p.which, ucx::store_plan::kind::tcp);
+            EXPECT_FALSE(p.serve) << r;
+            EXPECT_NE(p.reason.find("agent"), std::string::npos) << p.reason;
+        }
+    fake_env env = torchrun(0);
+    env.vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+    EXPECT_TRUE(plan_ok(env).serve);
+}
+
+TEST(StorePlan, AnExternalServerHasOnlyClients) {
+    fake_env env = {{{"UCXASIO_RANK", "0"},
+                     {"UCXASIO_SIZE", "2"},
+                     {"UCXASIO_RENDEZVOUS", "[::1]:4000"},
+                     {"UCXASIO_STORE_SERVER", "external"}}};
+    auto p = plan_ok(env);
+    EXPECT_EQ(p.which, ucx::store_plan::kind::tcp);
+    EXPECT_EQ(p.host, "::1");
+    EXPECT_EQ(p.port, 4000);
+    EXPECT_FALSE(p.serve);
+    env.vars.erase("UCXASIO_STORE_SERVER");
+    EXPECT_TRUE(plan_ok(env).serve);
+}
+
+TEST(StorePlan, APmixLauncherGivesThePmixStore) {
+    fake_env env = batch_step();
+    env.vars["OMPI_COMM_WORLD_RANK"] = "1";
+    env.vars["OMPI_COMM_WORLD_SIZE"] = "4";
+    env.vars["PMIX_RANK"] = "1";
+    env.vars["PMIX_NAMESPACE"] = "1234";
+    ucx::error_code ec;
+    std::string culprit;
+    const auto p = plan(env, ec, culprit);
+    if (ucx::pmix_supported()) {
+        EXPECT_FALSE(ec) << culprit;
+        EXPECT_EQ(p.which, ucx::store_plan::kind::pmix);
+    } else {
+        EXPECT_EQ(ec, ucx::error::no_launch_store);
+        EXPECT_NE(culprit.find("PMIx"), std::string::npos) << culprit;
+    }
+}
+
+TEST(StorePlan, NoStoreNamesWhatWasLookedFor) {
+    ucx::error_code ec;
+    std::string culprit;
+    (void)plan({{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}}, ec, culprit);
+    EXPECT_EQ(ec, ucx::error::no_launch_store);
+    for (const char* name :
+         {"UCXASIO_STORE_DIR", "UCXASIO_RENDEZVOUS", "MASTER_ADDR", "PMIX_NAMESPACE"})
+        EXPECT_NE(culprit.find(name), std::string::npos) << culprit;
+}
+
+TEST(StorePlan, BadStoreVariablesAreNamed) {
+    fake_env env = torchrun(0);
+    env.vars["UCXASIO_STORE_SERVER"] = "rank0";
+    ucx::error_code ec;
+    std::string culprit;
+    (void)plan(env, ec, culprit);
+    EXPECT_EQ(ec, ucx::error::invalid_launch_environment);
+    EXPECT_EQ(culprit, "UCXASIO_STORE_SERVER=rank0");
+    env.vars.erase("UCXASIO_STORE_SERVER");
+    env.vars["UCXASIO_STORE_DIR"] = "";
+    (void)plan(env, ec, culprit);
+    EXPECT_EQ(ec, ucx::error::invalid_launch_environment);
+    EXPECT_EQ(culprit, "UCXASIO_STORE_DIR=");
+}
