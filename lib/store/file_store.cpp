@@ -191,12 +191,43 @@ void complete(const store::executor_type& ex, Handler h, Args... args) {
 
 } // namespace
 
+/// The growing intervals at which a wait looks again, up to its deadline:
+/// each interval is half as long again as the one before, up to a bound.
+/// (Outside the anonymous namespace: the store's nested types hold one.)
+struct file_store_backoff {
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    std::chrono::milliseconds interval{1};
+    std::chrono::milliseconds max_interval{50};
+
+    /// The intervals of `options`; the deadline `timeout` from now (none
+    /// when it is not positive).
+    file_store_backoff(const file_store_options& options, store::duration timeout)
+        : interval(options.poll_interval.count() > 0 ? options.poll_interval
+                                                     : std::chrono::milliseconds(1)),
+          max_interval(std::max(options.max_poll_interval, interval)) {
+        if (timeout.count() > 0)
+            deadline = std::chrono::steady_clock::now() + timeout;
+    }
+
+    /// When to look next, or nothing once the deadline has passed.
+    std::optional<std::chrono::steady_clock::time_point> next() {
+        const auto now = std::chrono::steady_clock::now();
+        if (deadline && now >= *deadline)
+            return std::nullopt;
+        auto at = now + interval;
+        if (deadline && at > *deadline)
+            at = *deadline;
+        interval = std::min(interval + interval / 2 + std::chrono::milliseconds(1), max_interval);
+        return at;
+    }
+};
+
 /// A get or wait that looks for its keys until they are there.
 struct file_store::poll : std::enable_shared_from_this<file_store::poll> {
     // (Boost 1.81's any_completion_handler has no working move assignment:
     // the handlers are moved in by construction.)
-    poll(executor_type e, value_handler v, done_handler d)
-        : ex(e), timer(e), vh(std::move(v)), dh(std::move(d)) {}
+    poll(executor_type e, file_store_backoff b, value_handler v, done_handler d)
+        : ex(e), timer(e), vh(std::move(v)), dh(std::move(d)), wait(b) {}
 
     executor_type ex;
     asio::steady_timer timer;
@@ -204,9 +235,7 @@ struct file_store::poll : std::enable_shared_from_this<file_store::poll> {
     bool want_value = false;
     value_handler vh;
     done_handler dh;
-    std::optional<std::chrono::steady_clock::time_point> deadline;
-    std::chrono::milliseconds interval{1};
-    std::chrono::milliseconds max_interval{50};
+    file_store_backoff wait;
     bool done = false;
     bool cancellable = false;
     std::size_t max_value_size = rules::default_max_value_size;
@@ -229,14 +258,10 @@ struct file_store::poll : std::enable_shared_from_this<file_store::poll> {
     }
 
     void schedule() {
-        auto now = std::chrono::steady_clock::now();
-        if (deadline && now >= *deadline)
+        const auto at = wait.next();
+        if (!at)
             return finish(make_error_code(error::store_timeout), {});
-        auto at = now + interval;
-        if (deadline && at > *deadline)
-            at = *deadline;
-        interval = std::min(interval + interval / 2 + std::chrono::milliseconds(1), max_interval);
-        timer.expires_at(at);
+        timer.expires_at(*at);
         timer.async_wait([self = shared_from_this()](error_code ec) {
             if (ec || self->done)
                 return;
@@ -265,16 +290,14 @@ struct file_store::poll : std::enable_shared_from_this<file_store::poll> {
 /// An add or compare_set waiting for the directory's lock, which another
 /// store holds: it tries again at growing intervals until the timeout.
 struct file_store::lock_wait : std::enable_shared_from_this<file_store::lock_wait> {
-    explicit lock_wait(executor_type e) : timer(e) {}
+    lock_wait(executor_type e, file_store_backoff b) : timer(e), wait(b) {}
 
     asio::steady_timer timer;
     std::filesystem::path dir;
     /// Runs with the lock held (an empty code) or with the error that ends
     /// the wait; called once.
     std::function<void(error_code)> body;
-    std::optional<std::chrono::steady_clock::time_point> deadline;
-    std::chrono::milliseconds interval{1};
-    std::chrono::milliseconds max_interval{50};
+    file_store_backoff wait;
     bool done = false;
 
     void finish(error_code ec) {
@@ -285,14 +308,10 @@ struct file_store::lock_wait : std::enable_shared_from_this<file_store::lock_wai
     }
 
     void schedule() {
-        const auto now = std::chrono::steady_clock::now();
-        if (deadline && now >= *deadline)
+        const auto at = wait.next();
+        if (!at)
             return finish(make_error_code(error::store_timeout));
-        auto at = now + interval;
-        if (deadline && at > *deadline)
-            at = *deadline;
-        interval = std::min(interval + interval / 2 + std::chrono::milliseconds(1), max_interval);
-        timer.expires_at(at);
+        timer.expires_at(*at);
         timer.async_wait([self = shared_from_this()](error_code ec) {
             if (ec || self->done)
                 return;
@@ -356,14 +375,10 @@ void file_store::do_wait(std::vector<std::string> keys, done_handler h) {
 
 void file_store::start_poll(std::vector<std::string> keys, bool want_value, value_handler vh,
                             done_handler dh) {
-    auto p = std::make_shared<poll>(ex_, std::move(vh), std::move(dh));
+    auto p = std::make_shared<poll>(ex_, file_store_backoff(options_, timeout()), std::move(vh),
+                                    std::move(dh));
     p->want_value = want_value;
     p->max_value_size = options_.max_value_size;
-    p->interval =
-        options_.poll_interval.count() > 0 ? options_.poll_interval : std::chrono::milliseconds(1);
-    p->max_interval = std::max(options_.max_poll_interval, p->interval);
-    if (timeout().count() > 0)
-        p->deadline = std::chrono::steady_clock::now() + timeout();
     for (const auto& k : keys) {
         std::filesystem::path path;
         if (auto ec = key_path(dir_, k, path)) {
@@ -398,14 +413,9 @@ void file_store::with_lock(std::function<void(error_code)> body) {
         if (!lock.busy)
             return body(lock.ec);
     }
-    auto w = std::make_shared<lock_wait>(ex_);
+    auto w = std::make_shared<lock_wait>(ex_, file_store_backoff(options_, timeout()));
     w->dir = dir_;
     w->body = std::move(body);
-    w->interval =
-        options_.poll_interval.count() > 0 ? options_.poll_interval : std::chrono::milliseconds(1);
-    w->max_interval = std::max(options_.max_poll_interval, w->interval);
-    if (timeout().count() > 0)
-        w->deadline = std::chrono::steady_clock::now() + timeout();
     std::erase_if(lock_waits_, [](const std::weak_ptr<lock_wait>& x) { return x.expired(); });
     lock_waits_.push_back(w);
     w->schedule();

@@ -1,6 +1,7 @@
 // What the tests of the rendezvous stores share: a completion token that
 // gives a std::future of the completion's arguments (errors included), bytes
-// and text, running an io_context until a future is ready, and finding a
+// and text, running an io_context until a future is ready or a condition
+// holds, waiting on an io_context, a fresh temporary directory, and finding a
 // Python that can import torch.distributed.
 #pragma once
 
@@ -8,13 +9,17 @@
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -53,6 +58,29 @@ auto pump(boost::asio::io_context& ioc, F&& f,
     return f.get();
 }
 
+/// Runs `ioc` until `pred()` (at most `limit`); says whether it became true.
+inline bool pump_until(boost::asio::io_context& ioc, const std::function<bool()>& pred,
+                       std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() > end)
+            return false;
+        ioc.restart();
+        ioc.run_one_for(std::chrono::milliseconds(10));
+    }
+    return true;
+}
+
+/// A new directory under the system's temporary directory, named `prefix`,
+/// the process id and a random number.
+inline std::filesystem::path temp_dir(const std::string& prefix) {
+    std::random_device rd;
+    auto p = std::filesystem::temp_directory_path() /
+             (prefix + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+    std::filesystem::create_directories(p);
+    return p;
+}
+
 /// A Python that imports torch.distributed, or empty. Debian's python3-torch
 /// is for /usr/bin/python3, which comes first.
 inline std::string python_with_torch() {
@@ -88,3 +116,13 @@ struct boost::asio::async_result<ucx_test::tuple_future_t, void(Args...)> {
         return f;
     }
 };
+
+namespace ucx_test {
+
+/// Runs `ioc` for `d` (at least).
+inline void sleep_in(boost::asio::io_context& ioc, std::chrono::milliseconds d) {
+    boost::asio::steady_timer t(ioc, d);
+    pump(ioc, t.async_wait(tuple_future));
+}
+
+} // namespace ucx_test

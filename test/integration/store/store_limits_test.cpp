@@ -48,32 +48,6 @@ using namespace ucx_test;
 
 namespace {
 
-/// Runs `ioc` until `pred()` (at most `limit`); says whether it became true.
-bool pump_until(asio::io_context& ioc, const std::function<bool()>& pred,
-                std::chrono::milliseconds limit = 60s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > end)
-            return false;
-        ioc.restart();
-        ioc.run_one_for(10ms);
-    }
-    return true;
-}
-
-void sleep_in(asio::io_context& ioc, std::chrono::milliseconds d) {
-    asio::steady_timer t(ioc, d);
-    pump(ioc, t.async_wait(tuple_future));
-}
-
-std::filesystem::path temp_dir() {
-    std::random_device rd;
-    auto p = std::filesystem::temp_directory_path() /
-             ("ucx-store-limits-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
-    std::filesystem::create_directories(p);
-    return p;
-}
-
 tcp::endpoint loopback(std::uint16_t port = 0) {
     return tcp::endpoint(asio::ip::make_address("127.0.0.1"), port);
 }
@@ -110,7 +84,7 @@ protected:
     }
 
     asio::io_context ioc_;
-    std::filesystem::path dir_ = temp_dir();
+    std::filesystem::path dir_ = temp_dir("ucx-store-limits-");
 };
 
 } // namespace
@@ -481,7 +455,7 @@ TEST(TcpStoreServerLimits, IdleFloodUnderALowDescriptorLimit) {
     // descriptors: it keeps 64 (its cap), refuses the others at once, and
     // closes the idle ones after its idle timeout, so a real client is
     // served (after a few refusals, which it tries again).
-    const auto dir = temp_dir();
+    const auto dir = temp_dir("ucx-store-limits-");
     std::optional<server_process> server;
     server.emplace(128, ucx::tcp_store_server_options{.max_connections = 64, .idle_timeout = 300ms},
                    dir / "server.log");

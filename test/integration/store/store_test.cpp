@@ -35,32 +35,6 @@ using namespace ucx_test;
 
 namespace {
 
-/// Runs `ioc` until `pred()` (at most `limit`); says whether it became true.
-bool pump_until(asio::io_context& ioc, const std::function<bool()>& pred,
-                std::chrono::milliseconds limit = 30s) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > end)
-            return false;
-        ioc.restart();
-        ioc.run_one_for(10ms);
-    }
-    return true;
-}
-
-void sleep_in(asio::io_context& ioc, std::chrono::milliseconds d) {
-    asio::steady_timer t(ioc, d);
-    pump(ioc, t.async_wait(tuple_future));
-}
-
-std::filesystem::path temp_dir() {
-    std::random_device rd;
-    auto p = std::filesystem::temp_directory_path() /
-             ("ucx-store-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
-    std::filesystem::create_directories(p);
-    return p;
-}
-
 enum class kind { tcp, file };
 
 /// A store of either kind, and what it needs (a server, a directory).
@@ -71,7 +45,7 @@ protected:
             server_.emplace(ioc_.get_executor(),
                             tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
         } else {
-            dir_ = temp_dir();
+            dir_ = temp_dir("ucx-store-test-");
         }
         store_ = make();
     }
@@ -502,7 +476,7 @@ TEST(FileStore, FileNames) {
 }
 
 TEST(FileStore, SharedDirectory) {
-    const auto dir = temp_dir();
+    const auto dir = temp_dir("ucx-store-test-");
     {
         asio::io_context ioc;
         ucx::file_store a(ioc.get_executor(), dir);

@@ -213,58 +213,87 @@ fake_env batch_step() {
              {"SLURM_JOB_NODELIST", "node1"}}};
 }
 
-TEST(LaunchNesting, MpirunInABatchScriptIsOpenMpi) {
-    for (int r = 0; r < 4; ++r) {
+/// A launcher started inside an sbatch script's batch step: the variables it
+/// adds, and what detection must say.
+struct nesting_case {
+    const char* name;
+    std::map<std::string, std::string> added;
+    const char* launcher;
+    int rank;
+    int size;
+    int local_rank;
+    const char* enclosing;
+};
+
+const nesting_case nesting_cases[] = {
+    {"the batch step alone is Slurm", {}, "slurm", 0, 4, 0, ""},
+    {"mpirun's rank 1 in a batch script is Open MPI",
+     {{"OMPI_COMM_WORLD_RANK", "1"},
+      {"OMPI_COMM_WORLD_SIZE", "4"},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+      {"PMIX_RANK", "1"},
+      {"PMIX_NAMESPACE", "1234"}},
+     "openmpi",
+     1,
+     4,
+     1,
+     "slurm"},
+    {"mpirun's rank 3 in a batch script is Open MPI",
+     {{"OMPI_COMM_WORLD_RANK", "3"},
+      {"OMPI_COMM_WORLD_SIZE", "4"},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+      {"PMIX_RANK", "3"},
+      {"PMIX_NAMESPACE", "1234"}},
+     "openmpi",
+     3,
+     4,
+     3,
+     "slurm"},
+    {"Hydra in a batch script is PMI",
+     {{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "3"}, {"MPI_LOCALNRANKS", "4"}},
+     "pmi",
+     3,
+     4,
+     3,
+     "slurm"},
+    {"torchrun under mpirun is torchrun",
+     {{"OMPI_COMM_WORLD_RANK", "1"},
+      {"OMPI_COMM_WORLD_SIZE", "2"},
+      {"RANK", "5"},
+      {"WORLD_SIZE", "8"},
+      {"LOCAL_RANK", "1"}},
+     "torchrun",
+     5,
+     8,
+     1,
+     "openmpi,slurm"},
+    {"explicit variables beat every launcher",
+     {{"OMPI_COMM_WORLD_RANK", "1"},
+      {"OMPI_COMM_WORLD_SIZE", "2"},
+      {"UCXASIO_RANK", "0"},
+      {"UCXASIO_SIZE", "1"}},
+     "explicit",
+     0,
+     1,
+     -1,
+     "openmpi,slurm"},
+};
+
+TEST(LaunchNesting, TheInnermostLauncherWins) {
+    for (const auto& c : nesting_cases) {
+        SCOPED_TRACE(c.name);
         fake_env env = batch_step();
-        env.vars["OMPI_COMM_WORLD_RANK"] = std::to_string(r);
-        env.vars["OMPI_COMM_WORLD_SIZE"] = "4";
-        env.vars["OMPI_COMM_WORLD_LOCAL_RANK"] = std::to_string(r);
-        env.vars["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4";
-        env.vars["PMIX_RANK"] = std::to_string(r);
-        env.vars["PMIX_NAMESPACE"] = "1234";
+        for (const auto& [k, v] : c.added)
+            env.vars[k] = v;
         const auto e = detect_ok(env);
-        EXPECT_EQ(e.launcher, "openmpi");
-        EXPECT_EQ(e.rank, r);
-        EXPECT_EQ(e.size, 4);
-        EXPECT_EQ(e.local_rank, r);
-        EXPECT_EQ(e.enclosing, "slurm");
+        EXPECT_EQ(e.launcher, c.launcher);
+        EXPECT_EQ(e.rank, c.rank);
+        EXPECT_EQ(e.size, c.size);
+        EXPECT_EQ(e.local_rank, c.local_rank);
+        EXPECT_EQ(e.enclosing, c.enclosing);
     }
-}
-
-TEST(LaunchNesting, HydraInABatchScriptIsPmi) {
-    fake_env env = batch_step();
-    env.vars["PMI_RANK"] = "3";
-    env.vars["PMI_SIZE"] = "4";
-    env.vars["MPI_LOCALRANKID"] = "3";
-    env.vars["MPI_LOCALNRANKS"] = "4";
-    const auto e = detect_ok(env);
-    EXPECT_EQ(e.launcher, "pmi");
-    EXPECT_EQ(e.rank, 3);
-    EXPECT_EQ(e.enclosing, "slurm");
-}
-
-TEST(LaunchNesting, TorchrunUnderMpirunIsTorchrun) {
-    fake_env env = batch_step();
-    env.vars["OMPI_COMM_WORLD_RANK"] = "1";
-    env.vars["OMPI_COMM_WORLD_SIZE"] = "2";
-    env.vars["RANK"] = "5";
-    env.vars["WORLD_SIZE"] = "8";
-    const auto e = detect_ok(env);
-    EXPECT_EQ(e.launcher, "torchrun");
-    EXPECT_EQ(e.rank, 5);
-    EXPECT_EQ(e.enclosing, "openmpi,slurm");
-}
-
-TEST(LaunchNesting, ExplicitVariablesBeatEveryLauncher) {
-    fake_env env = batch_step();
-    env.vars["OMPI_COMM_WORLD_RANK"] = "1";
-    env.vars["OMPI_COMM_WORLD_SIZE"] = "2";
-    env.vars["UCXASIO_RANK"] = "0";
-    env.vars["UCXASIO_SIZE"] = "1";
-    const auto e = detect_ok(env);
-    EXPECT_EQ(e.launcher, "explicit");
-    EXPECT_EQ(e.enclosing, "openmpi,slurm");
-    EXPECT_EQ(detect_ok(batch_step()).enclosing, "");
 }
 
 // --- the store a launch environment gives (plan_store) ---
