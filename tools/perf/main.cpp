@@ -1,10 +1,13 @@
 // ucx-asio-perf: a side-by-side benchmark of the library, raw UCP and Asio TCP,
 // with server and client processes in the manner of ucx_perftest.
 //
-//   ucx-asio-perf --server [-p PORT]        serves one test, then exits
+//   ucx-asio-perf --server [-p PORT] [--serves N]  serves N tests (1), then exits
 //   ucx-asio-perf HOST [-p PORT] [options]  runs a test against that server
 //   ucx-asio-perf --local [options]         starts a server process here first
 //
+// --test and --size take comma-separated lists: each test at each size runs
+// in turn, each on a control connection of its own (a local server serves
+// them all).
 // `ucx-asio-perf --help` lists the options. The client sends the test settings
 // to the server over a TCP control connection; UCX settings come from each
 // process's environment (UCX_TLS, UCX_NET_DEVICES, ...).
@@ -27,27 +30,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
 
-void run_server(perf::settings s) {
-    asio::io_context io;
-    tcp::acceptor acceptor(io, tcp::endpoint(tcp::v4(), s.port));
-    const unsigned short port = acceptor.local_endpoint().port();
-    if (s.port_fd >= 0) {
-        const std::string text = std::to_string(port) + "\n";
-        if (::write(s.port_fd, text.data(), text.size()) < 0)
-            throw perf::failure(std::string("writing the port: ") + std::strerror(errno));
-        ::close(s.port_fd);
-    } else {
-        std::printf("ucx-asio-perf: server listening on port %u\n", port);
-        std::fflush(stdout);
-    }
-    perf::control ctl(acceptor.accept());
-    acceptor.close();
+/// Serves the test a client's control connection asks for.
+void serve_one(perf::control& ctl) {
     perf::settings t;
     const std::string line = ctl.expect("test");
     if (std::string err = perf::parse_wire(line, t); !err.empty()) {
@@ -76,6 +67,27 @@ void run_server(perf::settings s) {
     }
 }
 
+void run_server(perf::settings s) {
+    asio::io_context io;
+    tcp::acceptor acceptor(io, tcp::endpoint(tcp::v4(), s.port));
+    const unsigned short port = acceptor.local_endpoint().port();
+    if (s.port_fd >= 0) {
+        const std::string text = std::to_string(port) + "\n";
+        if (::write(s.port_fd, text.data(), text.size()) < 0)
+            throw perf::failure(std::string("writing the port: ") + std::strerror(errno));
+        ::close(s.port_fd);
+    } else {
+        std::printf("ucx-asio-perf: server listening on port %u\n", port);
+        std::fflush(stdout);
+    }
+    for (std::size_t served = 0; served < s.serves; ++served) {
+        perf::control ctl(acceptor.accept());
+        if (served + 1 == s.serves)
+            acceptor.close();
+        serve_one(ctl);
+    }
+}
+
 perf::result run_client(const perf::settings& s, const std::string& host, unsigned short port) {
     asio::io_context io;
     tcp::socket sock(io);
@@ -97,8 +109,9 @@ perf::result run_client(const perf::settings& s, const std::string& host, unsign
     return perf::tcp_client(s, ctl);
 }
 
-// Starts this program as a server on a free port; returns its pid and port.
-std::pair<pid_t, unsigned short> spawn_server() {
+// Starts this program as a server on a free port that serves `tests` tests;
+// returns its pid and port.
+std::pair<pid_t, unsigned short> spawn_server(std::size_t tests) {
     int fds[2];
     if (::pipe(fds) != 0)
         throw perf::failure(std::string("pipe: ") + std::strerror(errno));
@@ -108,8 +121,9 @@ std::pair<pid_t, unsigned short> spawn_server() {
     if (pid == 0) {
         ::close(fds[0]);
         const std::string fd = std::to_string(fds[1]);
-        const char* argv[] = {"ucx-asio-perf", "--server", "--port", "0",
-                              "--port-fd",     fd.c_str(), nullptr};
+        const std::string serves = std::to_string(tests);
+        const char* argv[] = {"ucx-asio-perf", "--server", "--port",       "0",    "--port-fd",
+                              fd.c_str(),      "--serves", serves.c_str(), nullptr};
         ::execv("/proc/self/exe", const_cast<char* const*>(argv));
         std::fprintf(stderr, "ucx-asio-perf: exec: %s\n", std::strerror(errno));
         ::_exit(127);
@@ -137,31 +151,9 @@ std::pair<pid_t, unsigned short> spawn_server() {
     return {pid, static_cast<unsigned short>(port)};
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-            std::fputs(perf::usage(), stdout);
-            return 0;
-        }
-    }
-    for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--print-config") == 0) {
-            // The UCX settings a library context applies by default, in the
-            // environment's form (so raw UCX runs can use the same ones).
-            ucx::context_options o;
-            for (const auto& [name, value] : ucx::make_config_settings(
-                     o, [](const char* n) { return static_cast<const char*>(std::getenv(n)); }))
-                std::printf("UCX_%s=%s\n", name.c_str(), value.c_str());
-            return 0;
-        }
-    }
-    perf::settings s;
-    if (std::string err = perf::parse(argc, argv, s); !err.empty()) {
-        std::fprintf(stderr, "ucx-asio-perf: %s\n%s", err.c_str(), perf::usage());
-        return 2;
-    }
+// The checks a run's settings pass before anything starts: 0, or the exit
+// status of the refusal (its reason printed).
+int refusal(const perf::settings& s) {
     const perf::test_info* test = perf::find_test(s.test);
     if (!s.server && s.transport != perf::transport::tcp && !perf::api_available(test->api)) {
         std::fprintf(stderr,
@@ -192,35 +184,119 @@ int main(int argc, char** argv) {
             return 77;
         }
     }
+    return 0;
+}
+
+// The command line once for each test and size of the comma-separated lists
+// that --test and --size take (each test at each size, in the order given).
+std::vector<std::vector<std::string>> expand_lists(int argc, char** argv) {
+    std::vector<std::vector<std::string>> lines{{}};
+    for (int i = 0; i < argc; ++i) {
+        const std::string arg = argv[i];
+        const bool listed = i > 0 &&
+                            (arg == "-t" || arg == "--test" || arg == "-s" || arg == "--size") &&
+                            i + 1 < argc;
+        if (!listed) {
+            for (auto& l : lines)
+                l.push_back(arg);
+            continue;
+        }
+        const std::string value = argv[++i];
+        std::vector<std::string> items;
+        std::size_t start = 0;
+        for (std::size_t comma; (comma = value.find(',', start)) != std::string::npos;
+             start = comma + 1)
+            items.push_back(value.substr(start, comma - start));
+        items.push_back(value.substr(start));
+        std::vector<std::vector<std::string>> next;
+        for (const auto& l : lines)
+            for (const auto& item : items) {
+                next.push_back(l);
+                next.back().push_back(arg);
+                next.back().push_back(item);
+            }
+        lines = std::move(next);
+    }
+    return lines;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+            std::fputs(perf::usage(), stdout);
+            return 0;
+        }
+    }
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--print-config") == 0) {
+            // The UCX settings a library context applies by default, in the
+            // environment's form (so raw UCX runs can use the same ones).
+            ucx::context_options o;
+            for (const auto& [name, value] : ucx::make_config_settings(
+                     o, [](const char* n) { return static_cast<const char*>(std::getenv(n)); }))
+                std::printf("UCX_%s=%s\n", name.c_str(), value.c_str());
+            return 0;
+        }
+    }
+    std::vector<perf::settings> runs;
+    for (const auto& args : expand_lists(argc, argv)) {
+        std::vector<const char*> av;
+        for (const auto& a : args)
+            av.push_back(a.c_str());
+        perf::settings s;
+        if (std::string err = perf::parse(static_cast<int>(av.size()), av.data(), s);
+            !err.empty()) {
+            std::fprintf(stderr, "ucx-asio-perf: %s\n%s", err.c_str(), perf::usage());
+            return 2;
+        }
+        if (const int rc = refusal(s); rc != 0)
+            return rc;
+        runs.push_back(std::move(s));
+    }
+    const perf::settings& first = runs.front();
     try {
-        if (s.server) {
-            run_server(s);
+        if (first.server) {
+            run_server(first);
             return 0;
         }
         pid_t child = -1;
-        std::string host = s.host;
-        unsigned short port = s.port;
-        if (s.local) {
-            auto [pid, p] = spawn_server();
+        std::string host = first.host;
+        unsigned short port = first.port;
+        if (first.local) {
+            auto [pid, p] = spawn_server(runs.size());
             child = pid;
             host = "127.0.0.1";
             port = p;
         }
         int rc = 0;
         try {
-            const perf::result r = run_client(s, host, port);
-            perf::summary sum = perf::summarise(s, r);
-            if (s.memory == perf::memory::cuda) {
-                // After the run, so the copies do not compete with it.
-                const perf::copy_ceiling c = perf::measure_copy_ceiling(s.size);
-                sum.ceiling_mib_per_s = std::min(c.device_to_host_mib_s, c.host_to_device_mib_s);
+            for (const perf::settings& s : runs) {
+                const perf::result r = run_client(s, host, port);
+                perf::summary sum = perf::summarise(s, r);
+                if (s.memory == perf::memory::cuda) {
+                    // After the run, so the copies do not compete with it.
+                    const perf::copy_ceiling c = perf::measure_copy_ceiling(s.size);
+                    sum.ceiling_mib_per_s =
+                        std::min(c.device_to_host_mib_s, c.host_to_device_mib_s);
+                }
+                // The header (--format table or csv) once, above the first run.
+                perf::settings shown = s;
+                shown.header = s.header && &s == &runs.front();
+                perf::print(stdout, shown, sum);
+                if (s.count_allocations)
+                    std::printf("heap allocations (operator new) in the measured phase: %zu in %zu "
+                                "operations, client and server together\n",
+                                r.allocations, r.operations);
+                std::fflush(stdout);
+                if (s.check)
+                    std::fprintf(stderr,
+                                 "ucx-asio-perf: %s of %zu bytes over %s (%s, %s): content "
+                                 "checked\n",
+                                 s.test.c_str(), s.size, perf::to_string(s.transport),
+                                 perf::to_string(s.progress), perf::to_string(s.style));
             }
-            perf::print(stdout, s, sum);
-            if (s.count_allocations)
-                std::printf("heap allocations (operator new) in the measured phase: %zu in %zu "
-                            "operations, client and server together\n",
-                            r.allocations, r.operations);
-            std::fflush(stdout);
         } catch (...) {
             if (child > 0) {
                 ::kill(child, SIGKILL);
@@ -236,13 +312,9 @@ int main(int argc, char** argv) {
                 rc = 1;
             }
         }
-        if (s.check && rc == 0)
-            std::fprintf(stderr, "ucx-asio-perf: %s over %s (%s, %s): content checked\n",
-                         s.test.c_str(), perf::to_string(s.transport), perf::to_string(s.progress),
-                         perf::to_string(s.style));
         return rc;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "ucx-asio-perf%s: %s\n", s.server ? " (server)" : "", e.what());
+        std::fprintf(stderr, "ucx-asio-perf%s: %s\n", first.server ? " (server)" : "", e.what());
         return 1;
     }
 }

@@ -205,7 +205,7 @@ std::string parse(int argc, const char* const* argv, settings& s) {
         } else if (arg == "-s" || arg == "--size" || arg == "-n" || arg == "--iters" ||
                    arg == "-w" || arg == "--warmup" || arg == "--window" || arg == "-p" ||
                    arg == "--port" || arg == "--port-fd" || arg == "--spin-us" ||
-                   arg == "--max-steps") {
+                   arg == "--max-steps" || arg == "--serves") {
             if (!value(v) || !number(v, n))
                 return arg + " needs a number";
             if (arg == "-s" || arg == "--size")
@@ -222,7 +222,11 @@ std::string parse(int argc, const char* const* argv, settings& s) {
                 s.port = static_cast<unsigned short>(n);
             } else if (arg == "--port-fd")
                 s.port_fd = static_cast<int>(n);
-            else if (arg == "--max-steps")
+            else if (arg == "--serves") {
+                if (n == 0)
+                    return "--serves must be at least 1";
+                s.serves = n;
+            } else if (arg == "--max-steps")
                 s.max_steps = static_cast<unsigned>(std::min<std::size_t>(n, 1u << 30));
             else
                 s.spin_us = static_cast<unsigned>(n);
@@ -294,19 +298,20 @@ std::string parse_wire(const std::string& line, settings& s) {
 
 const char* usage() {
     return "usage:\n"
-           "  ucx-asio-perf --server [-p PORT]             serve one test, then exit\n"
+           "  ucx-asio-perf --server [-p PORT] [--serves N]  serve N tests (1), then exit\n"
            "  ucx-asio-perf HOST [-p PORT] [options]      run a test against a server\n"
            "  ucx-asio-perf --local [options]             start a server process here, then "
            "run\n"
            "options:\n"
            "  -t, --test NAME        tag_lat tag_bw am_lat am_bw stream_lat stream_bw put_bw "
            "get_bw\n"
-           "                         (tag_lat)\n"
+           "                         (tag_lat); a comma-separated list runs each in turn\n"
            "  --transport T          library (ucx-asio), ucp (raw UCP) or tcp (Asio TCP) "
            "(library)\n"
            "  --progress MODE        event, poll or hybrid (event)\n"
            "  --style S              callback or coroutine completions (callback)\n"
-           "  -s, --size BYTES       message size, k/m/g suffixes allowed (8)\n"
+           "  -s, --size BYTES       message size, k/m/g suffixes allowed (8); a comma-\n"
+           "                         separated list runs each test at each size in turn\n"
            "  -n, --iters N          measured iterations (depends on test and size)\n"
            "  -w, --warmup N         warm-up iterations (iters/10)\n"
            "  --window N             bandwidth tests: sends (puts, gets) in flight (64)\n"

@@ -69,7 +69,8 @@ struct settings {
     bool local = false; ///< start a server process here and run the client against it
     std::string host;   ///< client: server host
     unsigned short port = 13347;
-    int port_fd = -1; ///< server: write the chosen port to this descriptor
+    int port_fd = -1;       ///< server: write the chosen port to this descriptor
+    std::size_t serves = 1; ///< server: the tests it serves in turn before it exits
     perf::format format = perf::format::table;
     bool header = true;
     bool count_allocations = false;

@@ -8,54 +8,54 @@ if(UCX_ASIO_SANITIZE)
   set(_warmup 2)
 endif()
 set(_perf_tests tag_lat tag_bw am_lat am_bw stream_lat stream_bw put_bw get_bw)
+# One ctest test per transport, completion style and progress mode: one
+# ucx-asio-perf process runs each of its tests at each size in turn, against
+# one local server process (--test and --size take lists).
 foreach(transport library ucp tcp)
   foreach(style callback coroutine)
     if(transport STREQUAL "ucp" AND style STREQUAL "coroutine")
       continue()
     endif()
+    set(_tests)
+    foreach(test ${_perf_tests})
+      if(transport STREQUAL "ucp" AND NOT test MATCHES "^(tag_|put_|get_)")
+        continue() # raw UCP runs the tag and RMA tests; ucx_perftest has the others
+      endif()
+      if(transport STREQUAL "tcp" AND test MATCHES "^(put_|get_)")
+        continue() # no one-sided access over a socket (perf_smoke.tcp.rma_refused)
+      endif()
+      list(APPEND _tests ${test})
+    endforeach()
+    string(REPLACE ";" "," _tests "${_tests}")
+    set(_sizes 8)
+    if(style STREQUAL "callback")
+      set(_sizes 8,300000) # and the rendezvous and multi-fragment paths
+    endif()
     foreach(mode event poll hybrid)
-      foreach(test ${_perf_tests})
-        if(transport STREQUAL "ucp" AND NOT test MATCHES "^(tag_|put_|get_)")
-          continue() # raw UCP runs the tag and RMA tests; ucx_perftest has the others
-        endif()
-        if(transport STREQUAL "tcp" AND test MATCHES "^(put_|get_)")
-          continue() # no one-sided access over a socket (perf_smoke.tcp.rma_refused)
-        endif()
-        set(_sizes 8)
-        if(style STREQUAL "callback")
-          list(APPEND _sizes 300000) # rendezvous and multi-fragment paths
-        endif()
-        foreach(size ${_sizes})
-          set(_name perf_smoke.${transport}.${test}.${mode}.${style}.${size})
-          add_test(NAME ${_name}
-            COMMAND ucx-asio-perf --local --check --transport ${transport} --progress ${mode}
-                    --style ${style} --test ${test} --size ${size} --iters ${_iters} --warmup ${_warmup}
-                    --window 16)
-          set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 120)
-        endforeach()
-      endforeach()
+      set(_name perf_smoke.${transport}.${mode}.${style})
+      add_test(NAME ${_name}
+        COMMAND ucx-asio-perf --local --check --transport ${transport} --progress ${mode}
+                --style ${style} --test ${_tests} --size ${_sizes} --iters ${_iters}
+                --warmup ${_warmup} --window 16)
+      set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 600)
     endforeach()
   endforeach()
 endforeach()
 
 # The library over UCX's TCP transport only.
-foreach(test ${_perf_tests})
-  set(_name perf_smoke.library_ucx_tcp.${test})
-  add_test(NAME ${_name}
-    COMMAND ucx-asio-perf --local --check --test ${test} --size 70000 --iters 50 --warmup 5)
-  set_tests_properties(${_name} PROPERTIES
-    ENVIRONMENT "${UCX_ASIO_TEST_ENV};UCX_TLS=tcp,self" TIMEOUT 120)
-endforeach()
+string(REPLACE ";" "," _all_tests "${_perf_tests}")
+add_test(NAME perf_smoke.library_ucx_tcp
+  COMMAND ucx-asio-perf --local --check --test ${_all_tests} --size 70000 --iters 50 --warmup 5)
+set_tests_properties(perf_smoke.library_ucx_tcp PROPERTIES
+  ENVIRONMENT "${UCX_ASIO_TEST_ENV};UCX_TLS=tcp,self" TIMEOUT 600)
 
 # Streams connected by host:port (the other tests connect by worker address).
-foreach(test stream_lat stream_bw)
-  foreach(mode event poll)
-    set(_name perf_smoke.library_sockaddr.${test}.${mode})
-    add_test(NAME ${_name}
-      COMMAND ucx-asio-perf --local --check --connect sockaddr --test ${test} --progress ${mode}
-              --size 70000 --iters 50 --warmup 5)
-    set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 120)
-  endforeach()
+foreach(mode event poll)
+  set(_name perf_smoke.library_sockaddr.${mode})
+  add_test(NAME ${_name}
+    COMMAND ucx-asio-perf --local --check --connect sockaddr --test stream_lat,stream_bw
+            --progress ${mode} --size 70000 --iters 50 --warmup 5)
+  set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 600)
 endforeach()
 add_test(NAME perf_smoke.bad_connect COMMAND ucx-asio-perf --local --connect ip)
 set_tests_properties(perf_smoke.bad_connect PROPERTIES
@@ -64,16 +64,11 @@ set_tests_properties(perf_smoke.bad_connect PROPERTIES
 # Device memory on both sides (--memory cuda), content checked, sizes of one
 # chunk and of several: skipped (exit status 77, the reason printed) where
 # the machine has no GPU or the build no CUDA.
-foreach(test tag_bw am_bw stream_bw put_bw get_bw)
-  foreach(size 300000 3000000)
-    set(_name perf_smoke.library.${test}.cuda.${size})
-    add_test(NAME ${_name}
-      COMMAND ucx-asio-perf --local --check --memory cuda --test ${test} --size ${size}
-              --iters 20 --warmup 2 --window 4)
-    set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 120
-      SKIP_RETURN_CODE 77)
-  endforeach()
-endforeach()
+add_test(NAME perf_smoke.library.cuda
+  COMMAND ucx-asio-perf --local --check --memory cuda --test tag_bw,am_bw,stream_bw,put_bw,get_bw
+          --size 300000,3000000 --iters 20 --warmup 2 --window 4)
+set_tests_properties(perf_smoke.library.cuda PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}"
+  TIMEOUT 600 SKIP_RETURN_CODE 77)
 add_test(NAME perf_smoke.cuda_needs_library COMMAND ucx-asio-perf --local --transport ucp
   --memory cuda --test tag_bw)
 set_tests_properties(perf_smoke.cuda_needs_library PROPERTIES
@@ -87,6 +82,10 @@ set_tests_properties(perf_smoke.tcp.rma_refused PROPERTIES ENVIRONMENT "${UCX_AS
 # Bad input: a clear error and exit status 2, no crash.
 add_test(NAME perf_smoke.bad_option COMMAND ucx-asio-perf --local --test no_such_test)
 set_tests_properties(perf_smoke.bad_option PROPERTIES WILL_FAIL TRUE)
+add_test(NAME perf_smoke.bad_list COMMAND ucx-asio-perf --local --test tag_lat,no_such_test)
+set_tests_properties(perf_smoke.bad_list PROPERTIES PASS_REGULAR_EXPRESSION "unknown test 'no_such_test'")
+add_test(NAME perf_smoke.empty_list_item COMMAND ucx-asio-perf --local --size 8,,16)
+set_tests_properties(perf_smoke.empty_list_item PROPERTIES PASS_REGULAR_EXPRESSION "--size needs a number")
 add_test(NAME perf_smoke.bad_size COMMAND ucx-asio-perf --local --size 12x)
 set_tests_properties(perf_smoke.bad_size PROPERTIES PASS_REGULAR_EXPRESSION "--size needs a number")
 
