@@ -9,7 +9,8 @@
 // "launch: launcher=L rank=R size=S local_rank=LR local_size=LS node_rank=N
 // rendezvous=HOST:PORT enclosing=OUTER"), or the error naming the variable,
 // and exits 0 or 2; then the store ucx::plan_store chooses ("store: KIND ...
-// (VARIABLES)", or "store: none: what was looked for"), which does not change
+// (VARIABLES)", or "store: none: what was looked for") and the namespace of
+// the run's keys ("run namespace: ..."), which does not change
 // the exit status.
 //
 // Prints, in sections:
@@ -139,6 +140,10 @@ int main(int argc, char** argv) {
                         plan.serve ? ", served by this process" : "", plan.reason.c_str());
         else
             std::printf("store: pmix (%s)\n", plan.reason.c_str());
+        if (!ec)
+            std::printf("run namespace: %s\n", plan.run_namespace.empty()
+                                                   ? "none (the store's own keys)"
+                                                   : plan.run_namespace.c_str());
         return 0;
     }
     for (int i = 1; i < argc; ++i) {

@@ -28,6 +28,7 @@ inline constexpr const char* node_rank = "UCXASIO_NODE_RANK";
 inline constexpr const char* rendezvous = "UCXASIO_RENDEZVOUS";
 inline constexpr const char* store_dir = "UCXASIO_STORE_DIR";
 inline constexpr const char* store_server = "UCXASIO_STORE_SERVER";
+inline constexpr const char* run_id = "UCXASIO_RUN_ID";
 } // namespace env
 
 /// Who reads a variable of `library_environment`.
@@ -63,6 +64,7 @@ inline constexpr environment_variable library_environment[] = {
     {env::rendezvous, environment_use::launch, "host:port of the job's TCP store"},
     {env::store_dir, environment_use::store, "a directory every process sees: a file store"},
     {env::store_server, environment_use::store, "external: no rank serves the TCP store"},
+    {env::run_id, environment_use::store, "this run's name: the namespace of its keys in the store"},
 };
 // clang-format on
 

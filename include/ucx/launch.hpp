@@ -105,6 +105,19 @@ struct store_plan {
     /// The variables that chose it, for messages ("UCXASIO_STORE_DIR",
     /// "MASTER_ADDR:MASTER_PORT, torchrun's agent store", ...).
     std::string reason;
+    /// The namespace of this run's keys: `async_open_store`'s store is a
+    /// `prefix_store` view under it, so a second run on the same store
+    /// directory, or an elastic restart on torchrun's agent store, never
+    /// reads an earlier run's keys. The first that applies:
+    /// `UCXASIO_RUN_ID=NAME` (`run/NAME`); under torchrun,
+    /// `TORCHELASTIC_RUN_ID` and `TORCHELASTIC_RESTART_COUNT`
+    /// (`torchrun/ID/COUNT`); the innermost launcher's job: PMIx's
+    /// `PMIX_NAMESPACE` (Open MPI's `mpirun`, `srun --mpi=pmix`:
+    /// `pmix/NAMESPACE`), Slurm's `SLURM_JOB_ID` and `SLURM_STEP_ID`
+    /// (`slurm/JOB.STEP`). Empty when none applies (explicit variables or
+    /// MPICH's Hydra without `UCXASIO_RUN_ID`): the keys are then the
+    /// store's own, and a store directory must not hold an earlier run's.
+    std::string run_namespace;
 };
 
 // clang-format off
@@ -118,10 +131,14 @@ struct store_plan {
 /// | a PMIx launcher (`PMIX_NAMESPACE` and `PMIX_RANK`: Open MPI's `mpirun`, `srun --mpi=pmix`, `prterun`) | `pmix_store` | the launcher |
 // clang-format on
 ///
+/// It also names the run (`store_plan::run_namespace`).
+///
 /// Errors: `error::no_launch_store` when none applies, or PMIx would but this
 /// build has no PMIx (`culprit`, when given, says what was looked for);
 /// `error::invalid_launch_environment` for `UCXASIO_STORE_SERVER` other than
-/// `external`, or an empty `UCXASIO_STORE_DIR` (`culprit`: `NAME=value`).
+/// `external`, an empty `UCXASIO_STORE_DIR`, or a `UCXASIO_RUN_ID` that is
+/// empty or holds other than letters, digits, `-`, `_` and `.` (`culprit`:
+/// `NAME=value`).
 store_plan plan_store(const launch_environment& env,
                       const std::function<const char*(const char*)>& getenv, error_code& ec,
                       std::string* culprit = nullptr);
@@ -149,7 +166,8 @@ public:
 
     /// Whether a store is open.
     explicit operator bool() const noexcept;
-    /// The store. Precondition: one is open.
+    /// The store: a `prefix_store` view under the plan's `run_namespace`
+    /// when it has one, else the store itself. Precondition: one is open.
     store& get() const noexcept;
     /// Whether this process serves the store (a `tcp_store_server`).
     bool serving() const noexcept;

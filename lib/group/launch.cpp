@@ -12,10 +12,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ucx {
@@ -215,6 +218,36 @@ bool is_true(const char* v) {
     return s == "True" || s == "true" || s == "TRUE" || s == "1";
 }
 
+/// The namespace of the run's keys that the innermost launcher gives, or
+/// empty (see store_plan::run_namespace).
+std::string run_namespace_of(const launch_environment& env,
+                             const std::function<const char*(const char*)>& getenv) {
+    auto value = [&](const char* name) {
+        const char* v = getenv(name);
+        return std::string(v ? v : "");
+    };
+    if (env.launcher == "torchrun") {
+        // torchrun's agent sets both for its workers; a restart's workers
+        // get the next count.
+        const std::string id = value("TORCHELASTIC_RUN_ID");
+        const std::string count = value("TORCHELASTIC_RESTART_COUNT");
+        if (id.empty() && count.empty())
+            return {};
+        return "torchrun/" + (id.empty() ? std::string("none") : id) + "/" +
+               (count.empty() ? std::string("0") : count);
+    }
+    if (env.launcher == "openmpi" || env.launcher == "slurm") {
+        if (const std::string ns = value("PMIX_NAMESPACE"); !ns.empty())
+            return "pmix/" + ns;
+    }
+    if (env.launcher == "slurm") {
+        const std::string job = value("SLURM_JOB_ID");
+        if (!job.empty())
+            return "slurm/" + job + "." + value("SLURM_STEP_ID");
+    }
+    return {};
+}
+
 } // namespace
 
 store_plan plan_store(const launch_environment& env,
@@ -228,6 +261,17 @@ store_plan plan_store(const launch_environment& env,
         return store_plan{};
     };
     store_plan p;
+    if (const char* id = getenv(env::run_id)) {
+        const std::string_view v(id);
+        const bool ok = !v.empty() && std::all_of(v.begin(), v.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+        });
+        if (!ok)
+            return fail(error::invalid_launch_environment, std::string(env::run_id) + "=" + id);
+        p.run_namespace = std::string("run/") + id;
+    } else {
+        p.run_namespace = run_namespace_of(env, getenv);
+    }
     if (const char* dir = getenv(env::store_dir)) {
         if (!*dir)
             return fail(error::invalid_launch_environment, std::string(env::store_dir) + "=");
@@ -288,6 +332,9 @@ struct launch_store::impl {
     tcp_store* tcp = nullptr;
     std::unique_ptr<tcp_store_server> server;
     std::string description;
+    std::string run_namespace;
+    /// The view under run_namespace (destroyed before the store).
+    std::unique_ptr<prefix_store> view;
 };
 
 struct launch_store_access {
@@ -309,6 +356,8 @@ launch_store::operator bool() const noexcept {
     return impl_ && impl_->s;
 }
 store& launch_store::get() const noexcept {
+    if (impl_->view)
+        return *impl_->view;
     return *impl_->s;
 }
 bool launch_store::serving() const noexcept {
@@ -335,8 +384,12 @@ using open_handler = boost::asio::any_completion_handler<void(error_code, launch
 
 void finish(const boost::asio::any_io_executor& ex, open_handler h, error_code ec,
             std::unique_ptr<launch_store::impl> i) {
-    if (ec)
+    if (ec) {
         i->s.reset(), i->server.reset(), i->tcp = nullptr;
+    } else if (!i->run_namespace.empty()) {
+        i->view = std::make_unique<prefix_store>(*i->s, i->run_namespace);
+        i->description += ", this run's keys under " + i->run_namespace + "/";
+    }
     boost::asio::post(
         ex, boost::asio::append(std::move(h), ec, launch_store_access::make(std::move(i))));
 }
@@ -415,6 +468,7 @@ struct tcp_opening {
 void open_store(boost::asio::any_io_executor ex, const launch_environment& env,
                 const store_plan& plan, const open_store_options& options, open_handler h) {
     auto result = std::make_unique<launch_store::impl>();
+    result->run_namespace = plan.run_namespace;
     const std::string who = "rank " + std::to_string(env.rank);
     switch (plan.which) {
     case store_plan::kind::file:

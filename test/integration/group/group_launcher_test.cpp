@@ -7,7 +7,10 @@
 // (rank 0 serves the store at "localhost"), an explicit rendezvous named by
 // this host's name; then the failures: a rank 0 that cannot serve its store
 // and a launcher without a store exit non-zero with a message naming the
-// rank, the address and the cause. Each test starts its launcher itself and
+// rank, the address and the cause; last, reruns on one store (two mpiruns on
+// one directory, explicit runs named by UCXASIO_RUN_ID, a torchrun restart
+// after a failed attempt), each run's keys under a namespace of its own.
+// Each test starts its launcher itself and
 // is skipped, with the reason, where the machine has none. Every process
 // keeps UCX on the loopback interface (UCX_NET_DEVICES=lo).
 #include <ucx/configuration.hpp>
@@ -25,7 +28,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -57,9 +63,11 @@ std::vector<std::string> clean_env(const std::vector<std::string>& extra) {
         argv.push_back("-u");
         argv.push_back(std::string(v.name));
     }
-    for (const char* n : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
-                          "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE", "PMIX_RANK",
-                          "PMIX_NAMESPACE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}) {
+    for (const char* n :
+         {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+          "TORCHELASTIC_USE_AGENT_STORE", "PMIX_RANK", "PMIX_NAMESPACE", "OMPI_COMM_WORLD_RANK",
+          "OMPI_COMM_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+          "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS"}) {
         argv.push_back("-u");
         argv.push_back(n);
     }
@@ -259,4 +267,125 @@ TEST(Launchers, NoStoreIsNamed) {
     EXPECT_EQ(j.status, 2) << j.out;
     EXPECT_TRUE(contains(j.out, "no rendezvous store")) << j.out;
     EXPECT_TRUE(contains(j.out, "PMIX_NAMESPACE")) << j.out;
+}
+
+// --- reruns: each run's keys live under a namespace of its own ---
+
+namespace {
+
+/// A fresh, empty directory for a file store.
+std::filesystem::path store_dir(const std::string& name) {
+    const auto d = std::filesystem::temp_directory_path() /
+                   ("ucx-asio-rerun-" + name + "-" + std::to_string(getpid()));
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d;
+}
+
+/// Four ranks started with explicit variables and `extra`, rank 0 first and
+/// each next one half a second later (so that, were the store to hold an
+/// earlier run's keys here, the lower ranks would read the others' stale
+/// addresses and connect to workers that are gone), run to their end.
+job explicit_ranks(const std::vector<std::string>& extra, const std::string& what) {
+    constexpr int n = 4;
+    std::vector<std::unique_ptr<child_process>> ranks;
+    for (int r = 0; r < n; ++r) {
+        if (r > 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::vector<std::string> vars = {"UCXASIO_RANK=" + std::to_string(r),
+                                         "UCXASIO_SIZE=" + std::to_string(n)};
+        vars.insert(vars.end(), extra.begin(), extra.end());
+        vars.insert(vars.end(), {UCX_ASIO_GROUP_ALLREDUCE, "--check", "--count", "1000"});
+        std::vector<std::string> argv = clean_env(vars);
+        argv.insert(argv.begin(), {"/bin/sh", "-c", "exec \"$@\" 2>&1", "sh"});
+        ranks.push_back(std::make_unique<child_process>(argv));
+    }
+    job j;
+    j.status = 0;
+    for (int r = 0; r < n; ++r) {
+        j.out += ranks[r]->read_all();
+        if (const int st = ranks[r]->wait(); st != 0)
+            j.status = st;
+    }
+    std::printf("%s: exit %d\n", what.c_str(), j.status);
+    return j;
+}
+
+} // namespace
+
+// mpirun twice on one store directory: each run's keys are under its PMIx
+// namespace, so the second reads none of the first's.
+TEST(Launchers, TwoMpirunsOnOneStoreDirectory) {
+    if (!have("mpirun"))
+        GTEST_SKIP() << "mpirun (Open MPI, openmpi-bin) is not installed";
+    const auto dir = store_dir("mpirun");
+    for (int run_number = 1; run_number <= 2; ++run_number) {
+        const job j = run(clean_env({"UCXASIO_STORE_DIR=" + dir.string(), "mpirun",
+                                     "--allow-run-as-root", "--oversubscribe", "-np", "3", "-x",
+                                     "UCX_NET_DEVICES", "-x", "UCXASIO_STORE_DIR",
+                                     UCX_ASIO_GROUP_ALLREDUCE, "--check", "--count", "1000"}),
+                          "mpirun -np 3 on one store directory, run " + std::to_string(run_number));
+        expect_checked(j, 3);
+        EXPECT_TRUE(contains(j.out, "this run's keys under pmix/")) << j.out;
+    }
+    std::filesystem::remove_all(dir);
+}
+
+// Explicit variables on one store directory: UCXASIO_RUN_ID names each run.
+TEST(Launchers, ExplicitRunsOnOneStoreDirectoryNamedByRunId) {
+    const auto dir = store_dir("explicit");
+    for (const char* id : {"first", "second"}) {
+        const job j = explicit_ranks(
+            {"UCXASIO_STORE_DIR=" + dir.string(), std::string("UCXASIO_RUN_ID=") + id},
+            std::string("explicit ranks, UCXASIO_RUN_ID=") + id);
+        expect_checked(j, 4);
+        EXPECT_TRUE(contains(j.out, std::string("this run's keys under run/") + id)) << j.out;
+    }
+    std::filesystem::remove_all(dir);
+}
+
+// torchrun --max_restarts 1 whose first attempt fails (rank 1 exits 3 after
+// rank 0 has written its keys to the agent's store): the restart's ranks
+// meet under the next restart count, not in the first attempt's keys.
+TEST(Launchers, TorchrunRestartAfterAFailedAttempt) {
+    if (const auto why = torchrun_skip_reason(); !why.empty())
+        GTEST_SKIP() << why;
+    const std::string logs = log_dir("restart");
+    std::filesystem::create_directories(logs);
+    const std::string script = logs + "/first-attempt-fails.sh";
+    {
+        std::ofstream f(script);
+        f << "#!/bin/sh\n"
+             "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then\n"
+             "  sleep 2; echo \"rank 1: failing the first attempt\"; exit 3\n"
+             "fi\n"
+             "exec \"$@\"\n";
+    }
+    std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+    const job j = run(clean_env({"torchrun",
+                                 "--nproc_per_node",
+                                 "2",
+                                 "--max_restarts",
+                                 "1",
+                                 "-r",
+                                 "1",
+                                 "-t",
+                                 "1",
+                                 "--log_dir",
+                                 logs + "/torchrun",
+                                 "--master_addr",
+                                 "localhost",
+                                 "--master_port",
+                                 free_port(),
+                                 "--no_python",
+                                 script,
+                                 UCX_ASIO_GROUP_ALLREDUCE,
+                                 "--check",
+                                 "--count",
+                                 "1000"}),
+                      "torchrun --max_restarts 1, first attempt failing");
+    expect_checked(j, 2);
+    EXPECT_TRUE(contains(j.out, "this run's keys under torchrun/")) << j.out;
+    EXPECT_TRUE(contains(j.out, "/1/")) << j.out;
+    std::filesystem::remove_all(logs);
 }

@@ -175,4 +175,10 @@ TEST(info_tool, accepts_the_launch_and_store_variables) {
     EXPECT_TRUE(contains(launch.output, "enclosing=slurm")) << launch.output;
     EXPECT_TRUE(contains(launch.output, "store: tcp localhost:29500, served by this process"))
         << launch.output;
+    EXPECT_TRUE(contains(launch.output, "run namespace: none")) << launch.output;
+    const run_result named = run_info(
+        {"UCXASIO_RANK=0", "UCXASIO_SIZE=1", "UCXASIO_STORE_DIR=/tmp", "UCXASIO_RUN_ID=nightly"},
+        {"--launch"});
+    EXPECT_EQ(named.status, 0) << named.output;
+    EXPECT_TRUE(contains(named.output, "run namespace: run/nightly")) << named.output;
 }

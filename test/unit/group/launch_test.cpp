@@ -410,3 +410,101 @@ TEST(StorePlan, BadStoreVariablesAreNamed) {
     EXPECT_EQ(ec, ucx::error::invalid_launch_environment);
     EXPECT_EQ(culprit, "UCXASIO_STORE_DIR=");
 }
+
+// --- the namespace of a run's keys (store_plan::run_namespace) ---
+
+/// A run's namespace: what the innermost launcher says, or the explicit name.
+/// (A store directory in each case where the launcher's store would need
+/// PMIx, which a build may lack.)
+struct run_namespace_case {
+    const char* name;
+    std::map<std::string, std::string> vars;
+    const char* run_namespace;
+};
+
+const run_namespace_case run_namespace_cases[] = {
+    {"torchrun's run id and restart count",
+     {{"RANK", "1"},
+      {"WORLD_SIZE", "2"},
+      {"MASTER_ADDR", "localhost"},
+      {"MASTER_PORT", "29500"},
+      {"TORCHELASTIC_RUN_ID", "job7"},
+      {"TORCHELASTIC_RESTART_COUNT", "2"}},
+     "torchrun/job7/2"},
+    {"torchrun without a run id",
+     {{"RANK", "1"},
+      {"WORLD_SIZE", "2"},
+      {"MASTER_ADDR", "localhost"},
+      {"MASTER_PORT", "29500"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"}},
+     "torchrun/none/0"},
+    {"a rendezvous without torchrun's variables has none",
+     {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29500"}},
+     ""},
+    {"mpirun's PMIx namespace",
+     {{"OMPI_COMM_WORLD_RANK", "1"},
+      {"OMPI_COMM_WORLD_SIZE", "2"},
+      {"PMIX_RANK", "1"},
+      {"PMIX_NAMESPACE", "prterun-host-99@1"},
+      {"UCXASIO_STORE_DIR", "/shared"}},
+     "pmix/prterun-host-99@1"},
+    {"mpirun in a batch script: mpirun's, not the batch step's",
+     {{"OMPI_COMM_WORLD_RANK", "1"},
+      {"OMPI_COMM_WORLD_SIZE", "2"},
+      {"PMIX_RANK", "1"},
+      {"PMIX_NAMESPACE", "77"},
+      {"SLURM_PROCID", "0"},
+      {"SLURM_NTASKS", "1"},
+      {"SLURM_JOB_ID", "12"},
+      {"SLURM_STEP_ID", "4294967294"},
+      {"UCXASIO_STORE_DIR", "/shared"}},
+     "pmix/77"},
+    {"srun's job and step",
+     {{"SLURM_PROCID", "1"},
+      {"SLURM_NTASKS", "2"},
+      {"SLURM_JOB_ID", "12"},
+      {"SLURM_STEP_ID", "3"},
+      {"UCXASIO_STORE_DIR", "/shared"}},
+     "slurm/12.3"},
+    {"Hydra in a batch script has none of its own",
+     {{"PMI_RANK", "1"},
+      {"PMI_SIZE", "2"},
+      {"SLURM_PROCID", "0"},
+      {"SLURM_NTASKS", "1"},
+      {"SLURM_JOB_ID", "12"},
+      {"SLURM_STEP_ID", "4294967294"},
+      {"UCXASIO_STORE_DIR", "/shared"}},
+     ""},
+    {"the explicit name wins",
+     {{"OMPI_COMM_WORLD_RANK", "1"},
+      {"OMPI_COMM_WORLD_SIZE", "2"},
+      {"PMIX_RANK", "1"},
+      {"PMIX_NAMESPACE", "77"},
+      {"UCXASIO_RUN_ID", "nightly-3.a_b"},
+      {"UCXASIO_STORE_DIR", "/shared"}},
+     "run/nightly-3.a_b"},
+    {"explicit variables alone have none",
+     {{"UCXASIO_RANK", "0"}, {"UCXASIO_SIZE", "2"}, {"UCXASIO_STORE_DIR", "/shared"}},
+     ""},
+};
+
+TEST(StorePlan, EachRunHasTheNamespaceItsLauncherGives) {
+    for (const auto& c : run_namespace_cases) {
+        SCOPED_TRACE(c.name);
+        EXPECT_EQ(plan_ok(fake_env{c.vars}).run_namespace, c.run_namespace);
+    }
+}
+
+TEST(StorePlan, ABadRunIdIsNamed) {
+    for (const char* bad : {"", "a/b", "two words", "x\n"}) {
+        fake_env env = {{{"UCXASIO_RANK", "0"},
+                         {"UCXASIO_SIZE", "2"},
+                         {"UCXASIO_STORE_DIR", "/shared"},
+                         {"UCXASIO_RUN_ID", bad}}};
+        ucx::error_code ec;
+        std::string culprit;
+        plan(env, ec, culprit);
+        EXPECT_EQ(ec, ucx::error::invalid_launch_environment) << bad;
+        EXPECT_EQ(culprit, std::string("UCXASIO_RUN_ID=") + bad);
+    }
+}
