@@ -89,4 +89,8 @@ if [ -n "$sanitize" ]; then
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   export TSAN_OPTIONS="halt_on_error=1"
 fi
-ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 600
+# One test more than there are cores: the suite's processes spend about a
+# sixth of their time waiting (peer timeouts, launchers, children), so the
+# cores would otherwise idle (measured under ASan on 2 cores: 458 s of CPU in
+# 280 s with -j2; 259 s with -j3).
+ctest --test-dir "$build_dir" --output-on-failure -j"$(($(nproc) + 1))" --timeout 600

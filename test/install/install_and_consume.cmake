@@ -1,6 +1,6 @@
 # Installs the build tree into a scratch prefix, then builds and runs the
 # consumer project against it with find_package(ucx_asio).
-#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... [-DSANITIZE=...] [-DUCX_PC_DIR=...]
+#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... [-DUCX_PC_DIR=...]
 #         -P install_and_consume.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
@@ -19,17 +19,12 @@ foreach(h IN LISTS headers)
     message(FATAL_ERROR "${h} includes a header outside the installed tree: ${quoted}")
   endif()
 endforeach()
-set(flags "")
-if(SANITIZE)
-  # A sanitized static library needs the sanitizer runtimes in the consumer.
-  set(flags "-DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE}" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE}")
-endif()
 if(UCX_PC_DIR)
   # The UCX the library was built against comes first for the consumer.
   set(ENV{PKG_CONFIG_PATH} "${UCX_PC_DIR}:$ENV{PKG_CONFIG_PATH}")
 endif()
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install/consumer" -B "${WORK_DIR}/build"
-    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release ${flags})
+    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run("${WORK_DIR}/build/consumer")
 

@@ -91,19 +91,33 @@ std::vector<char> header_of(std::size_t n, std::uint32_t seed) {
 
 class am_transport : public testing::TestWithParam<transport> {};
 
+// Sanitizer builds (instrumented: every byte moved is checked) move less data
+// and fewer messages; the protocols and the checks are the same.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr std::size_t largest_size = std::size_t(4) << 20;
+constexpr std::size_t one_message_size = std::size_t(16) << 20;
+constexpr std::uint32_t slow_consumer_count = 20000;
+constexpr std::uint32_t eager_queued_count = 5000;
+#else
+constexpr std::size_t largest_size = std::size_t(16) << 20;
+constexpr std::size_t one_message_size = std::size_t(64) << 20;
+constexpr std::uint32_t slow_consumer_count = 100000;
+constexpr std::uint32_t eager_queued_count = 20000;
+#endif
+
 std::string transport_name(const testing::TestParamInfo<transport>& info) {
     return to_string(info.param);
 }
 
-// Sizes from empty to 16 MiB, eager and rendezvous, with headers from none to
-// the maximum; every byte checked.
+// Sizes from empty to 16 MiB (4 MiB under a sanitizer), eager and rendezvous,
+// with headers from none to the maximum; every byte checked.
 TEST_P(am_transport, sizes_and_headers) {
     am_pair f(GetParam(), ucx::progress_mode::event);
     const std::size_t max_header = ucx::max_am_header(f.a);
     ASSERT_GT(max_header, 0u);
     std::uint32_t seed = 1;
     for (std::size_t size : {std::size_t(0), std::size_t(1), std::size_t(100), std::size_t(8192),
-                             std::size_t(65536), std::size_t(1) << 20, std::size_t(16) << 20}) {
+                             std::size_t(65536), std::size_t(1) << 20, largest_size}) {
         for (std::size_t hsize : {std::size_t(0), std::size_t(1), std::size_t(100), max_header}) {
             SCOPED_TRACE("size " + std::to_string(size) + " header " + std::to_string(hsize));
             const auto data = pattern(size, ++seed);
@@ -138,10 +152,10 @@ TEST_P(am_transport, forced_protocols) {
     }
 }
 
-// 64 MiB in one message, content checked.
+// 64 MiB (16 MiB under a sanitizer) in one message, content checked.
 TEST_P(am_transport, sixty_four_mebibytes) {
     am_pair f(GetParam(), ucx::progress_mode::event);
-    const auto data = pattern(std::size_t(64) << 20, 64);
+    const auto data = pattern(one_message_size, 64);
     ASSERT_FALSE(f.send(f.a_to_b, 9, {}, data));
     auto r = f.recv(f.b, 9);
     ASSERT_FALSE(r.ec) << r.ec.message();
@@ -301,13 +315,13 @@ TEST_P(am_transport, reply_through_message_endpoint) {
     EXPECT_EQ(ec, ucx::make_error_code(ucx::error::no_reply_endpoint));
 }
 
-// A slow consumer with 100,000 rendezvous messages in flight: none is lost or
-// reordered, and the receiver never holds more than its bound (plus one
-// message).
+// A slow consumer with 100,000 rendezvous messages in flight (20,000 under a
+// sanitizer): none is lost or reordered, and the receiver never holds more
+// than its bound (plus one message).
 TEST_P(am_transport, bounded_queue_with_slow_consumer) {
     constexpr std::size_t bound = 256 << 10;
     constexpr std::size_t size = 2048;
-    constexpr std::uint32_t count = 100000;
+    constexpr std::uint32_t count = slow_consumer_count;
     am_pair f(GetParam(), ucx::progress_mode::event, bound);
     std::vector<char> data(size, 'd');
     ucx::am_send_options o;
@@ -354,10 +368,11 @@ TEST_P(am_transport, bounded_queue_with_slow_consumer) {
     EXPECT_LE(ucx::am_queue(f.b, 30).peak_bytes, bound + size);
 }
 
-// 20,000 eager messages queued before a receive: none lost, in order.
+// 20,000 (5,000 under a sanitizer) eager messages queued before a receive:
+// none lost, in order.
 TEST_P(am_transport, many_eager_messages_queued) {
     am_pair f(GetParam(), ucx::progress_mode::event);
-    constexpr std::uint32_t count = 20000;
+    constexpr std::uint32_t count = eager_queued_count;
     std::vector<std::uint32_t> seq(count);
     std::uint32_t sends_done = 0;
     for (std::uint32_t i = 0; i < count; ++i) {
