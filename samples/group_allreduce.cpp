@@ -5,6 +5,7 @@
 // variable of this library:
 //
 //   mpirun -np 4 group_allreduce                      (Open MPI: its PMIx)
+//   mpiexec.hydra -n 4 group_allreduce                (MPICH: its PMI-1)
 //   torchrun --nproc_per_node 4 --no_python group_allreduce
 //                                                      (torchrun's agent store)
 //   torchrun --standalone --nproc_per_node 4 --no_python group_allreduce
@@ -17,7 +18,8 @@
 // TCP store rank 0 serves unless torchrun's agent serves it
 // (TORCHELASTIC_USE_AGENT_STORE=True) or UCXASIO_STORE_SERVER=external says
 // someone else does (such as torch.distributed's TCPStore); else the PMIx
-// launcher's key-value space (pmix_store).
+// launcher's key-value space (pmix_store), or the PMI-1 launcher's
+// (pmi_store).
 //
 // Options:
 //   --count N        floats to allreduce (default 1048576)

@@ -138,8 +138,10 @@ int main(int argc, char** argv) {
         else if (plan.which == kind::tcp)
             std::printf("store: tcp %s:%u%s (%s)\n", plan.host.c_str(), plan.port,
                         plan.serve ? ", served by this process" : "", plan.reason.c_str());
-        else
+        else if (plan.which == kind::pmix)
             std::printf("store: pmix (%s)\n", plan.reason.c_str());
+        else
+            std::printf("store: pmi (%s)\n", plan.reason.c_str());
         if (!ec)
             std::printf("run namespace: %s\n", plan.run_namespace.empty()
                                                    ? "none (the store's own keys)"

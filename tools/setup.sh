@@ -15,6 +15,7 @@ packages=(
   gnuplot-nox valgrind # tools/bench.sh (chart), tools/callgrind.sh
   openmpi-bin libopenmpi-dev # the launch tests under mpirun
   libpmix-dev # ucx::pmix_store: the store of a PMIx launcher (mpirun with no variable)
+  mpich # the launch tests under mpiexec.hydra (Open MPI stays the default mpirun)
   python3 # the layer rule's check (test/layers)
   python3-torch # the store tests against torch.distributed's TCPStore
 )
@@ -44,6 +45,17 @@ else
   $sudo apt-get update -q
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
   echo "setup: installed ${#missing[@]} packages"
+fi
+
+# MPICH registers its mpirun and mpicc as alternatives too, at a lower
+# priority than Open MPI's; a machine set to MPICH by hand keeps its choice.
+if command -v update-alternatives > /dev/null; then
+  for a in mpi mpirun; do
+    if update-alternatives --query "$a" 2>/dev/null | grep -q '^Status: auto'; then
+      best=$(update-alternatives --query "$a" | awk '/^Best:/ {print $2}')
+      case "$best" in *openmpi*) ;; *) echo "setup: note: the $a alternative is $best, not Open MPI's" ;; esac
+    fi
+  done
 fi
 
 if [ -x /usr/local/cuda/bin/nvcc ]; then

@@ -186,6 +186,10 @@ enum class error : int {
     /// A PMIx call failed (`pmix_store`): no PMIx server (`PMIx_Init`), the
     /// launcher's server went away, or it refused a value.
     pmix_failed,
+    /// The launcher's PMI-1 server (`pmi_store`: `PMI_FD`, as MPICH's
+    /// `mpiexec.hydra` serves) closed the connection, refused a command
+    /// (`rc` other than 0), or sent a reply that is not PMI-1.
+    pmi_failed,
 };
 
 /// The "ucx.library" category of `ucx::error`. `default_error_condition()`

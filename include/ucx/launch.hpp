@@ -96,6 +96,9 @@ struct store_plan {
         tcp,
         /// `ucx::pmix_store`: the launcher's PMIx key-value space.
         pmix,
+        /// `ucx::pmi_store`: the launcher's PMI-1 key-value space (MPICH's
+        /// `mpiexec.hydra`).
+        pmi,
     };
     kind which = kind::file;
     std::string directory;
@@ -116,7 +119,8 @@ struct store_plan {
     /// `pmix/NAMESPACE`), Slurm's `SLURM_JOB_ID` and `SLURM_STEP_ID`
     /// (`slurm/JOB.STEP`). Empty when none applies (explicit variables or
     /// MPICH's Hydra without `UCXASIO_RUN_ID`): the keys are then the
-    /// store's own, and a store directory must not hold an earlier run's.
+    /// store's own, and a store directory must not hold an earlier run's
+    /// (a `pmi_store`'s key-value space is the run's own).
     std::string run_namespace;
 };
 
@@ -129,7 +133,11 @@ struct store_plan {
 /// | `UCXASIO_STORE_DIR=DIR` | `file_store` on DIR (a directory every process sees) | the file system |
 /// | a rendezvous: `UCXASIO_RENDEZVOUS=host:port`, or torchrun's `MASTER_ADDR`, `MASTER_PORT` | `tcp_store` at host:port (a name or an address) | rank 0 (`tcp_store_server`), except with `UCXASIO_STORE_SERVER=external` or, under torchrun, `TORCHELASTIC_USE_AGENT_STORE=True` (torchrun's agent serves it; every rank, rank 0 too, is a client) |
 /// | a PMIx launcher (`PMIX_NAMESPACE` and `PMIX_RANK`: Open MPI's `mpirun`, `srun --mpi=pmix`, `prterun`) | `pmix_store` | the launcher |
+/// | a PMI-1 launcher (`PMI_FD`, `PMI_RANK` and `PMI_SIZE`: MPICH's `mpiexec.hydra`) | `pmi_store` | the launcher |
 // clang-format on
+///
+/// When both a PMIx and a PMI-1 launcher's variables are set (launchers
+/// nest), the one of the launcher that `env` names wins; else PMIx.
 ///
 /// It also names the run (`store_plan::run_namespace`).
 ///

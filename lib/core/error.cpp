@@ -110,6 +110,7 @@ constexpr detail::error_row<error> library_errors[] = {
     {error::no_launch_store, "no rendezvous store in the launch environment",
      std_errc::invalid_argument},
     {error::pmix_failed, "a PMIx call failed", std_errc::io_error},
+    {error::pmi_failed, "the launcher's PMI server failed", std_errc::io_error},
 };
 
 } // namespace

@@ -1,6 +1,7 @@
 #include <ucx/configuration.hpp>
 #include <ucx/file_store.hpp>
 #include <ucx/launch.hpp>
+#include <ucx/pmi_store.hpp>
 #include <ucx/tcp_store.hpp>
 #if UCX_ASIO_HAS_PMIX
 #include <ucx/pmix_store.hpp>
@@ -306,7 +307,16 @@ store_plan plan_store(const launch_environment& env,
                                : std::string(", served by rank 0");
         return p;
     }
-    if (getenv("PMIX_NAMESPACE") && getenv("PMIX_RANK")) {
+    // PMI-1 (MPICH's Hydra) when the innermost launcher is the one that
+    // serves it, or when there is no PMIx.
+    const bool pmi = getenv("PMI_FD") && getenv("PMI_RANK") && getenv("PMI_SIZE");
+    const bool pmix = getenv("PMIX_NAMESPACE") && getenv("PMIX_RANK");
+    if (pmi && (env.launcher == "pmi" || !pmix)) {
+        p.which = store_plan::kind::pmi;
+        p.reason = "PMI_FD, the launcher's PMI-1";
+        return p;
+    }
+    if (pmix) {
         if (!pmix_supported())
             return fail(error::no_launch_store,
                         "PMIX_NAMESPACE is set (a PMIx launcher), but this build of the library "
@@ -318,8 +328,9 @@ store_plan plan_store(const launch_environment& env,
     }
     return fail(error::no_launch_store,
                 std::string("none of ") + env::store_dir + ", " + env::rendezvous +
-                    ", MASTER_ADDR and MASTER_PORT (torchrun) or PMIX_NAMESPACE (a PMIx "
-                    "launcher such as Open MPI's mpirun) is set");
+                    ", MASTER_ADDR and MASTER_PORT (torchrun), PMIX_NAMESPACE (a PMIx "
+                    "launcher such as Open MPI's mpirun) or PMI_FD (a PMI-1 launcher such as "
+                    "MPICH's mpiexec.hydra) is set");
 }
 
 store_plan plan_store(const launch_environment& env, error_code& ec, std::string* culprit) {
@@ -500,6 +511,21 @@ void open_store(boost::asio::any_io_executor ex, const launch_environment& env,
         result->description = who + ": this build of the library has no PMIx";
         return finish(ex, std::move(h), make_error_code(error::no_launch_store), std::move(result));
 #endif
+    }
+    case store_plan::kind::pmi: {
+        error_code ec;
+        std::string why;
+        auto p = std::make_unique<pmi_store>(ex, ec, &why);
+        if (ec) {
+            result->description = who + ": cannot connect to the launcher's PMI-1 server (" +
+                                  plan.reason + "): " + why;
+            return finish(ex, std::move(h), ec, std::move(result));
+        }
+        result->description =
+            "pmi store of key-value space " + p->kvsname() + " (" + plan.reason + ")";
+        result->s = std::move(p);
+        result->s->set_timeout(options.store_timeout);
+        return finish(ex, std::move(h), {}, std::move(result));
     }
     case store_plan::kind::tcp:
         break;

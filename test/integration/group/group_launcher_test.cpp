@@ -1,18 +1,20 @@
 // samples/group_allreduce under the real launchers, as users type the
 // command: no variable of this library (every UCXASIO_* is removed from the
 // environment), so the launch environment and the store come from the
-// launcher alone. Open MPI's mpirun (the PMIx store), mpirun inside a Slurm
-// batch step's variables (Open MPI's rank wins), torchrun with its agent's
-// store (static rendezvous, MASTER_ADDR=localhost) and with --standalone
-// (rank 0 serves the store at "localhost"), an explicit rendezvous named by
-// this host's name; then the failures: a rank 0 that cannot serve its store
-// and a launcher without a store exit non-zero with a message naming the
-// rank, the address and the cause; last, reruns on one store (two mpiruns on
-// one directory, explicit runs named by UCXASIO_RUN_ID, a torchrun restart
-// after a failed attempt), each run's keys under a namespace of its own.
-// Each test starts its launcher itself and
-// is skipped, with the reason, where the machine has none. Every process
-// keeps UCX on the loopback interface (UCX_NET_DEVICES=lo).
+// launcher alone. Open MPI's mpirun (the PMIx store), MPICH's mpiexec.hydra
+// (the PMI-1 store), mpirun inside a Slurm batch step's variables (Open MPI's
+// rank wins), torchrun with its agent's store (static rendezvous,
+// MASTER_ADDR=localhost) and with --standalone (rank 0 serves the store at
+// "localhost"), an explicit rendezvous named by this host's name; then the
+// failures: a rank 0 that cannot serve its store and a launcher without a
+// store exit non-zero with a message naming the rank, the address and the
+// cause; last, reruns on one store (two mpiruns on one directory, explicit
+// runs named by UCXASIO_RUN_ID, a torchrun restart after a failed attempt),
+// each run's keys under a namespace of its own. Three suites (Launchers,
+// LaunchersTorchrun, LaunchersReruns), so that ctest runs them side by side.
+// Each test starts its launcher itself and is skipped, with the reason, where
+// the machine has none. Every process keeps UCX on the loopback interface
+// (UCX_NET_DEVICES=lo).
 #include <ucx/configuration.hpp>
 #include <ucx/launch.hpp>
 
@@ -63,11 +65,26 @@ std::vector<std::string> clean_env(const std::vector<std::string>& extra) {
         argv.push_back("-u");
         argv.push_back(std::string(v.name));
     }
-    for (const char* n :
-         {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-          "TORCHELASTIC_USE_AGENT_STORE", "PMIX_RANK", "PMIX_NAMESPACE", "OMPI_COMM_WORLD_RANK",
-          "OMPI_COMM_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-          "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS"}) {
+    for (const char* n : {"RANK",
+                          "WORLD_SIZE",
+                          "MASTER_ADDR",
+                          "MASTER_PORT",
+                          "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE",
+                          "TORCHELASTIC_USE_AGENT_STORE",
+                          "PMIX_RANK",
+                          "PMIX_NAMESPACE",
+                          "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE",
+                          "TORCHELASTIC_RUN_ID",
+                          "TORCHELASTIC_RESTART_COUNT",
+                          "SLURM_JOB_ID",
+                          "SLURM_STEP_ID",
+                          "SLURM_PROCID",
+                          "SLURM_NTASKS",
+                          "PMI_RANK",
+                          "PMI_SIZE",
+                          "PMI_FD"}) {
         argv.push_back("-u");
         argv.push_back(n);
     }
@@ -148,21 +165,44 @@ TEST(Launchers, MpirunWithNoVariableOfTheLibraryUsesPmix) {
 
 // ucx::pmix_store itself under mpirun: two rounds, an own key without a
 // round, a large value, check, and what PMIx cannot do
-// (test/peers/pmix_store_peer.cpp).
+// (test/peers/launcher_store_peer.cpp).
 TEST(Launchers, PmixStoreRoundsUnderMpirun) {
-#ifndef UCX_ASIO_PMIX_STORE_PEER
+#ifndef UCX_ASIO_TEST_PMIX
     GTEST_SKIP() << "this build has no PMIx store (libpmix-dev, UCX_ASIO_WITH_PMIX)";
 #else
     if (!have("mpirun"))
         GTEST_SKIP() << "mpirun (Open MPI, openmpi-bin) is not installed";
     const job j = run(clean_env({"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3",
-                                 "-x", "UCX_NET_DEVICES", UCX_ASIO_PMIX_STORE_PEER}),
-                      "mpirun -np 3 pmix_store_peer");
+                                 "-x", "UCX_NET_DEVICES", UCX_ASIO_LAUNCHER_STORE_PEER, "pmix"}),
+                      "mpirun -np 3 launcher_store_peer pmix");
     EXPECT_EQ(j.status, 0) << j.out;
     for (int r = 0; r < 3; ++r)
         EXPECT_TRUE(contains(j.out, "rank " + std::to_string(r) + " of 3: pmix store ok, rounds 2"))
             << j.out;
 #endif
+}
+
+// MPICH's mpiexec.hydra with no variable of the library: PMI-1 on PMI_FD.
+TEST(Launchers, HydraWithNoVariableOfTheLibraryUsesPmi) {
+    if (!have("mpiexec.hydra"))
+        GTEST_SKIP() << "mpiexec.hydra (MPICH, mpich) is not installed";
+    const job j = run(clean_env({"mpiexec.hydra", "-n", "4", "-genv", "UCX_NET_DEVICES", "lo",
+                                 UCX_ASIO_GROUP_ALLREDUCE, "--check", "--count", "100000"}),
+                      "mpiexec.hydra -n 4");
+    expect_checked(j, 4);
+    EXPECT_TRUE(contains(j.out, "pmi store of key-value space kvs_")) << j.out;
+}
+
+// ucx::pmi_store itself under mpiexec.hydra, as the PMIx store above.
+TEST(Launchers, PmiStoreRoundsUnderHydra) {
+    if (!have("mpiexec.hydra"))
+        GTEST_SKIP() << "mpiexec.hydra (MPICH, mpich) is not installed";
+    const job j = run(clean_env({"mpiexec.hydra", "-n", "3", UCX_ASIO_LAUNCHER_STORE_PEER, "pmi"}),
+                      "mpiexec.hydra -n 3 launcher_store_peer pmi");
+    EXPECT_EQ(j.status, 0) << j.out;
+    for (int r = 0; r < 3; ++r)
+        EXPECT_TRUE(contains(j.out, "rank " + std::to_string(r) + " of 3: pmi store ok, rounds 2"))
+            << j.out;
 }
 
 // An mpirun in an sbatch script: every rank also has the batch step's
@@ -183,7 +223,7 @@ TEST(Launchers, MpirunInsideABatchStepIsOpenMpi) {
 
 // torchrun's default (static) rendezvous: its agent serves a TCPStore on
 // MASTER_PORT and every rank is a client of it.
-TEST(Launchers, TorchrunWithItsAgentsStore) {
+TEST(LaunchersTorchrun, WithItsAgentsStore) {
     if (const auto why = torchrun_skip_reason(); !why.empty())
         GTEST_SKIP() << why;
     const std::string logs = log_dir("agent");
@@ -200,7 +240,7 @@ TEST(Launchers, TorchrunWithItsAgentsStore) {
 
 // --standalone: MASTER_ADDR=localhost and no store on MASTER_PORT; rank 0
 // serves it.
-TEST(Launchers, TorchrunStandalone) {
+TEST(LaunchersTorchrun, Standalone) {
     if (const auto why = torchrun_skip_reason(); !why.empty())
         GTEST_SKIP() << why;
     const std::string logs = log_dir("standalone");
@@ -315,7 +355,7 @@ job explicit_ranks(const std::vector<std::string>& extra, const std::string& wha
 
 // mpirun twice on one store directory: each run's keys are under its PMIx
 // namespace, so the second reads none of the first's.
-TEST(Launchers, TwoMpirunsOnOneStoreDirectory) {
+TEST(LaunchersReruns, TwoMpirunsOnOneStoreDirectory) {
     if (!have("mpirun"))
         GTEST_SKIP() << "mpirun (Open MPI, openmpi-bin) is not installed";
     const auto dir = store_dir("mpirun");
@@ -332,7 +372,7 @@ TEST(Launchers, TwoMpirunsOnOneStoreDirectory) {
 }
 
 // Explicit variables on one store directory: UCXASIO_RUN_ID names each run.
-TEST(Launchers, ExplicitRunsOnOneStoreDirectoryNamedByRunId) {
+TEST(LaunchersReruns, ExplicitRunsOnOneStoreDirectoryNamedByRunId) {
     const auto dir = store_dir("explicit");
     for (const char* id : {"first", "second"}) {
         const job j = explicit_ranks(
@@ -347,7 +387,7 @@ TEST(Launchers, ExplicitRunsOnOneStoreDirectoryNamedByRunId) {
 // torchrun --max_restarts 1 whose first attempt fails (rank 1 exits 3 after
 // rank 0 has written its keys to the agent's store): the restart's ranks
 // meet under the next restart count, not in the first attempt's keys.
-TEST(Launchers, TorchrunRestartAfterAFailedAttempt) {
+TEST(LaunchersReruns, TorchrunRestartAfterAFailedAttempt) {
     if (const auto why = torchrun_skip_reason(); !why.empty())
         GTEST_SKIP() << why;
     const std::string logs = log_dir("restart");

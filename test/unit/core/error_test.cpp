@@ -173,6 +173,7 @@ const std::vector<ucx::error> all_library_errors{
     ucx::error::store_not_regular_file,
     ucx::error::no_launch_store,
     ucx::error::pmix_failed,
+    ucx::error::pmi_failed,
 };
 
 TEST(LibraryCategory, NameIsUcxLibrary) {

@@ -386,13 +386,41 @@ TEST(StorePlan, APmixLauncherGivesThePmixStore) {
     }
 }
 
+// MPICH's mpiexec.hydra serves PMI-1 on PMI_FD; when a PMIx launcher's
+// variables are there too (launchers nest), the innermost launcher's store
+// wins.
+TEST(StorePlan, APmiLauncherGivesThePmiStore) {
+    fake_env hydra{{{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"PMI_FD", "6"}}};
+    auto p = plan_ok(hydra);
+    EXPECT_EQ(p.which, ucx::store_plan::kind::pmi);
+    EXPECT_NE(p.reason.find("PMI_FD"), std::string::npos) << p.reason;
+    EXPECT_EQ(p.run_namespace, "");
+
+    fake_env inside_pmix = hydra;
+    inside_pmix.vars["PMIX_RANK"] = "0";
+    inside_pmix.vars["PMIX_NAMESPACE"] = "outer";
+    EXPECT_EQ(plan_ok(inside_pmix).which, ucx::store_plan::kind::pmi);
+
+    fake_env under_ompi = inside_pmix;
+    under_ompi.vars["OMPI_COMM_WORLD_RANK"] = "1";
+    under_ompi.vars["OMPI_COMM_WORLD_SIZE"] = "4";
+    if (ucx::pmix_supported()) {
+        EXPECT_EQ(plan_ok(under_ompi).which, ucx::store_plan::kind::pmix);
+    }
+
+    // Explicit variables still win.
+    fake_env named = hydra;
+    named.vars["UCXASIO_STORE_DIR"] = "/tmp/x";
+    EXPECT_EQ(plan_ok(named).which, ucx::store_plan::kind::file);
+}
+
 TEST(StorePlan, NoStoreNamesWhatWasLookedFor) {
     ucx::error_code ec;
     std::string culprit;
     (void)plan({{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}}, ec, culprit);
     EXPECT_EQ(ec, ucx::error::no_launch_store);
     for (const char* name :
-         {"UCXASIO_STORE_DIR", "UCXASIO_RENDEZVOUS", "MASTER_ADDR", "PMIX_NAMESPACE"})
+         {"UCXASIO_STORE_DIR", "UCXASIO_RENDEZVOUS", "MASTER_ADDR", "PMIX_NAMESPACE", "PMI_FD"})
         EXPECT_NE(culprit.find(name), std::string::npos) << culprit;
 }
 

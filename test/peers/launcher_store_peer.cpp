@@ -1,11 +1,16 @@
-// pmix_store_peer: one process of a job under a PMIx launcher (mpirun -np N)
-// exercising ucx::pmix_store: two rounds of "every process sets, then gets
-// every other's" (the second with async_wait), a get of a key this process
-// set (no round), async_check, and the operations PMIx cannot do.
+// launcher_store_peer pmix|pmi: one process of a job under a PMIx launcher
+// (Open MPI's mpirun -np N) or a PMI-1 launcher (MPICH's mpiexec.hydra -n N)
+// exercising ucx::pmix_store or ucx::pmi_store: two rounds of "every process
+// sets, then gets every other's" (the second with async_wait), a get of a key
+// this process set (no round), async_check, and the operations the launcher's
+// key-value space cannot do.
 //
-// Prints "rank R of N: pmix store ok, rounds 2" and exits 0, or prints what
-// failed and exits 1.
+// Prints "rank R of N: pmix store ok, rounds 2" (or "pmi store") and exits 0,
+// or prints what failed and exits 1.
+#include <ucx/pmi_store.hpp>
+#if UCX_ASIO_PEER_WITH_PMIX
 #include <ucx/pmix_store.hpp>
+#endif
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -34,7 +39,8 @@ std::string text(const ucx::store::value_type& v) {
     return std::string(reinterpret_cast<const char*>(v.data()), v.size());
 }
 
-asio::awaitable<void> run(ucx::pmix_store& s) {
+template <class Store>
+asio::awaitable<void> run(Store& s, const char* kind) {
     const int r = static_cast<int>(s.rank()), n = static_cast<int>(s.size());
     ucx::error_code ec;
     co_await s.async_set("first/" + std::to_string(r), "value " + std::to_string(r), use_awaitable);
@@ -67,28 +73,30 @@ asio::awaitable<void> run(ucx::pmix_store& s) {
     expect(ec == asio::error::operation_not_supported, r, "add: " + ec.message());
     co_await s.async_erase("first/0", asio::redirect_error(use_awaitable, ec));
     expect(ec == asio::error::operation_not_supported, r, "erase: " + ec.message());
-    const std::string too_long(600, 'k');
-    co_await s.async_get(too_long, asio::redirect_error(use_awaitable, ec));
-    expect(ec == asio::error::invalid_argument, r, "a key too long: " + ec.message());
-    std::printf("rank %d of %d: pmix store %s, rounds %llu\n", r, n,
+    if (std::string(kind) == "pmix") {
+        const std::string too_long(600, 'k');
+        co_await s.async_get(too_long, asio::redirect_error(use_awaitable, ec));
+        expect(ec == asio::error::invalid_argument, r, "a key too long: " + ec.message());
+    }
+    std::printf("rank %d of %d: %s store %s, rounds %llu\n", r, n, kind,
                 failures == 0 ? "ok" : "FAILED", static_cast<unsigned long long>(s.rounds()));
     std::fflush(stdout);
 }
 
-} // namespace
-
-int main(int, char**) {
+template <class Store>
+int serve(const char* kind) {
     asio::io_context io;
     ucx::error_code ec;
     std::string why;
-    ucx::pmix_store s(io.get_executor(), ec, &why);
+    Store s(io.get_executor(), ec, &why);
     if (ec) {
-        std::printf("pmix_store_peer: %s: %s\n", ec.message().c_str(), why.c_str());
+        std::printf("launcher_store_peer: %s store: %s: %s\n", kind, ec.message().c_str(),
+                    why.c_str());
         return 1;
     }
     s.set_timeout(std::chrono::seconds(60));
     std::exception_ptr error;
-    asio::co_spawn(io, run(s), [&](std::exception_ptr e) { error = e; });
+    asio::co_spawn(io, run(s, kind), [&](std::exception_ptr e) { error = e; });
     io.run();
     if (error) {
         try {
@@ -99,4 +107,18 @@ int main(int, char**) {
         return 1;
     }
     return failures == 0 ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    const std::string kind = argc == 2 ? argv[1] : "";
+#if UCX_ASIO_PEER_WITH_PMIX
+    if (kind == "pmix")
+        return serve<ucx::pmix_store>("pmix");
+#endif
+    if (kind == "pmi")
+        return serve<ucx::pmi_store>("pmi");
+    std::printf("usage: launcher_store_peer pmix|pmi (pmix only in a build with PMIx)\n");
+    return 2;
 }
