@@ -474,6 +474,27 @@ struct tcp_opening {
     }
 };
 
+/// Opens the key-value space of the launcher (a PMIx or PMI-1 store, a short
+/// blocking connection), or says why it cannot.
+template <class Store, class Name>
+void open_launcher_store(const boost::asio::any_io_executor& ex, open_handler h,
+                         std::unique_ptr<launch_store::impl> result, const std::string& who,
+                         const store_plan& plan, const open_store_options& options,
+                         const char* server, Name name) {
+    error_code ec;
+    std::string why;
+    auto p = std::make_unique<Store>(ex, ec, &why);
+    if (ec) {
+        result->description = who + ": cannot connect to the launcher's " + server + " server (" +
+                              plan.reason + "): " + why;
+        return finish(ex, std::move(h), ec, std::move(result));
+    }
+    result->description = name(*p) + " (" + plan.reason + ")";
+    result->s = std::move(p);
+    result->s->set_timeout(options.store_timeout);
+    finish(ex, std::move(h), {}, std::move(result));
+}
+
 } // namespace
 
 void open_store(boost::asio::any_io_executor ex, const launch_environment& env,
@@ -493,40 +514,19 @@ void open_store(boost::asio::any_io_executor ex, const launch_environment& env,
         result->s->set_timeout(options.store_timeout);
         result->description = "file store in " + plan.directory + " (" + plan.reason + ")";
         return finish(ex, std::move(h), {}, std::move(result));
-    case store_plan::kind::pmix: {
+    case store_plan::kind::pmix:
 #if UCX_ASIO_HAS_PMIX
-        error_code ec;
-        std::string why;
-        auto p = std::make_unique<pmix_store>(ex, ec, &why);
-        if (ec) {
-            result->description = who + ": cannot connect to the launcher's PMIx server (" +
-                                  plan.reason + "): " + why;
-            return finish(ex, std::move(h), ec, std::move(result));
-        }
-        result->description = "pmix store of namespace " + p->nspace() + " (" + plan.reason + ")";
-        result->s = std::move(p);
-        result->s->set_timeout(options.store_timeout);
-        return finish(ex, std::move(h), {}, std::move(result));
+        return open_launcher_store<pmix_store>(
+            ex, std::move(h), std::move(result), who, plan, options, "PMIx",
+            [](const pmix_store& p) { return "pmix store of namespace " + p.nspace(); });
 #else
         result->description = who + ": this build of the library has no PMIx";
         return finish(ex, std::move(h), make_error_code(error::no_launch_store), std::move(result));
 #endif
-    }
-    case store_plan::kind::pmi: {
-        error_code ec;
-        std::string why;
-        auto p = std::make_unique<pmi_store>(ex, ec, &why);
-        if (ec) {
-            result->description = who + ": cannot connect to the launcher's PMI-1 server (" +
-                                  plan.reason + "): " + why;
-            return finish(ex, std::move(h), ec, std::move(result));
-        }
-        result->description =
-            "pmi store of key-value space " + p->kvsname() + " (" + plan.reason + ")";
-        result->s = std::move(p);
-        result->s->set_timeout(options.store_timeout);
-        return finish(ex, std::move(h), {}, std::move(result));
-    }
+    case store_plan::kind::pmi:
+        return open_launcher_store<pmi_store>(
+            ex, std::move(h), std::move(result), who, plan, options, "PMI-1",
+            [](const pmi_store& p) { return "pmi store of key-value space " + p.kvsname(); });
     case store_plan::kind::tcp:
         break;
     }

@@ -84,6 +84,14 @@ std::optional<std::uint64_t> number(const std::string* v, std::uint64_t max) {
     return n;
 }
 
+/// The `cmd` of the reply to each step's command.
+const char* reply_to(int step) {
+    static constexpr const char* names[] = {"response_to_init", "maxes",       "my_kvsname",
+                                            "put_result",       "barrier_out", "get_result",
+                                            "get_result",       "finalize_ack"};
+    return names[step];
+}
+
 /// The most chunks a process's value may have: a round's value of 64 MiB.
 constexpr std::uint64_t max_chunks = std::uint64_t{64} << 20;
 
@@ -201,14 +209,10 @@ bool pmi_client::on_reply(std::string_view text) {
         }
         return true;
     };
+    if (!expect(reply_to(static_cast<int>(i.what))))
+        return false;
     switch (i.what) {
-    case step::init:
-        if (!expect("response_to_init"))
-            return false;
-        break;
     case step::maxes: {
-        if (!expect("maxes"))
-            return false;
         const auto keylen = number(line->find("keylen_max"), 1 << 20);
         const auto vallen = number(line->find("vallen_max"), 1 << 20);
         // Room for the longest key this client makes, and a byte of value.
@@ -219,25 +223,13 @@ bool pmi_client::on_reply(std::string_view text) {
         break;
     }
     case step::kvsname: {
-        if (!expect("my_kvsname"))
-            return false;
         const std::string* k = line->find("kvsname");
         if (!k || k->empty())
             return fail("the PMI server named no kvsname");
         kvsname_ = *k;
         break;
     }
-    case step::put:
-        if (!expect("put_result"))
-            return false;
-        break;
-    case step::barrier:
-        if (!expect("barrier_out"))
-            return false;
-        break;
     case step::get_count: {
-        if (!expect("get_result"))
-            return false;
         const auto n = number(line->find("value"), max_chunks);
         if (!n)
             return fail("rank " + std::to_string(i.rank) + "'s count of chunks is unreadable");
@@ -249,8 +241,6 @@ bool pmi_client::on_reply(std::string_view text) {
         break;
     }
     case step::get_chunk: {
-        if (!expect("get_result"))
-            return false;
         const std::string* v = line->find("value");
         if (!v || !from_hex(*v, value_))
             return fail("rank " + std::to_string(i.rank) + "'s chunk " + std::to_string(i.chunk) +
@@ -261,10 +251,11 @@ bool pmi_client::on_reply(std::string_view text) {
                         std::to_string(round_) + " is malformed");
         break;
     }
+    case step::init:
+    case step::put:
+    case step::barrier:
     case step::finalize:
-        if (!expect("finalize_ack"))
-            return false;
-        break;
+        break; // nothing but the answer
     }
     next();
     return true;

@@ -85,6 +85,7 @@ public:
     round_keys& keys() noexcept { return keys_; }
 
 private:
+    // In the order of the replies they expect (pmi_protocol.cpp, reply_to).
     enum class step { init, maxes, kvsname, put, barrier, get_count, get_chunk, finalize };
     struct item {
         item(step w, std::uint32_t r = 0, std::uint64_t c = 0, std::string k = {},

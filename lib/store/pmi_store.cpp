@@ -6,9 +6,6 @@
 #include "store/pmi_protocol.hpp"
 #include "store/round_store.hpp"
 
-#include <boost/asio/append.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <cerrno>
@@ -179,11 +176,6 @@ private:
     bool broken_ = false;
 };
 
-template <class Handler, class... Args>
-void complete(const store::executor_type& ex, Handler h, Args&&... args) {
-    boost::asio::post(ex, boost::asio::append(std::move(h), std::forward<Args>(args)...));
-}
-
 std::optional<std::uint32_t> env_number(const char* name) {
     const char* v = std::getenv(name);
     if (!v || !*v)
@@ -194,10 +186,6 @@ std::optional<std::uint32_t> env_number(const char* name) {
     if (ec != std::errc() || p != end)
         return std::nullopt;
     return n;
-}
-
-error_code unusable() {
-    return make_error_code(error::pmi_failed);
 }
 
 } // namespace
@@ -229,6 +217,7 @@ pmi_store::pmi_store(executor_type ex, error_code& ec, std::string* why)
         if (why)
             *why = "PMI_FD, PMI_RANK and PMI_SIZE do not name a PMI-1 server (MPICH's "
                    "mpiexec.hydra sets them)";
+        impl_->rounds = std::make_unique<detail::round_store>(ex, ec);
         return;
     }
     pmi_store s(ex, static_cast<int>(*fd), *rank, *size, ec, why);
@@ -244,6 +233,7 @@ pmi_store::pmi_store(executor_type ex, int fd, std::uint32_t rank, std::uint32_t
         if (why)
             *why = "rank " + std::to_string(rank) + " of " + std::to_string(size) + " on fd " +
                    std::to_string(fd) + " is not a process of a job";
+        impl_->rounds = std::make_unique<detail::round_store>(ex, ec);
         return;
     }
     auto service = std::make_unique<pmi_service>(fd, rank, size);
@@ -251,6 +241,9 @@ pmi_store::pmi_store(executor_type ex, int fd, std::uint32_t rank, std::uint32_t
         ec = o.ec;
         if (why)
             *why = o.why;
+        // Unusable: every operation fails with pmi_failed.
+        impl_->rounds =
+            std::make_unique<detail::round_store>(ex, make_error_code(error::pmi_failed));
         return;
     }
     impl_->rank = rank;
@@ -273,50 +266,39 @@ const std::string& pmi_store::kvsname() const noexcept {
     return impl_->kvsname;
 }
 std::uint64_t pmi_store::rounds() const noexcept {
-    return impl_->rounds ? impl_->rounds->rounds() : 0;
+    return impl_->rounds->rounds();
 }
 
 void pmi_store::do_set(std::string key, value_type value, done_handler h) {
-    if (!impl_->rounds)
-        return complete(ex_, std::move(h), unusable());
     impl_->rounds->set(std::move(key), std::move(value), std::move(h));
 }
 
 void pmi_store::do_get(std::string key, value_handler h) {
-    if (!impl_->rounds)
-        return complete(ex_, std::move(h), unusable(), value_type{});
     impl_->rounds->get(std::move(key), timeout(), std::move(h));
 }
 
 void pmi_store::do_wait(std::vector<std::string> keys, done_handler h) {
-    if (!impl_->rounds)
-        return complete(ex_, std::move(h), unusable());
     impl_->rounds->wait(std::move(keys), timeout(), std::move(h));
 }
 
 void pmi_store::do_check(std::vector<std::string> keys, bool_handler h) {
-    if (!impl_->rounds)
-        return complete(ex_, std::move(h), unusable(), false);
     impl_->rounds->check(keys, std::move(h));
 }
 
 void pmi_store::do_add(std::string, std::int64_t, count_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             std::int64_t{0});
+    impl_->rounds->add(std::move(h));
 }
 
 void pmi_store::do_compare_set(std::string, value_type, value_type, value_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             value_type{});
+    impl_->rounds->compare_set(std::move(h));
 }
 
 void pmi_store::do_erase(std::string, bool_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported), false);
+    impl_->rounds->erase(std::move(h));
 }
 
 void pmi_store::do_num_keys(count_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             std::int64_t{0});
+    impl_->rounds->num_keys(std::move(h));
 }
 
 } // namespace ucx

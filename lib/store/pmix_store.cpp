@@ -16,9 +16,6 @@
 
 #include "store/round_store.hpp"
 
-#include <boost/asio/append.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <pmix.h>
@@ -116,11 +113,6 @@ public:
     }
 };
 
-template <class Handler, class... Args>
-void complete(const store::executor_type& ex, Handler h, Args&&... args) {
-    boost::asio::post(ex, boost::asio::append(std::move(h), std::forward<Args>(args)...));
-}
-
 } // namespace
 
 struct pmix_store::impl {
@@ -143,9 +135,10 @@ pmix_store::pmix_store(executor_type ex, error_code& ec, std::string* why)
     : ex_(ex), impl_(std::make_shared<impl>()) {
     ec = {};
     auto service = std::make_unique<pmix_service>();
-    // Unusable until connected: every operation fails with pmix_failed.
+    // Unusable unless connected: every operation fails with pmix_failed.
     auto fail = [&](const char* call, pmix_status_t s) {
         ec = make_error_code(error::pmix_failed);
+        impl_->rounds = std::make_unique<detail::round_store>(ex, ec);
         if (why)
             *why = std::string(call) + ": " + PMIx_Error_string(s);
     };
@@ -187,58 +180,39 @@ const std::string& pmix_store::nspace() const noexcept {
     return impl_->nspace;
 }
 std::uint64_t pmix_store::rounds() const noexcept {
-    return impl_->rounds ? impl_->rounds->rounds() : 0;
+    return impl_->rounds->rounds();
 }
-
-namespace {
-
-error_code unusable() {
-    return make_error_code(error::pmix_failed);
-}
-
-} // namespace
 
 void pmix_store::do_set(std::string key, value_type value, done_handler h) {
-    if (!impl_->rounds)
-        return complete(ex_, std::move(h), unusable());
     impl_->rounds->set(std::move(key), std::move(value), std::move(h));
 }
 
 void pmix_store::do_get(std::string key, value_handler h) {
-    if (!impl_->rounds)
-        return complete(ex_, std::move(h), unusable(), value_type{});
     impl_->rounds->get(std::move(key), timeout(), std::move(h));
 }
 
 void pmix_store::do_wait(std::vector<std::string> keys, done_handler h) {
-    if (!impl_->rounds)
-        return complete(ex_, std::move(h), unusable());
     impl_->rounds->wait(std::move(keys), timeout(), std::move(h));
 }
 
 void pmix_store::do_check(std::vector<std::string> keys, bool_handler h) {
-    if (!impl_->rounds)
-        return complete(ex_, std::move(h), unusable(), false);
     impl_->rounds->check(keys, std::move(h));
 }
 
 void pmix_store::do_add(std::string, std::int64_t, count_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             std::int64_t{0});
+    impl_->rounds->add(std::move(h));
 }
 
 void pmix_store::do_compare_set(std::string, value_type, value_type, value_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             value_type{});
+    impl_->rounds->compare_set(std::move(h));
 }
 
 void pmix_store::do_erase(std::string, bool_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported), false);
+    impl_->rounds->erase(std::move(h));
 }
 
 void pmix_store::do_num_keys(count_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             std::int64_t{0});
+    impl_->rounds->num_keys(std::move(h));
 }
 
 } // namespace ucx

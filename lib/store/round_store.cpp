@@ -169,13 +169,20 @@ round_store::round_store(store::executor_type ex, std::unique_ptr<round_service>
                          std::size_t max_key)
     : ex_(ex), state_(std::make_shared<state>(ex, std::move(service), max_key)) {}
 
+round_store::round_store(store::executor_type ex, error_code unusable)
+    : ex_(ex), unusable_(unusable) {}
+
 round_store::~round_store() {
+    if (!state_)
+        return;
     state_->closed = true;
     while (!state_->waiters.empty())
         state_->end(state_->waiters.front(), boost::asio::error::operation_aborted);
 }
 
 void round_store::set(std::string key, store::value_type value, done_handler h) {
+    if (!state_)
+        return complete(ex_, std::move(h), unusable_);
     if (key.size() > state_->max_key)
         return complete(ex_, std::move(h), error_code(boost::asio::error::invalid_argument));
     state_->unsent[key] = value;
@@ -190,6 +197,8 @@ void round_store::set(std::string key, store::value_type value, done_handler h) 
 }
 
 void round_store::get(std::string key, store::duration timeout, value_handler h) {
+    if (!state_)
+        return complete(ex_, std::move(h), unusable_, store::value_type{});
     state_->wait_keys(timeout, std::vector<std::string>{std::move(key)}, std::move(h),
                       [ex = ex_](value_handler h, error_code ec, store::value_type v) {
                           complete(ex, std::move(h), ec, std::move(v));
@@ -197,6 +206,8 @@ void round_store::get(std::string key, store::duration timeout, value_handler h)
 }
 
 void round_store::wait(std::vector<std::string> keys, store::duration timeout, done_handler h) {
+    if (!state_)
+        return complete(ex_, std::move(h), unusable_);
     if (keys.empty())
         return complete(ex_, std::move(h), error_code());
     state_->wait_keys(timeout, std::move(keys), std::move(h),
@@ -206,11 +217,32 @@ void round_store::wait(std::vector<std::string> keys, store::duration timeout, d
 }
 
 void round_store::check(const std::vector<std::string>& keys, bool_handler h) {
+    if (!state_)
+        return complete(ex_, std::move(h), unusable_, false);
     complete(ex_, std::move(h), error_code(), state_->has_all(keys));
 }
 
+void round_store::add(count_handler h) {
+    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
+             std::int64_t{0});
+}
+
+void round_store::compare_set(value_handler h) {
+    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
+             store::value_type{});
+}
+
+void round_store::erase(bool_handler h) {
+    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported), false);
+}
+
+void round_store::num_keys(count_handler h) {
+    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
+             std::int64_t{0});
+}
+
 std::uint64_t round_store::rounds() const noexcept {
-    return state_->rounds;
+    return state_ ? state_->rounds : 0;
 }
 
 } // namespace ucx::detail

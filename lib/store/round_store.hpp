@@ -56,10 +56,14 @@ public:
     using done_handler = boost::asio::any_completion_handler<void(error_code)>;
     using value_handler = boost::asio::any_completion_handler<void(error_code, store::value_type)>;
     using bool_handler = boost::asio::any_completion_handler<void(error_code, bool)>;
+    using count_handler = boost::asio::any_completion_handler<void(error_code, std::int64_t)>;
 
     /// Keys longer than `max_key` bytes are refused with `invalid_argument`.
     round_store(store::executor_type ex, std::unique_ptr<round_service> service,
                 std::size_t max_key);
+    /// A store whose launcher could not be reached: every operation fails
+    /// with `unusable`.
+    round_store(store::executor_type ex, error_code unusable);
     /// Completes the pending operations with `operation_aborted`; a round
     /// under way finishes on its thread.
     ~round_store();
@@ -70,6 +74,12 @@ public:
     void get(std::string key, store::duration timeout, value_handler h);
     void wait(std::vector<std::string> keys, store::duration timeout, done_handler h);
     void check(const std::vector<std::string>& keys, bool_handler h);
+    /// What a launcher's key-value space cannot do (no shared counters):
+    /// `operation_not_supported`.
+    void add(count_handler h);
+    void compare_set(value_handler h);
+    void erase(bool_handler h);
+    void num_keys(count_handler h);
     /// The number of rounds started.
     std::uint64_t rounds() const noexcept;
 
@@ -77,7 +87,8 @@ public:
 
 private:
     store::executor_type ex_;
-    std::shared_ptr<state> state_;
+    std::shared_ptr<state> state_; // null when unusable
+    error_code unusable_;
 };
 
 } // namespace ucx::detail
