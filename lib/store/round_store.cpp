@@ -58,7 +58,8 @@ struct round_store::state : std::enable_shared_from_this<state> {
         return true;
     }
 
-    void end(const std::shared_ptr<round_waiter>& w, error_code ec) {
+    // By value: `w` may be the list's own element, which remove() destroys.
+    void end(std::shared_ptr<round_waiter> w, error_code ec) {
         if (w->done)
             return;
         w->done = true;
