@@ -16,6 +16,7 @@ packages=(
   openmpi-bin libopenmpi-dev # the launch tests under mpirun
   libpmix-dev # ucx::pmix_store: the store of a PMIx launcher (mpirun with no variable)
   mpich # the launch tests under mpiexec.hydra (Open MPI stays the default mpirun)
+  slurm-wlm munge # the launch tests' single-node Slurm cluster (started by the test)
   python3 # the layer rule's check (test/layers)
   python3-torch # the store tests against torch.distributed's TCPStore
 )

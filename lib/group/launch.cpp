@@ -330,7 +330,11 @@ store_plan plan_store(const launch_environment& env,
                 std::string("none of ") + env::store_dir + ", " + env::rendezvous +
                     ", MASTER_ADDR and MASTER_PORT (torchrun), PMIX_NAMESPACE (a PMIx "
                     "launcher such as Open MPI's mpirun) or PMI_FD (a PMI-1 launcher such as "
-                    "MPICH's mpiexec.hydra) is set");
+                    "MPICH's mpiexec.hydra) is set" +
+                    // srun serves a store only with an MPI plugin.
+                    (env.launcher == "slurm" ? std::string("; under srun, ask for one with "
+                                                           "--mpi=pmix or --mpi=pmi2")
+                                             : std::string()));
 }
 
 store_plan plan_store(const launch_environment& env, error_code& ec, std::string* culprit) {

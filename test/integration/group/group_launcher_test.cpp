@@ -10,8 +10,10 @@
 // store exit non-zero with a message naming the rank, the address and the
 // cause; last, reruns on one store (two mpiruns on one directory, explicit
 // runs named by UCXASIO_RUN_ID, a torchrun restart after a failed attempt),
-// each run's keys under a namespace of its own. Three suites (Launchers,
-// LaunchersTorchrun, LaunchersReruns), so that ctest runs them side by side.
+// each run's keys under a namespace of its own; and under a single-node Slurm
+// cluster that LaunchersSlurm starts (srun with PMIx, with PMI-2, without an
+// MPI plugin; mpirun and mpiexec.hydra inside sbatch). Four suites, so that
+// ctest runs them side by side.
 // Each test starts its launcher itself and is skipped, with the reason, where
 // the machine has none. Every process keeps UCX on the loopback interface
 // (UCX_NET_DEVICES=lo).
@@ -31,6 +33,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -307,6 +310,112 @@ TEST(Launchers, NoStoreIsNamed) {
     EXPECT_EQ(j.status, 2) << j.out;
     EXPECT_TRUE(contains(j.out, "no rendezvous store")) << j.out;
     EXPECT_TRUE(contains(j.out, "PMIX_NAMESPACE")) << j.out;
+}
+
+// --- Slurm: a single-node cluster of this machine's own ---
+
+namespace {
+
+/// Starts a single-node Slurm cluster (slurm_cluster.sh) for the suite, and
+/// stops it after.
+class LaunchersSlurm : public testing::Test {
+public:
+    static void SetUpTestSuite() {
+        dir_ = (std::filesystem::temp_directory_path() /
+                ("ucx-asio-slurm-" + std::to_string(getpid())))
+                   .string();
+        const job j =
+            run({"/bin/sh", UCX_ASIO_SLURM_CLUSTER, "start", dir_}, "a single-node Slurm cluster");
+        if (j.status == 77) {
+            skip_ = j.out;
+            return;
+        }
+        ASSERT_EQ(j.status, 0) << j.out;
+        conf_ = j.out.substr(j.out.rfind("SLURM_CONF="));
+        conf_ = conf_.substr(0, conf_.find('\n'));
+    }
+    static void TearDownTestSuite() {
+        if (skip_.empty())
+            (void)run({"/bin/sh", UCX_ASIO_SLURM_CLUSTER, "stop", dir_}, "its stop");
+    }
+
+protected:
+    void SetUp() override {
+        if (!skip_.empty())
+            GTEST_SKIP() << "no Slurm cluster here: " << skip_;
+        ASSERT_FALSE(conf_.empty()) << "the cluster did not start";
+    }
+
+    /// A command under the cluster (`SLURM_CONF`), with no variable of the
+    /// library.
+    static std::vector<std::string> slurm(const std::vector<std::string>& argv) {
+        std::vector<std::string> all = {conf_};
+        all.insert(all.end(), argv.begin(), argv.end());
+        return clean_env(all);
+    }
+
+    static inline std::string dir_, conf_, skip_;
+};
+
+} // namespace
+
+// srun with Slurm's PMIx plugin: the PMIx store.
+TEST_F(LaunchersSlurm, SrunWithPmix) {
+    const job j = run(slurm({"srun", "--mpi=pmix", "-n", "4", UCX_ASIO_GROUP_ALLREDUCE, "--check",
+                             "--count", "100000"}),
+                      "srun --mpi=pmix -n 4");
+    expect_checked(j, 4);
+    EXPECT_TRUE(contains(j.out, "pmix store")) << j.out;
+}
+
+// srun with Slurm's PMI-2 plugin, which answers PMI-1 too: the PMI-1 store.
+TEST_F(LaunchersSlurm, SrunWithPmi2) {
+    const job j = run(slurm({"srun", "--mpi=pmi2", "-n", "4", UCX_ASIO_GROUP_ALLREDUCE, "--check",
+                             "--count", "100000"}),
+                      "srun --mpi=pmi2 -n 4");
+    expect_checked(j, 4);
+    EXPECT_TRUE(contains(j.out, "pmi store")) << j.out;
+}
+
+// srun without an MPI plugin serves no store: exit 2, saying how to ask for
+// one.
+TEST_F(LaunchersSlurm, SrunWithoutAnMpiPluginSaysHow) {
+    const job j = run(slurm({"srun", "--mpi=none", "-n", "2", UCX_ASIO_GROUP_ALLREDUCE}),
+                      "srun --mpi=none -n 2");
+    EXPECT_NE(j.status, 0) << j.out;
+    EXPECT_TRUE(contains(j.out, "--mpi=pmix")) << j.out;
+}
+
+// An sbatch script that runs Open MPI's mpirun, then MPICH's mpiexec.hydra:
+// every rank of each is its launcher's, not the batch step's rank 0.
+TEST_F(LaunchersSlurm, MpirunAndHydraInsideSbatch) {
+    const auto script = std::filesystem::path(dir_) / "job.sh";
+    const auto out = std::filesystem::path(dir_) / "job.out";
+    {
+        std::ofstream f(script);
+        f << "#!/bin/sh\n";
+        if (have("mpirun"))
+            f << "mpirun --allow-run-as-root --oversubscribe -np 4 -x UCX_NET_DEVICES "
+              << UCX_ASIO_GROUP_ALLREDUCE << " --check --count 100000\necho \"mpirun exit $?\"\n";
+        if (have("mpiexec.hydra"))
+            f << "mpiexec.hydra -n 4 " << UCX_ASIO_GROUP_ALLREDUCE
+              << " --check --count 100000\necho \"hydra exit $?\"\n";
+    }
+    // --wait: sbatch returns when the job has ended, with its exit status.
+    const job j = run(slurm({"sbatch", "--wait", "-n", "4", "-o", out.string(), script.string()}),
+                      "sbatch -n 4 (mpirun, mpiexec.hydra)");
+    std::ifstream in(out);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(j.status, 0) << j.out << text;
+    if (have("mpirun")) {
+        EXPECT_TRUE(contains(text, "mpirun exit 0")) << text;
+    }
+    if (have("mpiexec.hydra")) {
+        EXPECT_TRUE(contains(text, "hydra exit 0")) << text;
+    }
+    for (int r = 0; r < 4; ++r)
+        EXPECT_TRUE(contains(text, "rank " + std::to_string(r) + " of 4: every collective checked"))
+            << text;
 }
 
 // --- reruns: each run's keys live under a namespace of its own ---

@@ -414,6 +414,18 @@ TEST(StorePlan, APmiLauncherGivesThePmiStore) {
     EXPECT_EQ(plan_ok(named).which, ucx::store_plan::kind::file);
 }
 
+// srun without an MPI plugin (MpiDefault=none) serves no store: the error
+// says how to ask for one.
+TEST(StorePlan, SrunWithoutAnMpiPluginIsToldHow) {
+    ucx::error_code ec;
+    std::string culprit;
+    (void)plan({{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "7"}}}, ec,
+               culprit);
+    EXPECT_EQ(ec, ucx::error::no_launch_store);
+    EXPECT_NE(culprit.find("--mpi=pmix"), std::string::npos) << culprit;
+    EXPECT_NE(culprit.find("--mpi=pmi2"), std::string::npos) << culprit;
+}
+
 TEST(StorePlan, NoStoreNamesWhatWasLookedFor) {
     ucx::error_code ec;
     std::string culprit;
