@@ -174,7 +174,14 @@ std::size_t request_parser::feed(bytes_view data) {
             break;
         }
         case phase::u64: {
-            const std::size_t n = std::min(8 - num_have_, data.size() - used);
+            if (size_ > limits_.max_request_size) { // (a bound under the type's byte)
+                fail();
+                break;
+            }
+            // Up to the byte past the request's bound at most, so that the
+            // request fails at the same byte however its bytes arrive.
+            const std::size_t n =
+                std::min({8 - num_have_, data.size() - used, limits_.max_request_size + 1 - size_});
             for (std::size_t i = 0; i < n; ++i)
                 num_[num_have_++] = static_cast<std::uint8_t>(data[used + i]);
             used += n;
