@@ -25,7 +25,7 @@ namespace {
 
 class room {
 public:
-    explicit room(ucx::worker& w) : worker_(w) {
+    explicit room(ucx::worker& w) {
         ucx::set_am_handler(w, chat::join_id, [this](ucx::error_code ec, ucx::am_message m) {
             if (!ec)
                 on_join(std::move(m));
@@ -116,7 +116,6 @@ private:
         }
     }
 
-    ucx::worker& worker_;
     std::list<member> members_;
 };
 

@@ -26,7 +26,7 @@ seconds=${1:-30}
 
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake -S test/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" >/dev/null
+cmake -S test/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 "${launcher[@]}" >/dev/null
 cmake --build build-fuzz
 
 mkdir -p build-fuzz/artifacts build-fuzz/logs

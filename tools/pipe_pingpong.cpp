@@ -39,7 +39,7 @@ bool full_io(bool writing, int fd, char* p, std::size_t n) {
 int main(int argc, char** argv) {
     std::size_t iters = 20000, warmup = 1000, size = 8;
     bool csv = false;
-    for (int i = 1; i < argc; ++i) {
+    for (int i = 1; i < argc; i += 2) {
         const std::string a = argv[i];
         const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
         if (a == "--format" && v) {
@@ -58,7 +58,6 @@ int main(int argc, char** argv) {
                          "[--format table|csv]\n");
             return 2;
         }
-        ++i;
     }
     int ping[2], pong[2];
     if (::pipe(ping) != 0 || ::pipe(pong) != 0) {

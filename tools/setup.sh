@@ -9,7 +9,7 @@ packages=(
   libboost1.81-dev libboost-log1.81-dev libboost-system1.81-dev libboost-thread1.81-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format iproute2 procps nftables # nftables: the fault tests' black hole
-  clang libclang-rt-14-dev # tools/fuzz.sh (libFuzzer)
+  clang-16 libclang-rt-16-dev # tools/fuzz.sh (libFuzzer), tools/test.sh --sanitize
   lld # tools/test.sh links with it
   libssl-dev openssl # TLS over ucx::stream (tests), ucxcat tests (SHA-256)
   gnuplot-nox valgrind # tools/bench.sh (chart), tools/callgrind.sh

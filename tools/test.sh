@@ -4,7 +4,7 @@
 #   tools/test.sh [--sanitize | --thread-sanitizer] [--line-tables | --no-debug-info] [--unity]
 #                 [--build-dir DIR]
 #
-# --sanitize builds with AddressSanitizer and UndefinedBehaviorSanitizer
+# --sanitize builds with AddressSanitizer and UndefinedBehaviorSanitizer, with clang
 # (default directory build-asan instead of build); --thread-sanitizer with
 # ThreadSanitizer (default directory build-tsan). --line-tables keeps line
 # tables only as debug information (-g1): stack traces and sanitizer reports
@@ -46,12 +46,16 @@ tools/setup.sh
 
 build_type=RelWithDebInfo
 extra_flags=""
+compiler=()
 case "$sanitize" in
   "") ;;
   # Optimized: ThreadSanitizer slows every memory access down. GCC warns
   # that it does not model atomic_thread_fence, which Asio uses.
   thread) extra_flags="-Wno-tsan" ;;
-  *) build_type=Debug ;;
+  # Unoptimized, and with clang: at -O0 under AddressSanitizer it compiles
+  # the tests in half GCC's time (measured on test/integration/stream/beast_test.cpp:
+  # 36 s against 75 s), and the suite meets a second compiler's warnings.
+  *) build_type=Debug; compiler=(-DCMAKE_CXX_COMPILER=clang++-16) ;;
 esac
 debug_flags=()
 if [ -n "$line_tables" ] && [ -n "$no_debug_info" ]; then
@@ -74,7 +78,7 @@ linker_flags=()
 if command -v ld.lld > /dev/null; then
   linker_flags=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld)
 fi
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DUCX_ASIO_SANITIZE="$sanitize" \
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DUCX_ASIO_SANITIZE="$sanitize" "${compiler[@]}" \
   -DUCX_ASIO_UNITY_BUILD="$unity" -DCMAKE_CXX_FLAGS="$extra_flags" "${debug_flags[@]}" \
   "${linker_flags[@]}"
 cmake --build "$build_dir"

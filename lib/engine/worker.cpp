@@ -684,7 +684,6 @@ void worker_impl::shutdown() {
     cancel_wait();
     cancel_safety_timer();
     backoff_timer_.cancel();
-    error_code ignored;
     if (efd_.is_open())
         efd_.release();
     // Active messages the application still holds keep a copy of UCX's buffers.

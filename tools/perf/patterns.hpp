@@ -172,7 +172,7 @@ struct lat_server_cb {
 
     void start() { post_recv(); }
     void post_recv() {
-        const std::size_t k = Ops::one_at_a_time ? 0 : received % 2;
+        std::size_t k = Ops::one_at_a_time ? 0 : received % 2;
         ss.ops.recv_ping(buf[k].view(), [this, k](error_code ec, auto&&... got) {
             throw_if(ec, Ops::recv_what);
             held[k] = Ops::received(buf[k].view(), std::move(got)...);

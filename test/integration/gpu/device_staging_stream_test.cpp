@@ -5,6 +5,7 @@
 // copy engine over host memory; the engines' counters show that the staged
 // path ran (a direct path would copy nothing).
 #include "fake_device.hpp"
+#include "sanitizers.hpp"
 #include "test_support.hpp"
 
 #include "engine/worker_impl.hpp"
@@ -35,7 +36,7 @@ namespace {
 
 constexpr std::size_t chunk = 64 * 1024;
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(UCX_ASIO_TEST_ASAN)
 constexpr std::size_t many_bytes = std::size_t{3} << 20;
 #else
 constexpr std::size_t many_bytes = std::size_t{12} << 20;

@@ -1,6 +1,7 @@
 // Active messages between two workers of one process, over TCP and shared
 // memory: sizes, headers, IOV sends, pull and push, queueing before the
 // receive, ordering, the queue bound, replies, bad input.
+#include "sanitizers.hpp"
 #include "test_support.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -93,7 +94,7 @@ class am_transport : public testing::TestWithParam<transport> {};
 
 // Sanitizer builds (instrumented: every byte moved is checked) move less data
 // and fewer messages; the protocols and the checks are the same.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(UCX_ASIO_TEST_ASAN) || defined(UCX_ASIO_TEST_TSAN)
 constexpr std::size_t largest_size = std::size_t(4) << 20;
 constexpr std::size_t one_message_size = std::size_t(16) << 20;
 constexpr std::uint32_t slow_consumer_count = 20000;

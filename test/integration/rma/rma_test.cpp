@@ -3,6 +3,7 @@
 // bounds and key errors before UCX sees anything; key lifetimes; the
 // put-then-notify pattern.
 #include "child_process.hpp"
+#include "sanitizers.hpp"
 #include "test_support.hpp"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ namespace {
 using ucx::error_code;
 
 // Sanitizer builds (instrumented: every byte moved is checked) move less data.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(UCX_ASIO_TEST_ASAN) || defined(UCX_ASIO_TEST_TSAN)
 constexpr std::size_t big_size = std::size_t{64} << 20;
 constexpr std::size_t two_process_size = std::size_t{8} << 20;
 #else

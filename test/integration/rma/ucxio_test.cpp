@@ -282,7 +282,7 @@ TEST_P(ucxio_test, every_completion_style) {
 }
 
 TEST_P(ucxio_test, empty_key_is_refused) {
-    EXPECT_THROW(ucx::ucxio(ucx::remote_key()), boost::system::system_error);
+    EXPECT_THROW(ucx::ucxio{ucx::remote_key{}}, boost::system::system_error);
 }
 
 INSTANTIATE_TEST_SUITE_P(all, ucxio_test, testing::Values(transport::tcp, transport::shared_memory),

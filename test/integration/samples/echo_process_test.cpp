@@ -2,6 +2,7 @@
 // shared memory, graceful close versus crash, SIGKILLed peers, and many
 // connect/echo/close cycles against one server.
 #include "child_process.hpp"
+#include "sanitizers.hpp"
 #include "test_support.hpp"
 
 #include <algorithm>
@@ -303,7 +304,7 @@ INSTANTIATE_TEST_SUITE_P(all, peer_failure,
 // several times as long (the growth is measured over the cycles after the
 // 100th either way).
 TEST(connection_cycles, thousand_connect_echo_close_cycles) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(UCX_ASIO_TEST_ASAN) || defined(UCX_ASIO_TEST_TSAN)
     constexpr int cycles = 400;
 #else
     constexpr int cycles = 1000;
@@ -349,7 +350,7 @@ TEST(connection_cycles, thousand_connect_echo_close_cycles) {
                 fds_client_end, rss_client, rss_client_end);
     EXPECT_LE(fds_server_end, fds_server + 4);
     EXPECT_LE(fds_client_end, fds_client + 4);
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(UCX_ASIO_TEST_ASAN)
     // AddressSanitizer keeps freed memory in quarantine (up to 256 MiB): RSS
     // says nothing there; the plain build checks it.
     (void)rss_server_end;

@@ -2,6 +2,7 @@
 // memory) pulled from the server and pushed back to it, over TCP and shared
 // memory, with matching sha256 on both sides and identical bytes.
 #include "child_process.hpp"
+#include "sanitizers.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
@@ -20,7 +21,7 @@ namespace {
 
 // The 512 MiB transfer runs once, over shared memory; TCP moves a smaller
 // file, to keep the suite quick. Sanitizer builds move less.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(UCX_ASIO_TEST_ASAN) || defined(UCX_ASIO_TEST_TSAN)
 constexpr std::size_t shm_file_size = std::size_t{16} << 20;
 constexpr std::size_t tcp_file_size = std::size_t{4} << 20;
 #else

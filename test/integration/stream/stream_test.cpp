@@ -4,6 +4,7 @@
 // connections from a worker address (the address acceptor).
 #include "child_process.hpp"
 #include "connection/control_message.hpp"
+#include "sanitizers.hpp"
 #include "stream/stream_impl.hpp"
 #include "stream_pattern.hpp"
 #include "test_support.hpp"
@@ -541,7 +542,7 @@ TEST_P(stream_test, acceptor_yields_new_streams) {
     EXPECT_EQ(*aborted, asio::error::operation_aborted);
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(UCX_ASIO_TEST_ASAN) || defined(UCX_ASIO_TEST_TSAN)
 constexpr std::size_t two_process_size = 8u << 20;
 #else
 constexpr std::size_t two_process_size = 64u << 20;

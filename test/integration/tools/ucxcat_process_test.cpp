@@ -3,6 +3,7 @@
 // and shared memory) and over plain TCP; a connection error is a clear
 // message and a non-zero exit.
 #include "child_process.hpp"
+#include "sanitizers.hpp"
 #include "test_support.hpp"
 
 #include <openssl/evp.h>
@@ -19,7 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(UCX_ASIO_TEST_ASAN) || defined(UCX_ASIO_TEST_TSAN)
 constexpr std::size_t file_size = 32u << 20;
 #else
 constexpr std::size_t file_size = 256u << 20;
