@@ -25,6 +25,7 @@ void stream_fsm(input data);
 void door(input data);
 void tcp_store_protocol(input data);
 void staging_plan(input data);
+void fabric_fsm(input data);
 
 struct target {
     std::string_view name; ///< also the corpus directory, test/fuzz/corpus/<name>
@@ -40,6 +41,7 @@ inline constexpr target targets[] = {
     {"door", &door},
     {"tcp_store_protocol", &tcp_store_protocol},
     {"staging_plan", &staging_plan},
+    {"fabric_fsm", &fabric_fsm},
 };
 
 /// The events of the state machine targets: one byte each (modulo `count`),
@@ -80,6 +82,22 @@ enum class staging_event : std::uint8_t {
     transfer_failed, ///< which in-flight transfer
     cancel,
     stray_completion, ///< chunk: a completion of something not in flight
+    count
+};
+
+enum class fabric_event : std::uint8_t {
+    start,
+    need,            ///< peer
+    want,            ///< peer
+    connected,       ///< peer, ok
+    answered,        ///< peer, valid, inbox
+    accepted,        ///< ok, aborted
+    introduced,      ///< ok, valid, who, inbox
+    endpoint_failed, ///< peer, which error
+    abort_received,  ///< peer
+    timer_expired,   ///< peer
+    fail,
+    leave,
     count
 };
 

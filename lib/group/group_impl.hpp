@@ -1,0 +1,437 @@
+// Internal: one group of a fabric (group/fabric.hpp): its ranks, its
+// collectives' queue (collectives.cpp), its receives from any rank
+// (any_source.cpp), its split and its join (group.cpp).
+#pragma once
+
+#include <ucx/detail/results.hpp>
+#include <ucx/endpoint.hpp>
+#include <ucx/group.hpp>
+#include <ucx/log.hpp>
+#include <ucx/tag.hpp>
+#include <ucx/tag_type.hpp>
+#include <ucx/worker.hpp>
+
+#include "connection/endpoint_impl.hpp"
+#include "engine/worker_impl.hpp"
+#include "gpu/device_staging.hpp"
+#include "group/collective_plan.hpp"
+#include "group/fabric.hpp"
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <sstream>
+
+namespace ucx::detail {
+
+/// One group: its ranks (fabric ranks), its collectives' queue, its waiters.
+class group_impl final : public fabric_member, public std::enable_shared_from_this<group_impl> {
+public:
+    group_impl(std::shared_ptr<fabric> f, std::uint32_t id, int rank, std::vector<int> members,
+               std::chrono::milliseconds timeout)
+        : fabric_(std::move(f)), id_(id), rank_(rank), members_(std::move(members)),
+          timeout_(timeout) {}
+
+    int rank() const noexcept { return rank_; }
+    int size() const noexcept { return static_cast<int>(members_.size()); }
+    const error_code& error() const noexcept { return error_; }
+    const std::shared_ptr<fabric>& fab() const noexcept { return fabric_; }
+    std::uint32_t id() const noexcept { return id_; }
+    int member(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
+    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+    void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
+    const boost::asio::any_io_executor& executor() const noexcept { return fabric_->executor(); }
+
+    template <class Handler, class... Args>
+    void post(Handler h, Args... args) {
+        boost::asio::post(executor(), boost::asio::append(std::move(h), std::move(args)...));
+    }
+
+    /// The group failed (or was closed here) with `ec`.
+    void failed(error_code ec) override {
+        if (error_)
+            return;
+        error_ = ec;
+        auto waiters = std::move(failure_waiters_);
+        failure_waiters_.clear();
+        for (auto& h : waiters)
+            post(std::move(h), ec);
+        if (watchdog_)
+            watchdog_->cancel();
+        for (const auto& r : std::vector<std::shared_ptr<any_recv>>(any_))
+            stop_any(r, ec);
+    }
+
+    void recv_any(void* data, std::size_t size, std::uint32_t tag, group_from_handler h);
+    /// A member may have closed: once all others have, any-source receives end.
+    void peer_left() override {
+        if (!others_left())
+            return;
+        for (const auto& r : std::vector<std::shared_ptr<any_recv>>(any_))
+            stop_any(r, boost::asio::error::eof);
+    }
+    /// An endpoint's id became known: parked any-source receives resolve.
+    void inboxes_changed() override {
+        for (const auto& r : std::vector<std::shared_ptr<any_recv>>(any_))
+            if (r->parked)
+                resolve_any(r);
+    }
+
+    /// Closed or destroyed here: operations fail with operation_aborted.
+    void release() {
+        released_ = true;
+        failed(boost::asio::error::operation_aborted);
+    }
+    bool released() const noexcept { return released_; }
+
+    void wait_failure(group_done_handler h) {
+        if (error_)
+            return post(std::move(h), error_);
+        failure_waiters_.push_back(std::move(h));
+    }
+
+    void collective(collective_args&& a, group_done_handler h);
+    void split(int color, int key, group_new_handler h);
+
+private:
+    struct running {
+        /// The next collective in the queue, or the next spare state.
+        std::unique_ptr<running> next;
+        collective_args args;
+        /// One of the group's cached plans (`plan_slot`, in use until the
+        /// collective finishes: see `plan_entry`), or `own_plan`.
+        const coll::plan* plan = nullptr;
+        int plan_slot = -1;
+        std::unique_ptr<const coll::plan> own_plan;
+        std::vector<std::byte> scratch;
+        std::vector<std::byte> work;
+        std::size_t round = 0;
+        int outstanding = 0;
+        /// Where the plan's buffers start (`coll::buffer` order: in, out,
+        /// scratch) and the tag of its messages, once it has started.
+        std::array<std::byte*, 3> base{};
+        std::uint32_t tag = 0;
+        error_code ec;
+        group_done_handler handler;
+        std::uint32_t seq = 0;
+        /// When it fails the group if still running (a timeout is set).
+        std::chrono::steady_clock::time_point deadline{};
+        /// Device buffers go through host memory (the arithmetic runs on
+        /// the host): the user's `out` when it is device memory, and the
+        /// host buffers that stand for `in` and `out` meanwhile.
+        void* device_out = nullptr;
+        std::size_t device_out_bytes = 0;
+        std::vector<std::byte> host_in, host_out;
+        /// False while device input is copied to the host: the collective
+        /// waits at the head of the queue, so every rank runs them in order.
+        bool ready = true;
+        /// That copy failed: the collective fails with it.
+        error_code local_error;
+
+        /// As made, for the next collective (the handler was moved out, the
+        /// buffers recycled and the plan released; `args` is assigned when
+        /// it starts).
+        void reset() noexcept {
+            args.blocks.clear();
+            own_plan.reset();
+            round = 0;
+            outstanding = 0;
+            ec = {};
+            seq = 0;
+            deadline = {};
+            device_out = nullptr;
+            device_out_bytes = 0;
+            if (host_in.capacity() > 0 || host_out.capacity() > 0) {
+                std::vector<std::byte>().swap(host_in);
+                std::vector<std::byte>().swap(host_out);
+            }
+            ready = true;
+            local_error = {};
+        }
+    };
+
+    using run_ptr = std::unique_ptr<running>;
+    /// The states of finished collectives, kept for the next ones (a list
+    /// through `running::next`): a loop of collectives allocates none.
+    run_ptr spare_runs_;
+    int spare_count_ = 0;
+    static constexpr int spare_runs_limit = 2;
+    run_ptr new_running() {
+        if (!spare_runs_)
+            return std::make_unique<running>();
+        run_ptr r = std::move(spare_runs_);
+        spare_runs_ = std::move(r->next);
+        --spare_count_;
+        return r;
+    }
+    /// `r` finished: kept for a next collective (or freed).
+    void keep_running(run_ptr r) noexcept {
+        if (spare_count_ >= spare_runs_limit)
+            return;
+        r->reset();
+        r->next = std::move(spare_runs_);
+        spare_runs_ = std::move(r);
+        ++spare_count_;
+    }
+
+    /// Makes `r` run on host copies of its device buffers: the input is
+    /// copied now (`r` is ready once it arrives), the result after the
+    /// collective (`stage_out`). The queue holds `r` until it has finished,
+    /// and the copy's completion holds the group.
+    void stage_in(running& r, device_staging& s, bool device_in, bool device_out);
+    void input_ready(running* r, const error_code& ec);
+    /// Copies the result to the user's device `out`, then completes `h`.
+    void stage_out(run_ptr r, group_done_handler h);
+
+    /// The bytes `g` names of `r`, a started collective.
+    static std::byte* region_ptr(running& r, const coll::region& g) noexcept {
+        return r.base[static_cast<std::size_t>(g.buf)] + g.offset;
+    }
+
+    /// A pending any-source receive.
+    struct any_recv {
+        explicit any_recv(group_from_handler h) : handler(std::move(h)) {}
+        group_from_handler handler;
+        void* data = nullptr;
+        std::size_t size = 0;
+        std::uint32_t tag = 0;
+        /// Cancels the worker's receive.
+        boost::asio::cancellation_signal signal;
+        /// The worker's receive is in flight.
+        bool posted = false;
+        /// Its handler's slot asked for cancellation.
+        bool cancelled = false;
+        /// Why it must end (the group's end, eof), once it must.
+        error_code stop;
+        /// A message came whose connection's id is not known yet.
+        bool parked = false;
+        std::size_t parked_bytes = 0;
+        tag_t parked_tag = 0;
+        bool done = false;
+    };
+
+    /// Whether every other member closed gracefully (true in a group of one).
+    bool others_left() const noexcept {
+        for (int j = 0; j < size(); ++j)
+            if (j != rank_ && !fabric_->has_left(member(j)))
+                return false;
+        return true;
+    }
+    /// The rank in this group of the member whose connection has the id
+    /// `inbox` here, or -1.
+    int rank_of_inbox(std::uint32_t inbox) const noexcept {
+        const int who = fabric_->peer_of_inbox(inbox);
+        if (who < 0)
+            return -1;
+        const auto it = std::find(members_.begin(), members_.end(), who);
+        return it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
+    }
+    void post_any(const std::shared_ptr<any_recv>& r);
+    void any_done(const std::shared_ptr<any_recv>& r, error_code ec, std::size_t n, tag_t t);
+    void resolve_any(const std::shared_ptr<any_recv>& r);
+    void stop_any(const std::shared_ptr<any_recv>& r, error_code why);
+    void finish_any(const std::shared_ptr<any_recv>& r, error_code ec, int from, std::size_t n);
+
+    error_code validate(const collective_args& a, coll::plan& p) const;
+
+    /// The plans of the last few distinct collectives: a loop of the same
+    /// collective computes (and allocates) its plan once. A plan depends on
+    /// the arguments below (with this rank and the group's size); arguments
+    /// that gave a plan were valid. An entry that queued collectives use
+    /// (`users`) is not replaced: they point to its plan.
+    struct plan_entry {
+        collective_args::kind_type kind{};
+        int root = 0;
+        std::size_t in_bytes = 0, out_bytes = 0;
+        datatype type{};
+        std::vector<std::size_t> blocks;
+        std::unique_ptr<const coll::plan> plan;
+        int users = 0;
+        bool matches(const collective_args& a) const noexcept {
+            return plan && kind == a.kind && root == a.root && in_bytes == a.in_bytes &&
+                   out_bytes == a.out_bytes && type == a.type && blocks == a.blocks;
+        }
+    };
+    /// The slot of the cached plan for `a`, or -1.
+    int cached_plan(const collective_args& a) const noexcept {
+        for (std::size_t i = 0; i < plans_.size(); ++i)
+            if (plans_[i].matches(a))
+                return static_cast<int>(i);
+        return -1;
+    }
+    /// Caches `p` for `a` in a slot no collective uses, and returns the
+    /// slot; -1 (and `p` left alone) when every slot is in use.
+    int remember_plan(const collective_args& a, std::unique_ptr<const coll::plan>& p) {
+        for (std::size_t n = 0; n < plans_.size(); ++n) {
+            const std::size_t i = next_plan_++ % plans_.size();
+            plan_entry& e = plans_[i];
+            if (e.users > 0)
+                continue;
+            e.kind = a.kind;
+            e.root = a.root;
+            e.in_bytes = a.in_bytes;
+            e.out_bytes = a.out_bytes;
+            e.type = a.type;
+            e.blocks = a.blocks;
+            e.plan = std::move(p);
+            return static_cast<int>(i);
+        }
+        return -1;
+    }
+    /// `r` runs on the plan of `slot` (-1: `own`, which it then owns).
+    void use_plan(running& r, int slot, std::unique_ptr<const coll::plan> own) noexcept {
+        if (slot < 0) {
+            r.own_plan = std::move(own);
+            r.plan = r.own_plan.get();
+            return;
+        }
+        ++plans_[static_cast<std::size_t>(slot)].users;
+        r.plan_slot = slot;
+        r.plan = plans_[static_cast<std::size_t>(slot)].plan.get();
+    }
+    /// `r` is done with its plan.
+    void release_plan(running& r) noexcept {
+        if (r.plan_slot >= 0)
+            --plans_[static_cast<std::size_t>(r.plan_slot)].users;
+        r.plan_slot = -1;
+        r.plan = nullptr;
+    }
+    std::array<plan_entry, 4> plans_;
+    unsigned next_plan_ = 0;
+    /// The buffers of finished collectives, kept for the next ones (up to
+    /// `spare_limit` bytes each): a loop of small reductions allocates none.
+    std::vector<std::byte> spare_scratch_, spare_work_;
+    static constexpr std::size_t spare_limit = std::size_t{1} << 20;
+    /// Keeps the larger of `spare` and `used` within the limit; `used` ends
+    /// with no memory.
+    static void keep_spare(std::vector<std::byte>& spare, std::vector<std::byte>& used) noexcept {
+        if (used.capacity() == 0)
+            return;
+        if (used.capacity() > spare.capacity() && used.capacity() <= spare_limit) {
+            used.clear();
+            spare.swap(used);
+        }
+        std::vector<std::byte>().swap(used);
+    }
+    /// `r` finished: its buffers go back to the spares (or are freed).
+    void recycle(running& r) noexcept {
+        keep_spare(spare_scratch_, r.scratch);
+        keep_spare(spare_work_, r.work);
+    }
+    /// The completion of one transfer of the running collective `run`. (Its
+    /// operation comes from the worker's pool, like every operation's: a
+    /// round's transfers are in flight at once.)
+    struct transfer_done {
+        std::shared_ptr<group_impl> self;
+        running* run;
+        std::size_t expected;
+        bool send;
+        void operator()(error_code ec, std::size_t n);
+    };
+    /// Starts the collective at the head of the queue, if it is ready. A
+    /// collective may end inside its start (its transfers all sent at once):
+    /// the next one then starts from the loop here, not from a nested call.
+    void start_next();
+    void start_head();
+    void arm_watchdog(std::chrono::steady_clock::time_point at);
+    /// Starts the transfers of `r`'s rounds until one must wait; ends `r`
+    /// when none is left. `in_start`: called by the collective's start.
+    void run_round(running& r, bool in_start);
+    /// `rd`, `r`'s round whose transfers have all completed, is done: its
+    /// combines and copies (most rounds have none), and `r` goes on to the
+    /// next round.
+    void finish_round(running& r, const coll::round& rd) {
+        ++r.round;
+        if (!rd.combines.empty() || !rd.copies.empty())
+            combine_and_copy(r, rd);
+    }
+    void combine_and_copy(running& r, const coll::round& rd);
+    /// Ends `r`, the collective at the head of the queue, and starts the next.
+    void finish(running& r, error_code ec);
+    /// `r` ended inside its start (its transfers all sent at once) within
+    /// the initiating call, or after `max_chained` others did in one loop of
+    /// start_next: it ends from the worker's next pass, as an operation
+    /// completed at once does. Its handler never runs inside the call that
+    /// started it, and a chain of collectives that end at once (each started
+    /// by the previous one's handler) gives the thread back to the
+    /// io_context's other handlers, and UCX its progress, every few calls.
+    void defer_finish(running& r);
+    static constexpr int max_chained = 16;
+    /// The completion of that deferral.
+    struct deferred_end {
+        std::shared_ptr<group_impl> self;
+        running* run;
+        void operator()(const error_code& ec) {
+            const error_code& failed = self->fabric_->failed();
+            self->finish(*run, failed ? failed : ec);
+        }
+    };
+
+    std::shared_ptr<fabric> fabric_;
+    std::uint32_t id_;
+    int rank_;
+    std::vector<int> members_;
+    std::chrono::milliseconds timeout_;
+    error_code error_;
+    std::vector<group_done_handler> failure_waiters_;
+    /// The collectives started and not finished, in order: a list through
+    /// `running::next` (each state is made once and reused: see
+    /// `new_running`).
+    class run_queue {
+    public:
+        run_queue() = default;
+        run_queue(const run_queue&) = delete;
+        run_queue& operator=(const run_queue&) = delete;
+        ~run_queue() {
+            // One at a time: a long queue is not destroyed by recursion.
+            while (head_)
+                head_ = std::move(head_->next);
+        }
+        bool empty() const noexcept { return !head_; }
+        running& front() const noexcept { return *head_; }
+        void push_back(run_ptr r) noexcept {
+            running* last = r.get();
+            (tail_ ? tail_->next : head_) = std::move(r);
+            tail_ = last;
+        }
+        run_ptr pop_front() noexcept {
+            run_ptr r = std::move(head_);
+            head_ = std::move(r->next);
+            if (!head_)
+                tail_ = nullptr;
+            return r;
+        }
+
+    private:
+        run_ptr head_;
+        running* tail_ = nullptr;
+    };
+    run_queue queue_;
+    bool busy_ = false;
+    /// Inside start_next's loop; another start was asked for meanwhile.
+    bool starting_ = false;
+    bool restart_ = false;
+    /// Collectives ended inside their start in this loop of start_next.
+    int chained_ = 0;
+    std::uint32_t seq_ = 0;
+    /// Watches the running collective's deadline (see arm_watchdog).
+    std::shared_ptr<boost::asio::steady_timer> watchdog_;
+    bool watchdog_armed_ = false;
+    std::uint64_t watchdog_gen_ = 0;
+    std::vector<std::shared_ptr<any_recv>> any_;
+    bool released_ = false;
+    /// Inside `collective()`: completions are posted.
+    bool initiating_ = false;
+};
+
+} // namespace ucx::detail
