@@ -2,6 +2,7 @@
 // input in every state, step by step, and properties over random input
 // sequences. No UCX, no I/O: the actions are recorded, not executed.
 #include "connection/connection_fsm.hpp"
+#include "transition_table.hpp"
 
 #include <ucx/error.hpp>
 
@@ -169,10 +170,7 @@ inline control_message msg(control_type t, std::uint64_t v) {
     return control_message{t, v};
 }
 
-struct setup {
-    const char* name;
-    std::function<void(connection_fsm&)> run;
-};
+using setup = ucx::test::fsm_setup<connection_fsm>;
 
 inline std::vector<setup> setups() {
     return {
@@ -269,12 +267,7 @@ inline std::vector<input> inputs() {
 
 // ---------------------------------------------------------------- every transition
 
-struct transition {
-    const char* from;
-    const char* input;
-    const char* actions;
-    const char* to;
-};
+using ucx::test::transition;
 
 // Each input in each state: the actions, in order, and the state after.
 // The `local_tag` is 0x1111 (4369); inputs carry the values shown in inputs().
@@ -663,28 +656,12 @@ const transition transitions[] = {
 };
 
 TEST(ConnectionFsm, EveryInputInEveryState) {
-    const auto ss = setups();
-    const auto is = inputs();
-    std::size_t checked = 0;
-    for (const transition& t : transitions) {
-        const setup* s = nullptr;
-        for (const auto& c : ss)
-            if (std::string(c.name) == t.from)
-                s = &c;
-        const input* in = nullptr;
-        for (const auto& c : is)
-            if (std::string(c.name) == t.input)
-                in = &c;
-        ASSERT_TRUE(s && in) << t.from << " " << t.input;
-        connection_fsm f;
-        s->run(f);
-        const auto actions = in->run(f);
-        EXPECT_EQ(str(actions), t.actions) << t.from << " + " << t.input;
-        EXPECT_EQ(state_name(f.state()), t.to) << t.from << " + " << t.input;
-        ++checked;
-    }
-    // The table covers the full product.
-    EXPECT_EQ(checked, ss.size() * is.size());
+    std::vector<ucx::test::fsm_input<connection_fsm>> texts;
+    for (const input& in : inputs())
+        texts.push_back({in.name, [run = in.run](connection_fsm& f) { return str(run(f)); }});
+    ucx::test::check_transitions(
+        setups(), texts, transitions, [] { return connection_fsm(); },
+        [](const connection_fsm& f) { return std::string(state_name(f.state())); });
 }
 
 // ---------------------------------------------------------------- scenarios

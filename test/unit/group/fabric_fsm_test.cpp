@@ -3,6 +3,7 @@
 // each other in memory (connections, introductions, abort notices, closes
 // and timers delivered in random orders). No UCX.
 #include "group/fabric_fsm.hpp"
+#include "transition_table.hpp"
 
 #include <boost/asio/error.hpp>
 
@@ -411,15 +412,9 @@ TEST(FabricFsm, AFailureEndsEveryWaiterOnce) {
 
 // ------------------------------------------------ every event in every state
 
-struct setup {
-    const char* name;
-    std::function<void(fabric_fsm&)> run;
-};
-
-struct input {
-    const char* name;
-    std::function<std::string(fabric_fsm&)> run;
-};
+using setup = ucx::test::fsm_setup<fabric_fsm>;
+using input = ucx::test::fsm_input<fabric_fsm>;
+using ucx::test::transition;
 
 std::vector<setup> setups() {
     return {
@@ -493,13 +488,6 @@ std::string states(const fabric_fsm& f) {
         s += " leaving";
     return s;
 }
-
-struct transition {
-    const char* from;
-    const char* input;
-    const char* actions;
-    const char* to;
-};
 
 // Rank 1 of 3, connections made at the join, a 1000 ms handshake timeout.
 const transition transitions[] = {
@@ -652,29 +640,8 @@ const transition transitions[] = {
 };
 
 TEST(FabricFsm, EveryEventInEveryState) {
-    const auto ss = setups();
-    const auto is = inputs();
-    std::size_t checked = 0;
-    std::set<std::pair<std::string, std::string>> seen;
-    for (const transition& t : transitions) {
-        const setup* s = nullptr;
-        for (const auto& c : ss)
-            if (std::string(c.name) == t.from)
-                s = &c;
-        const input* in = nullptr;
-        for (const auto& c : is)
-            if (std::string(c.name) == t.input)
-                in = &c;
-        ASSERT_TRUE(s && in) << t.from << " " << t.input;
-        EXPECT_TRUE(seen.emplace(t.from, t.input).second) << t.from << " + " << t.input;
-        auto f = middle();
-        s->run(f);
-        EXPECT_EQ(in->run(f), t.actions) << t.from << " + " << t.input;
-        EXPECT_EQ(states(f), t.to) << t.from << " + " << t.input;
-        ++checked;
-    }
-    // The table covers the full product.
-    EXPECT_EQ(checked, ss.size() * is.size());
+    ucx::test::check_transitions(
+        setups(), inputs(), transitions, [] { return middle(); }, states);
 }
 
 // ------------------------------------------ several ranks against each other
