@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <map>
@@ -646,6 +647,10 @@ TEST(FabricFsm, EveryEventInEveryState) {
 
 // ------------------------------------------ several ranks against each other
 
+/// Where the coverage test counts the (event, state of the event's rank,
+/// fabric) triples the network delivers; null elsewhere.
+std::map<std::string, int>* coverage = nullptr;
+
 /// N fabric machines over an in-memory network: connections are links with
 /// a FIFO per direction; each event is delivered at a random moment (a
 /// random non-empty channel's head); timers fire only when nothing else is
@@ -676,16 +681,26 @@ public:
         return it == ranks_[r].adopted.end() ? 0 : side_of(it->second, r).inbox;
     }
 
-    void start(int r) { run(r, ranks_[r].fsm.start(), -1); }
+    void start(int r) {
+        note(r, "start", -1);
+        run(r, ranks_[r].fsm.start(), -1);
+    }
     /// An operation of rank `r` needs `peer`.
     void need(int r, int peer) {
+        note(r, "need", peer);
         auto res = ranks_[r].fsm.need(peer);
         if (res.answer == fabric_fsm::need_answer::wait)
             ++ranks_[r].waiting[peer];
         run(r, res.actions, -1);
     }
-    void fail(int r, error_code ec) { run(r, ranks_[r].fsm.fail(ec), -1); }
-    void leave(int r) { run(r, ranks_[r].fsm.leave(), -1); }
+    void fail(int r, error_code ec) {
+        note(r, "fail", -1);
+        run(r, ranks_[r].fsm.fail(ec), -1);
+    }
+    void leave(int r) {
+        note(r, "leave", -1);
+        run(r, ranks_[r].fsm.leave(), -1);
+    }
     /// Rank `r`'s process dies: every connection it has resets.
     void kill(int r) {
         node& n = ranks_[r];
@@ -731,6 +746,7 @@ public:
                     return true;
                 const auto [r, p] = armed[rng_() % armed.size()];
                 ranks_[r].timers.erase(p);
+                note(r, "timer_expired", p);
                 run(r, ranks_[r].fsm.timer_expired(p), -1);
                 continue;
             }
@@ -840,6 +856,7 @@ private:
             if (s.identify) {
                 if (const auto m = take(s, false)) {
                     s.identify = false;
+                    note(r, "introduced", m->from);
                     run(r, f.introduced({}, true, m->from, inbox), l);
                     continue;
                 }
@@ -847,6 +864,7 @@ private:
             if (s.answer) {
                 if (const auto m = take(s, false)) {
                     s.answer = false;
+                    note(r, "answered", peer);
                     run(r, f.answered(peer, m->from == peer, inbox), -1);
                     continue;
                 }
@@ -854,6 +872,7 @@ private:
             if (s.abort_recv) {
                 if (take(s, true)) {
                     s.abort_recv = false;
+                    note(r, "abort_received", peer);
                     run(r, f.abort_received(peer), -1);
                     continue;
                 }
@@ -864,19 +883,34 @@ private:
                 *s.gone == msg::eof ? error_code(aerr::eof) : aerr::connection_reset;
             if (s.identify) {
                 s.identify = false;
+                note(r, "introduced(error)", -1);
                 run(r, f.introduced(ec, false, 0, 0), l);
             } else if (s.answer) {
                 s.answer = false;
+                note(r, "answered(error)", peer);
                 run(r, f.answered(peer, false, 0), -1);
             } else if (s.abort_recv) {
                 s.abort_recv = false; // ends with the error: ignored
             } else if (s.watching) {
                 s.watching = false;
+                note(r, ec == aerr::eof ? "endpoint_failed(eof)" : "endpoint_failed(reset)", peer);
                 run(r, f.endpoint_failed(peer, ec), -1);
             } else {
                 return;
             }
         }
+    }
+
+    /// Counts the event for the coverage test: its name, the state of the
+    /// rank it concerns (when it concerns one) and the fabric's.
+    void note(int r, const char* event, int peer) {
+        if (!coverage)
+            return;
+        const fabric_fsm& f = ranks_[r].fsm;
+        std::string k = event;
+        k += peer >= 0 && peer < size() ? std::string(" | ") + state_name(f.state(peer)) : " | -";
+        k += f.failed() ? " | failed" : f.leaving() ? " | leaving" : " | running";
+        ++(*coverage)[k];
     }
 
     void problem(int r, const std::string& what) {
@@ -916,7 +950,8 @@ private:
                 // the peer accepts it when it takes one.
                 post(1000000 + r, [this, r, l, to = a.peer] {
                     if (!ranks_[r].dead)
-                        run(r, ranks_[r].fsm.connected(to, {}), l);
+                        note(r, "connected", to);
+                    run(r, ranks_[r].fsm.connected(to, {}), l);
                 });
                 node& peer = ranks_[a.peer];
                 if (peer.dead || !peer.acceptor_open) {
@@ -1030,7 +1065,8 @@ private:
             n.backlog.pop_front();
             post(2000000 + r, [this, r, l] {
                 if (!ranks_[r].dead)
-                    run(r, ranks_[r].fsm.accepted({}), l);
+                    note(r, "accepted", -1);
+                run(r, ranks_[r].fsm.accepted({}), l);
             });
         }
     }
@@ -1196,6 +1232,72 @@ TEST(FabricFsmNetwork, ARankThatLeavesIsSeenLeavingNotFailing) {
             EXPECT_EQ(net.peer_left_calls(r), 1) << "seed " << seed;
         }
     }
+}
+
+// The (event, state of its rank, fabric) triples that the network scenarios
+// reach, printed as a table; every kind of event is reached.
+TEST(FabricFsmNetwork, TransitionCoverage) {
+    std::map<std::string, int> seen;
+    coverage = &seen;
+    for (unsigned seed = 1; seed <= 60; ++seed) {
+        const int n = 2 + static_cast<int>(seed % 5);
+        const bool lazy = seed % 3 == 0;
+        network net(n, lazy, 1000, seed);
+        std::mt19937 rng(seed);
+        // A rank that dies before it starts (never connects, never accepts).
+        const int absent = seed % 8 == 0 ? static_cast<int>(rng() % n) : -1;
+        if (absent >= 0)
+            net.kill(absent);
+        for (int r = 0; r < n; ++r)
+            if (r != absent)
+                net.start(r);
+        for (int k = 0; k < n; ++k) {
+            const int a = static_cast<int>(rng() % n), b = static_cast<int>(rng() % n);
+            if (a != b && a != absent && b != absent) {
+                net.need(a, b);
+                net.need(b, a);
+            }
+        }
+        for (unsigned k = rng() % 30; k > 0 && net.step(); --k) {
+        }
+        switch (seed % 4) {
+        case 0:
+            net.kill(static_cast<int>(rng() % n));
+            break;
+        case 1:
+            net.fail(static_cast<int>(rng() % n), aerr::timed_out);
+            break;
+        case 2:
+            for (int r = 0; r < n; ++r)
+                net.leave(r);
+            break;
+        default:
+            net.leave(static_cast<int>(rng() % n));
+            break;
+        }
+        if (absent >= 0)
+            for (int r = 0; r < n; ++r)
+                if (r != absent && !net.dead(r))
+                    net.need(r, absent);
+        net.settle();
+        // Operations after the end.
+        for (int r = 0; r < n; ++r)
+            if (!net.dead(r) && !net.fsm(r).failed())
+                net.need(r, (r + 1) % n);
+        net.settle();
+    }
+    coverage = nullptr;
+    std::set<std::string> events;
+    std::string table = "| event | its rank | fabric | times |\n|---|---|---|---|\n";
+    for (const auto& [k, count] : seen) {
+        table += "| " + k + " | " + std::to_string(count) + " |\n";
+        events.insert(k.substr(0, k.find(" |")));
+    }
+    std::printf("%s", table.c_str());
+    for (const char* e : {"start", "need", "fail", "leave", "timer_expired", "introduced",
+                          "answered", "abort_received", "introduced(error)", "endpoint_failed(eof)",
+                          "endpoint_failed(reset)", "connected", "accepted"})
+        EXPECT_TRUE(events.count(e)) << e << " never delivered:\n" << table;
 }
 
 } // namespace
