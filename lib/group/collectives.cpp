@@ -1,6 +1,7 @@
 // The collectives of a group: validated into a plan (collective_plan.hpp),
-// queued, run one at a time round by round over the fabric's connections,
-// bounded by the group's deadline; device buffers staged through host memory.
+// run by the group's collective_runner (one at a time, round by round, bounded
+// by the group's timeout) over the fabric's connections; device buffers staged
+// through host memory.
 #include "group/group_impl.hpp"
 
 namespace ucx::detail {
@@ -87,147 +88,120 @@ void group_impl::collective(collective_args&& a, group_done_handler h) {
     const bool device_in = staging && a.in_bytes > 0 && staging->is_device(a.in);
     const bool device_out = staging && a.out_bytes > 0 && staging->is_device(a.out);
     r->args = std::move(a);
+    r->type = r->args.type;
+    r->op = r->args.op;
     r->handler.swap(h);
     r->seq = seq_++;
     if (device_in || device_out) [[unlikely]]
         stage_in(*r, *staging, device_in, device_out);
-    queue_.push_back(std::move(r));
-    if (!busy_) {
-        // A collective with nothing to send (one rank) ends in here: its
-        // handler is then posted, not run inside the initiating call.
-        initiating_ = true;
-        start_next();
-        initiating_ = false;
+    // The runner's queue holds it (see ~group_impl) until `complete`.
+    execute(runner_.submit(*r.release()));
+}
+
+void group_impl::execute(coll::run_action a) {
+    using t = coll::run_action_type;
+    for (;;) {
+        switch (a.type) {
+        case t::none:
+            return;
+        case t::prepare:
+            prepare(static_cast<running&>(*a.run));
+            a = runner_.resume();
+            break;
+        case t::transfer:
+            a = runner_.transferred(start_transfer(static_cast<running&>(*a.run), *a.step, a.data));
+            break;
+        case t::arm_timer:
+            arm_watchdog(a.at);
+            a = runner_.resume();
+            break;
+        case t::cancel_timer:
+            cancel_watchdog();
+            a = runner_.resume();
+            break;
+        case t::fail_group:
+            if (a.timeout)
+                group_log(log::severity::info, "group: collective ",
+                          static_cast<running&>(*a.run).seq, " passed its deadline");
+            // Reports to the runner (failed): it goes on with that.
+            fabric_->fail(make_error_code(a.timeout ? error::group_timeout : error::group_failed));
+            a = runner_.resume();
+            break;
+        case t::defer:
+            defer_end(static_cast<running&>(*a.run));
+            a = runner_.resume();
+            break;
+        case t::complete:
+            complete(a);
+            a = runner_.resume();
+            break;
+        }
     }
 }
 
-void group_impl::start_next() {
-    if (starting_) {
-        restart_ = true; // the loop below starts it
-        return;
-    }
-    struct guard {
-        bool& flag;
-        ~guard() { flag = false; }
-    } g{starting_};
-    starting_ = true;
-    chained_ = 0;
-    do {
-        restart_ = false;
-        start_head();
-    } while (restart_);
-}
-
-void group_impl::start_head() {
-    if (queue_.empty() || !queue_.front().ready) {
-        busy_ = false;
-        return;
-    }
-    busy_ = true;
-    // The queue holds it until `finish` (its transfers never complete
-    // inside the calls that start them).
-    running& r = queue_.front();
-    if (error_)
-        return finish(r, error_);
-    if (r.local_error)
-        return finish(r, r.local_error);
-    if (r.plan->scratch_bytes > 0) {
+void group_impl::prepare(running& r) {
+    if (r.steps->scratch_bytes > 0) {
         r.scratch.swap(spare_scratch_);
-        r.scratch.resize(r.plan->scratch_bytes);
+        r.scratch.resize(r.steps->scratch_bytes);
     }
     // A rank whose `out` is not part of the result (a reduce's non-root)
     // works in a buffer of its own.
-    if (r.args.out_bytes < r.plan->out_bytes) {
+    if (r.args.out_bytes < r.steps->out_bytes) {
         r.work.swap(spare_work_);
-        r.work.resize(r.plan->out_bytes);
+        r.work.resize(r.steps->out_bytes);
     }
     r.base = {const_cast<std::byte*>(static_cast<const std::byte*>(r.args.in)),
               r.work.empty() ? static_cast<std::byte*>(r.args.out) : r.work.data(),
               r.scratch.data()};
     r.tag = collective_tag(id_, r.seq);
-    for (const auto& c : r.plan->prologue) {
-        std::byte* from = region_ptr(r, c.from);
-        std::byte* to = region_ptr(r, c.to);
-        if (from != to && c.from.length > 0)
-            std::memmove(to, from, c.from.length);
-    }
-    if (timeout_.count() > 0) {
-        r.deadline = std::chrono::steady_clock::now() + timeout_;
-        // Earlier than the armed expiry: the timeout was shortened.
-        if (!watchdog_armed_ || r.deadline < watchdog_->expiry())
-            arm_watchdog(r.deadline);
-    }
-    run_round(r, true);
 }
 
-// One timer watches the deadlines of the collectives, one at a time: it is
-// armed for the running collective's deadline when none is pending, and on
-// expiry either fails the group or is armed again for the deadline of the
-// collective running then. Back-to-back collectives shorter than the timeout
-// start and cancel no timer (each would cost the reactor a timerfd update and
-// a handler).
+coll::transfer_status group_impl::start_transfer(running& r, const coll::transfer& t,
+                                                 std::byte* data) {
+    using s = coll::transfer_status;
+    const int peer = member(t.peer);
+    const std::size_t length = t.data.length;
+    // A small send UCX completes inside the call, or a message already
+    // here, is done: no completion to wait for.
+    if (t.send) {
+        if (fabric_->send_now(peer, data, length, r.tag))
+            return s::done;
+        // The handler holds the group; the group holds `r` in the runner's
+        // queue until every transfer of `r` has completed.
+        fabric_->send(peer, data, length, r.tag,
+                      transfer_done{shared_from_this(), &r, length, true});
+        return s::pending;
+    }
+    const auto done = [&] { return transfer_done{shared_from_this(), &r, length, false}; };
+    std::size_t got = 0;
+    if (fabric_->recv_now(peer, data, length, r.tag, done, got))
+        return got == length ? s::done : s::wrong_size;
+    return s::pending;
+}
+
+// One timer watches the deadlines of the collectives (the runner says when
+// to arm it): back-to-back collectives shorter than the timeout start and
+// cancel no timer (each would cost the reactor a timerfd update and a
+// handler).
 void group_impl::arm_watchdog(std::chrono::steady_clock::time_point at) {
     if (!watchdog_)
         watchdog_ = std::make_shared<boost::asio::steady_timer>(executor());
     watchdog_->expires_at(at); // cancels the wait of an earlier arming: stale below
-    watchdog_armed_ = true;
-    watchdog_->async_wait([weak = weak_from_this(), gen = ++watchdog_gen_](error_code ec) {
+    watchdog_->async_wait([weak = weak_from_this(), gen = ++watchdog_gen_](error_code) {
         auto self = weak.lock();
         if (!self || gen != self->watchdog_gen_)
             return;
-        self->watchdog_armed_ = false;
-        if (ec || self->error_ || !self->busy_ || self->queue_.empty())
-            return;
-        const running& r = self->queue_.front();
-        if (r.deadline > std::chrono::steady_clock::now())
-            return self->arm_watchdog(r.deadline);
-        group_log(log::severity::info, "group: collective ", r.seq, " passed its deadline");
-        self->fabric_->fail(make_error_code(error::group_timeout));
+        self->execute(self->runner_.timer_expired(std::chrono::steady_clock::now()));
     });
 }
 
-void group_impl::run_round(running& r, bool in_start) {
-    while (r.round < r.plan->rounds.size()) {
-        const coll::round& rd = r.plan->rounds[r.round];
-        r.outstanding = static_cast<int>(rd.transfers.size());
-        const std::uint32_t tag = r.tag;
-        for (const auto& t : rd.transfers) {
-            std::byte* data = region_ptr(r, t.data);
-            const int peer = member(t.peer);
-            // A small send UCX completes inside the call, or a message
-            // already here, is done: no completion to wait for.
-            if (t.send && fabric_->send_now(peer, data, t.data.length, tag)) {
-                --r.outstanding;
-                continue;
-            }
-            // The handler holds the group; the group holds `r` at the head
-            // of its queue until every transfer of `r` has completed.
-            const auto done = [&] {
-                return transfer_done{shared_from_this(), &r, t.data.length, t.send};
-            };
-            std::size_t length = 0;
-            if (t.send) {
-                fabric_->send(peer, data, t.data.length, tag, done());
-            } else if (fabric_->recv_now(peer, data, t.data.length, tag, done, length)) {
-                if (length != t.data.length && !r.ec) [[unlikely]]
-                    r.ec = make_error_code(error::collective_mismatch);
-                --r.outstanding;
-            }
-        }
-        // The others complete later, never inside the calls that started
-        // them: the last one goes on.
-        if (r.outstanding > 0)
-            return;
-        if (r.ec) [[unlikely]]
-            return finish(r, r.ec);
-        finish_round(r, rd);
-    }
-    if (in_start && (initiating_ || ++chained_ > max_chained))
-        return defer_finish(r);
-    finish(r, {});
+void group_impl::cancel_watchdog() noexcept {
+    ++watchdog_gen_;
+    if (watchdog_)
+        watchdog_->cancel();
 }
 
-void group_impl::defer_finish(running& r) {
+void group_impl::defer_end(running& r) {
     worker_impl& w = *fabric_->worker();
     using op_type = handler_operation<deferred_end, worker_core::executor_type, error_result<>>;
     operation* op = op_type::create(deferred_end{shared_from_this(), &r}, w.get_executor(),
@@ -237,63 +211,45 @@ void group_impl::defer_finish(running& r) {
 }
 
 void group_impl::transfer_done::operator()(error_code ec, std::size_t n) {
-    running& r = *run;
-    if (!ec && !send && n != expected)
-        ec = make_error_code(error::collective_mismatch);
-    if (ec) [[unlikely]] {
-        if (ec == errc::message_truncated)
-            ec = make_error_code(error::collective_mismatch);
-        if (!r.ec)
-            r.ec = ec;
-    }
-    if (--r.outstanding > 0)
-        return;
-    if (r.ec)
-        return self->finish(r, r.ec);
-    self->finish_round(r, r.plan->rounds[r.round]);
-    self->run_round(r, false);
+    using s = coll::transfer_status;
+    s status = s::done;
+    if (ec) [[unlikely]]
+        status = ec == errc::message_truncated ? s::wrong_size : s::failed;
+    else if (!send && n != expected) [[unlikely]]
+        status = s::wrong_size;
+    self->execute(self->runner_.transfer_done(*run, status));
 }
 
-void group_impl::combine_and_copy(running& r, const coll::round& rd) {
-    if (!rd.combines.empty()) {
-        const std::size_t es = coll::element_size(r.args.type);
-        for (const auto& c : rd.combines)
-            coll::reduce_elements(r.args.type, r.args.op, region_ptr(r, c.lower),
-                                  region_ptr(r, c.higher), region_ptr(r, c.out), c.out.length / es);
-    }
-    for (const auto& c : rd.copies)
-        if (c.from.length > 0)
-            std::memmove(region_ptr(r, c.to), region_ptr(r, c.from), c.from.length);
-}
-
-void group_impl::finish(running& r, error_code ec) {
-    if (ec) {
-        // No partial result: the group is unusable after a failed collective.
+void group_impl::complete(const coll::run_action& a) {
+    run_ptr done(static_cast<running*>(a.run));
+    running& r = *done;
+    error_code ec;
+    if (a.outcome != coll::run_outcome::ok) {
+        // No partial result: the group is unusable after a failed
+        // collective (and so is every group of its fabric).
         if (!fabric_->failed())
-            fabric_->fail(ec == error::group_timeout ? ec : make_error_code(error::group_failed));
-        if (ec != error::collective_mismatch)
-            ec = error_ ? error_ : fabric_->failed();
+            fabric_->fail(make_error_code(error::group_failed));
         if (r.local_error)
             ec = r.local_error;
+        else if (a.outcome == coll::run_outcome::mismatch)
+            ec = make_error_code(error::collective_mismatch);
+        else
+            ec = error_ ? error_ : fabric_->failed();
     }
-    run_ptr done = queue_.pop_front(); // `r`
     recycle(r);
     release_plan(r);
     auto h = std::move(r.handler);
-    if (!ec && r.device_out) {
-        stage_out(std::move(done), std::move(h));
-        return start_next();
-    }
+    if (!ec && r.device_out)
+        return stage_out(std::move(done), std::move(h));
     const bool direct = r.args.direct_handler;
     // Kept before the handler runs: the collective it starts reuses it.
     keep_running(std::move(done));
-    if (initiating_)
+    if (a.post)
         boost::asio::post(executor(), boost::asio::append(std::move(h), ec));
     else if (direct)
         std::move(h)(ec); // what dispatch would do, without its type-erased trip
     else
         boost::asio::dispatch(boost::asio::append(std::move(h), ec));
-    start_next();
 }
 
 // --- device buffers ---
@@ -329,7 +285,7 @@ void group_impl::stage_in(running& r, device_staging& s, bool device_in, bool de
     }
     if (!from)
         return;
-    r.ready = false;
+    r.set_not_ready();
     s.copy_through(
         staging_direction::outgoing, from, bytes,
         [to](void* host, std::size_t n, staging_operation::transfer_completion done) {
@@ -340,14 +296,12 @@ void group_impl::stage_in(running& r, device_staging& s, bool device_in, bool de
 }
 
 void group_impl::input_ready(running* r, const error_code& ec) {
-    r->ready = true;
     if (ec) {
         group_log(log::severity::warning, "group: collective ", r->seq,
                   ": copying device input failed: ", ec.message());
         r->local_error = ec;
     }
-    if (!busy_ && !queue_.empty() && &queue_.front() == r)
-        start_next();
+    execute(runner_.input_ready(*r, !ec));
 }
 
 void group_impl::stage_out(run_ptr done, group_done_handler h) {

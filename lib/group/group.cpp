@@ -60,7 +60,7 @@ void group_impl::split(int color, int key, group_new_handler h) {
             ranks.push_back(m.second);
         }
         auto child = std::make_shared<group_impl>(self->fabric_, id, my_rank, std::move(ranks),
-                                                  self->timeout_);
+                                                  self->timeout());
         self->fabric_->add_group(child);
         boost::asio::dispatch(
             boost::asio::append(std::move(h), error_code(), access::construct<group>(child)));

@@ -1,5 +1,5 @@
 // Internal: one group of a fabric (group/fabric.hpp): its ranks, its
-// collectives' queue (collectives.cpp), its receives from any rank
+// collectives (collectives.cpp: the I/O of collective_runner.hpp), its receives from any rank
 // (any_source.cpp), its split and its join (group.cpp).
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "engine/worker_impl.hpp"
 #include "gpu/device_staging.hpp"
 #include "group/collective_plan.hpp"
+#include "group/collective_runner.hpp"
 #include "group/fabric.hpp"
 
 #include <boost/asio/append.hpp>
@@ -40,7 +41,15 @@ public:
     group_impl(std::shared_ptr<fabric> f, std::uint32_t id, int rank, std::vector<int> members,
                std::chrono::milliseconds timeout)
         : fabric_(std::move(f)), id_(id), rank_(rank), members_(std::move(members)),
-          timeout_(timeout) {}
+          runner_(runner_params(timeout)) {}
+    group_impl(const group_impl&) = delete;
+    group_impl& operator=(const group_impl&) = delete;
+    ~group_impl() {
+        // Collectives that never started (those that did hold the group
+        // until they end).
+        while (coll::collective_run* r = runner_.take_front())
+            delete static_cast<running*>(r);
+    }
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return static_cast<int>(members_.size()); }
@@ -48,8 +57,8 @@ public:
     const std::shared_ptr<fabric>& fab() const noexcept { return fabric_; }
     std::uint32_t id() const noexcept { return id_; }
     int member(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
-    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-    void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
+    std::chrono::milliseconds timeout() const noexcept { return runner_.timeout(); }
+    void set_timeout(std::chrono::milliseconds t) noexcept { runner_.set_timeout(t); }
     const boost::asio::any_io_executor& executor() const noexcept { return fabric_->executor(); }
 
     template <class Handler, class... Args>
@@ -66,8 +75,7 @@ public:
         failure_waiters_.clear();
         for (auto& h : waiters)
             post(std::move(h), ec);
-        if (watchdog_)
-            watchdog_->cancel();
+        execute(runner_.fail());
         for (const auto& r : std::vector<std::shared_ptr<any_recv>>(any_))
             stop_any(r, ec);
     }
@@ -104,84 +112,63 @@ public:
     void split(int color, int key, group_new_handler h);
 
 private:
-    struct running {
-        /// The next collective in the queue, or the next spare state.
-        std::unique_ptr<running> next;
+    /// A collective: the runner's node, with what its I/O needs.
+    struct running : coll::collective_run {
         collective_args args;
-        /// One of the group's cached plans (`plan_slot`, in use until the
-        /// collective finishes: see `plan_entry`), or `own_plan`.
-        const coll::plan* plan = nullptr;
+        /// Its plan (`steps`) is one of the group's cached plans
+        /// (`plan_slot`, in use until the collective finishes: see
+        /// `plan_entry`), or `own_plan`.
         int plan_slot = -1;
         std::unique_ptr<const coll::plan> own_plan;
         std::vector<std::byte> scratch;
         std::vector<std::byte> work;
-        std::size_t round = 0;
-        int outstanding = 0;
-        /// Where the plan's buffers start (`coll::buffer` order: in, out,
-        /// scratch) and the tag of its messages, once it has started.
-        std::array<std::byte*, 3> base{};
+        /// The tag of its messages.
         std::uint32_t tag = 0;
-        error_code ec;
         group_done_handler handler;
         std::uint32_t seq = 0;
-        /// When it fails the group if still running (a timeout is set).
-        std::chrono::steady_clock::time_point deadline{};
         /// Device buffers go through host memory (the arithmetic runs on
         /// the host): the user's `out` when it is device memory, and the
         /// host buffers that stand for `in` and `out` meanwhile.
         void* device_out = nullptr;
         std::size_t device_out_bytes = 0;
         std::vector<std::byte> host_in, host_out;
-        /// False while device input is copied to the host: the collective
-        /// waits at the head of the queue, so every rank runs them in order.
-        bool ready = true;
-        /// That copy failed: the collective fails with it.
+        /// Copying its device input failed: it fails with that.
         error_code local_error;
 
         /// As made, for the next collective (the handler was moved out, the
         /// buffers recycled and the plan released; `args` is assigned when
         /// it starts).
         void reset() noexcept {
+            reset_run();
             args.blocks.clear();
             own_plan.reset();
-            round = 0;
-            outstanding = 0;
-            ec = {};
             seq = 0;
-            deadline = {};
             device_out = nullptr;
             device_out_bytes = 0;
             if (host_in.capacity() > 0 || host_out.capacity() > 0) {
                 std::vector<std::byte>().swap(host_in);
                 std::vector<std::byte>().swap(host_out);
             }
-            ready = true;
             local_error = {};
         }
     };
 
     using run_ptr = std::unique_ptr<running>;
-    /// The states of finished collectives, kept for the next ones (a list
-    /// through `running::next`): a loop of collectives allocates none.
-    run_ptr spare_runs_;
-    int spare_count_ = 0;
-    static constexpr int spare_runs_limit = 2;
+    /// The states of finished collectives, kept for the next ones: a loop
+    /// of collectives allocates none.
+    std::array<run_ptr, 2> spare_runs_;
+    std::size_t spare_count_ = 0;
     run_ptr new_running() {
-        if (!spare_runs_)
+        if (spare_count_ == 0)
             return std::make_unique<running>();
-        run_ptr r = std::move(spare_runs_);
-        spare_runs_ = std::move(r->next);
-        --spare_count_;
-        return r;
+        return std::move(spare_runs_[--spare_count_]);
     }
     /// `r` finished: kept for a next collective (or freed).
     void keep_running(run_ptr r) noexcept {
-        if (spare_count_ >= spare_runs_limit)
+        if (spare_count_ == spare_runs_.size())
             return;
         r->reset();
-        r->next = std::move(spare_runs_);
-        spare_runs_ = std::move(r);
-        ++spare_count_;
+        spare_runs_[spare_count_++] = std::move(r);
     }
 
     /// Makes `r` run on host copies of its device buffers: the input is
@@ -192,11 +179,6 @@ private:
     void input_ready(running* r, const error_code& ec);
     /// Copies the result to the user's device `out`, then completes `h`.
     void stage_out(run_ptr r, group_done_handler h);
-
-    /// The bytes `g` names of `r`, a started collective.
-    static std::byte* region_ptr(running& r, const coll::region& g) noexcept {
-        return r.base[static_cast<std::size_t>(g.buf)] + g.offset;
-    }
 
     /// A pending any-source receive.
     struct any_recv {
@@ -292,19 +274,19 @@ private:
     void use_plan(running& r, int slot, std::unique_ptr<const coll::plan> own) noexcept {
         if (slot < 0) {
             r.own_plan = std::move(own);
-            r.plan = r.own_plan.get();
+            r.steps = r.own_plan.get();
             return;
         }
         ++plans_[static_cast<std::size_t>(slot)].users;
         r.plan_slot = slot;
-        r.plan = plans_[static_cast<std::size_t>(slot)].plan.get();
+        r.steps = plans_[static_cast<std::size_t>(slot)].plan.get();
     }
     /// `r` is done with its plan.
     void release_plan(running& r) noexcept {
         if (r.plan_slot >= 0)
             --plans_[static_cast<std::size_t>(r.plan_slot)].users;
         r.plan_slot = -1;
-        r.plan = nullptr;
+        r.steps = nullptr;
     }
     std::array<plan_entry, 4> plans_;
     unsigned next_plan_ = 0;
@@ -338,100 +320,49 @@ private:
         bool send;
         void operator()(error_code ec, std::size_t n);
     };
-    /// Starts the collective at the head of the queue, if it is ready. A
-    /// collective may end inside its start (its transfers all sent at once):
-    /// the next one then starts from the loop here, not from a nested call.
-    void start_next();
-    void start_head();
-    void arm_watchdog(std::chrono::steady_clock::time_point at);
-    /// Starts the transfers of `r`'s rounds until one must wait; ends `r`
-    /// when none is left. `in_start`: called by the collective's start.
-    void run_round(running& r, bool in_start);
-    /// `rd`, `r`'s round whose transfers have all completed, is done: its
-    /// combines and copies (most rounds have none), and `r` goes on to the
-    /// next round.
-    void finish_round(running& r, const coll::round& rd) {
-        ++r.round;
-        if (!rd.combines.empty() || !rd.copies.empty())
-            combine_and_copy(r, rd);
+    static coll::collective_runner::params runner_params(std::chrono::milliseconds t) noexcept {
+        coll::collective_runner::params p;
+        p.timeout = t;
+        return p;
     }
-    void combine_and_copy(running& r, const coll::round& rd);
-    /// Ends `r`, the collective at the head of the queue, and starts the next.
-    void finish(running& r, error_code ec);
-    /// `r` ended inside its start (its transfers all sent at once) within
-    /// the initiating call, or after `max_chained` others did in one loop of
-    /// start_next: it ends from the worker's next pass, as an operation
-    /// completed at once does. Its handler never runs inside the call that
-    /// started it, and a chain of collectives that end at once (each started
-    /// by the previous one's handler) gives the thread back to the
-    /// io_context's other handlers, and UCX its progress, every few calls.
-    void defer_finish(running& r);
-    static constexpr int max_chained = 16;
+    /// Executes the runner's actions, from `a` until it has none.
+    void execute(coll::run_action a);
+    /// Gives `r` its buffers and its tag.
+    void prepare(running& r);
+    /// Starts `t`, a transfer of `r` on `data`.
+    coll::transfer_status start_transfer(running& r, const coll::transfer& t, std::byte* data);
+    void arm_watchdog(std::chrono::steady_clock::time_point at);
+    void cancel_watchdog() noexcept;
+    /// `r` ended inside its start: it ends from the worker's next pass, as
+    /// an operation completed at once does.
+    void defer_end(running& r);
     /// The completion of that deferral.
     struct deferred_end {
         std::shared_ptr<group_impl> self;
         running* run;
         void operator()(const error_code& ec) {
-            const error_code& failed = self->fabric_->failed();
-            self->finish(*run, failed ? failed : ec);
+            self->execute(self->runner_.deferred_end(*run, ec || bool(self->fabric_->failed())));
         }
     };
+    /// Completes the handler of `a.run`, which ended with `a.outcome`.
+    void complete(const coll::run_action& a);
 
     std::shared_ptr<fabric> fabric_;
     std::uint32_t id_;
     int rank_;
     std::vector<int> members_;
-    std::chrono::milliseconds timeout_;
     error_code error_;
     std::vector<group_done_handler> failure_waiters_;
-    /// The collectives started and not finished, in order: a list through
-    /// `running::next` (each state is made once and reused: see
-    /// `new_running`).
-    class run_queue {
-    public:
-        run_queue() = default;
-        run_queue(const run_queue&) = delete;
-        run_queue& operator=(const run_queue&) = delete;
-        ~run_queue() {
-            // One at a time: a long queue is not destroyed by recursion.
-            while (head_)
-                head_ = std::move(head_->next);
-        }
-        bool empty() const noexcept { return !head_; }
-        running& front() const noexcept { return *head_; }
-        void push_back(run_ptr r) noexcept {
-            running* last = r.get();
-            (tail_ ? tail_->next : head_) = std::move(r);
-            tail_ = last;
-        }
-        run_ptr pop_front() noexcept {
-            run_ptr r = std::move(head_);
-            head_ = std::move(r->next);
-            if (!head_)
-                tail_ = nullptr;
-            return r;
-        }
-
-    private:
-        run_ptr head_;
-        running* tail_ = nullptr;
-    };
-    run_queue queue_;
-    bool busy_ = false;
-    /// Inside start_next's loop; another start was asked for meanwhile.
-    bool starting_ = false;
-    bool restart_ = false;
-    /// Collectives ended inside their start in this loop of start_next.
-    int chained_ = 0;
+    /// The collectives started and not finished, in order (`running`
+    /// nodes, owned from `submit` to `complete`).
+    coll::collective_runner runner_;
     std::uint32_t seq_ = 0;
-    /// Watches the running collective's deadline (see arm_watchdog).
+    /// Watches the running collective's deadline (for the runner): a wait
+    /// whose generation is not the current one is stale.
     std::shared_ptr<boost::asio::steady_timer> watchdog_;
-    bool watchdog_armed_ = false;
     std::uint64_t watchdog_gen_ = 0;
     std::vector<std::shared_ptr<any_recv>> any_;
     bool released_ = false;
-    /// Inside `collective()`: completions are posted.
-    bool initiating_ = false;
 };
 
 } // namespace ucx::detail

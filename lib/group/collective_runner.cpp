@@ -1,0 +1,255 @@
+#include "group/collective_runner.hpp"
+
+#include <cstring>
+
+namespace ucx::detail::coll {
+
+using phase = collective_run::phase;
+
+run_action collective_runner::submit(collective_run& r) noexcept {
+    r.next_ = nullptr;
+    r.phase_ = phase::queued;
+    (tail_ ? tail_->next_ : head_) = &r;
+    tail_ = &r;
+    // The running collective (or one not ready at the head) goes first.
+    if (in_pass_ || head_ != &r)
+        return {};
+    return begin(true);
+}
+
+run_action collective_runner::input_ready(collective_run& r, bool ok) noexcept {
+    r.ready_ = true;
+    if (!ok)
+        r.local_failed_ = true;
+    if (in_pass_ || head_ != &r || r.phase_ != phase::queued)
+        return {};
+    return begin(false);
+}
+
+run_action collective_runner::transfer_done(collective_run& r, transfer_status s) noexcept {
+    apply(r, s);
+    --r.outstanding_;
+    if (in_pass_ || r.outstanding_ > 0)
+        return {};
+    return begin(false);
+}
+
+run_action collective_runner::deferred_end(collective_run& r, bool aborted) noexcept {
+    if ((failed_ || aborted) && r.outcome_ == run_outcome::ok)
+        r.outcome_ = run_outcome::failed;
+    r.phase_ = phase::finishing;
+    if (in_pass_)
+        return {};
+    return begin(false);
+}
+
+run_action collective_runner::timer_expired(clock::time_point now) noexcept {
+    armed_ = false;
+    expired_ = true;
+    expired_at_ = now;
+    if (in_pass_)
+        return {};
+    return begin(false);
+}
+
+run_action collective_runner::fail() noexcept {
+    failed_ = true;
+    if (in_pass_)
+        return {};
+    return begin(false);
+}
+
+run_action collective_runner::transferred(transfer_status s) noexcept {
+    collective_run& r = *head_;
+    r.phase_ = phase::rounds;
+    if (s != transfer_status::pending) {
+        apply(r, s);
+        --r.outstanding_;
+    }
+    return next();
+}
+
+collective_run* collective_runner::take_front() noexcept {
+    collective_run* r = head_;
+    if (!r)
+        return nullptr;
+    head_ = r->next_;
+    if (!head_)
+        tail_ = nullptr;
+    r->next_ = nullptr;
+    return r;
+}
+
+run_action collective_runner::begin(bool initiating) noexcept {
+    in_pass_ = true;
+    initiating_ = initiating;
+    chained_ = 0;
+    return next();
+}
+
+void collective_runner::apply(collective_run& r, transfer_status s) noexcept {
+    // The first error decides.
+    if (r.outcome_ != run_outcome::ok)
+        return;
+    if (s == transfer_status::wrong_size)
+        r.outcome_ = run_outcome::mismatch;
+    else if (s == transfer_status::failed)
+        r.outcome_ = run_outcome::failed;
+}
+
+void collective_runner::finish_round(collective_run& r, const round& rd) noexcept {
+    ++r.round_;
+    r.transfer_ = 0;
+    if (!rd.combines.empty()) {
+        const std::size_t es = element_size(r.type);
+        for (const auto& c : rd.combines)
+            reduce_elements(r.type, r.op, r.at(c.lower), r.at(c.higher), r.at(c.out),
+                            c.out.length / es);
+    }
+    for (const auto& c : rd.copies)
+        if (c.from.length > 0)
+            std::memmove(r.at(c.to), r.at(c.from), c.from.length);
+}
+
+run_action collective_runner::end(collective_run& r, run_outcome o) noexcept {
+    r.outcome_ = o;
+    if (o != run_outcome::ok && !failed_) {
+        // No partial result: the group fails first (and reports it here).
+        r.phase_ = phase::failing;
+        run_action a;
+        a.type = run_action_type::fail_group;
+        a.run = &r;
+        return a;
+    }
+    return complete(r);
+}
+
+run_action collective_runner::complete(collective_run& r) noexcept {
+    head_ = r.next_;
+    if (!head_)
+        tail_ = nullptr;
+    r.next_ = nullptr;
+    r.phase_ = phase::done;
+    run_action a;
+    a.type = run_action_type::complete;
+    a.run = &r;
+    a.outcome = r.outcome_;
+    a.post = initiating_;
+    return a;
+}
+
+run_action collective_runner::next() noexcept {
+    for (;;) {
+        if (failed_ && armed_) {
+            armed_ = false;
+            return {run_action_type::cancel_timer};
+        }
+        if (expired_) {
+            expired_ = false;
+            collective_run* r = busy() ? head_ : nullptr;
+            // A collective started with no timeout has no deadline.
+            if (!failed_ && r && r->deadline != clock::time_point{}) {
+                run_action a;
+                a.run = r;
+                if (r->deadline > expired_at_) {
+                    armed_ = true;
+                    armed_at_ = r->deadline;
+                    a.type = run_action_type::arm_timer;
+                    a.at = r->deadline;
+                } else {
+                    a.type = run_action_type::fail_group;
+                    a.timeout = true;
+                }
+                return a;
+            }
+        }
+        if (!head_)
+            return stop();
+        collective_run& r = *head_;
+        switch (r.phase_) {
+        case phase::fresh:
+        case phase::done:
+        case phase::transferring: // `transferred` moves it on
+            return stop();
+        case phase::queued:
+            if (!r.ready_)
+                return stop();
+            if (failed_)
+                return end(r, run_outcome::failed);
+            if (r.local_failed_)
+                return end(r, run_outcome::local_failure);
+            r.phase_ = phase::preparing;
+            return {run_action_type::prepare, &r};
+        case phase::preparing: {
+            for (const auto& c : r.steps->prologue) {
+                std::byte* from = r.at(c.from);
+                std::byte* to = r.at(c.to);
+                if (from != to && c.from.length > 0)
+                    std::memmove(to, from, c.from.length);
+            }
+            r.in_start_ = true;
+            r.phase_ = phase::rounds;
+            if (timeout_.count() > 0) {
+                r.deadline = now_() + timeout_;
+                // Not armed, or armed later (the timeout was shortened).
+                if (!armed_ || r.deadline < armed_at_) {
+                    armed_ = true;
+                    armed_at_ = r.deadline;
+                    run_action a;
+                    a.type = run_action_type::arm_timer;
+                    a.run = &r;
+                    a.at = r.deadline;
+                    return a;
+                }
+            }
+            continue;
+        }
+        case phase::rounds: {
+            if (r.round_ == r.steps->rounds.size()) {
+                if (r.in_start_ && (initiating_ || ++chained_ > max_chained_)) {
+                    r.phase_ = phase::deferred;
+                    return {run_action_type::defer, &r};
+                }
+                return end(r, r.outcome_);
+            }
+            const round& rd = r.steps->rounds[r.round_];
+            if (r.transfer_ == 0)
+                r.outstanding_ = static_cast<int>(rd.transfers.size());
+            if (r.transfer_ < rd.transfers.size()) {
+                const transfer& t = rd.transfers[r.transfer_++];
+                r.phase_ = phase::transferring;
+                run_action a;
+                a.type = run_action_type::transfer;
+                a.run = &r;
+                a.step = &t;
+                a.data = r.at(t.data);
+                return a;
+            }
+            if (r.outstanding_ > 0) {
+                // The others complete later (never inside the calls that
+                // started them): the last one goes on.
+                r.phase_ = phase::waiting;
+                r.in_start_ = false;
+                return stop();
+            }
+            if (r.outcome_ != run_outcome::ok) [[unlikely]]
+                return end(r, r.outcome_);
+            finish_round(r, rd);
+            continue;
+        }
+        case phase::waiting:
+            if (r.outstanding_ > 0)
+                return stop();
+            r.phase_ = phase::rounds;
+            continue;
+        case phase::deferred:
+            return stop();
+        case phase::finishing:
+            return end(r, r.outcome_);
+        case phase::failing:
+            return complete(r);
+        }
+    }
+}
+
+} // namespace ucx::detail::coll
