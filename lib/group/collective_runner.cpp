@@ -46,6 +46,7 @@ run_action collective_runner::deferred_end(collective_run& r, bool aborted) noex
 run_action collective_runner::timer_expired(clock::time_point now) noexcept {
     armed_ = false;
     expired_ = true;
+    attention_ = true;
     expired_at_ = now;
     if (in_pass_)
         return {};
@@ -54,18 +55,18 @@ run_action collective_runner::timer_expired(clock::time_point now) noexcept {
 
 run_action collective_runner::fail() noexcept {
     failed_ = true;
+    attention_ = true;
     if (in_pass_)
         return {};
     return begin(false);
 }
 
-run_action collective_runner::transferred(transfer_status s) noexcept {
+run_action collective_runner::round_started(int done_now, transfer_status s) noexcept {
     collective_run& r = *head_;
-    r.phase_ = phase::rounds;
-    if (s != transfer_status::pending) {
+    r.phase_ = phase::waiting;
+    r.outstanding_ -= done_now;
+    if (s != transfer_status::done) [[unlikely]]
         apply(r, s);
-        --r.outstanding_;
-    }
     return next();
 }
 
@@ -99,7 +100,6 @@ void collective_runner::apply(collective_run& r, transfer_status s) noexcept {
 
 void collective_runner::finish_round(collective_run& r, const round& rd) noexcept {
     ++r.round_;
-    r.transfer_ = 0;
     if (!rd.combines.empty()) {
         const std::size_t es = element_size(r.type);
         for (const auto& c : rd.combines)
@@ -116,10 +116,7 @@ run_action collective_runner::end(collective_run& r, run_outcome o) noexcept {
     if (o != run_outcome::ok && !failed_) {
         // No partial result: the group fails first (and reports it here).
         r.phase_ = phase::failing;
-        run_action a;
-        a.type = run_action_type::fail_group;
-        a.run = &r;
-        return a;
+        return {&r, run_action_type::fail_group};
     }
     return complete(r);
 }
@@ -130,47 +127,63 @@ run_action collective_runner::complete(collective_run& r) noexcept {
         tail_ = nullptr;
     r.next_ = nullptr;
     r.phase_ = phase::done;
-    run_action a;
-    a.type = run_action_type::complete;
-    a.run = &r;
-    a.outcome = r.outcome_;
-    a.post = initiating_;
-    return a;
+    return {&r, run_action_type::complete, r.outcome_, initiating_};
+}
+
+run_action collective_runner::attend() noexcept {
+    if (failed_ && armed_) {
+        armed_ = false;
+        return {nullptr, run_action_type::cancel_timer};
+    }
+    if (expired_) {
+        expired_ = false;
+        collective_run* r = busy() ? head_ : nullptr;
+        // A collective started with no timeout has no deadline.
+        if (!failed_ && r && r->deadline != clock::time_point{}) {
+            if (r->deadline > expired_at_) {
+                armed_ = true;
+                armed_at_ = r->deadline;
+                return {r, run_action_type::arm_timer};
+            }
+            return {r, run_action_type::fail_group, run_outcome::ok, false, true};
+        }
+    }
+    attention_ = false;
+    return {};
 }
 
 run_action collective_runner::next() noexcept {
     for (;;) {
-        if (failed_ && armed_) {
-            armed_ = false;
-            return {run_action_type::cancel_timer};
-        }
-        if (expired_) {
-            expired_ = false;
-            collective_run* r = busy() ? head_ : nullptr;
-            // A collective started with no timeout has no deadline.
-            if (!failed_ && r && r->deadline != clock::time_point{}) {
-                run_action a;
-                a.run = r;
-                if (r->deadline > expired_at_) {
-                    armed_ = true;
-                    armed_at_ = r->deadline;
-                    a.type = run_action_type::arm_timer;
-                    a.at = r->deadline;
-                } else {
-                    a.type = run_action_type::fail_group;
-                    a.timeout = true;
-                }
+        if (attention_) [[unlikely]] {
+            if (run_action a = attend(); a.type != run_action_type::none)
                 return a;
-            }
         }
         if (!head_)
             return stop();
         collective_run& r = *head_;
         switch (r.phase_) {
-        case phase::fresh:
-        case phase::done:
-        case phase::transferring: // `transferred` moves it on
-            return stop();
+        case phase::waiting:
+            if (r.outstanding_ > 0) {
+                r.in_start_ = false;
+                return stop(); // the last one goes on
+            }
+            if (r.outcome_ != run_outcome::ok) [[unlikely]]
+                return end(r, r.outcome_);
+            finish_round(r, r.steps->rounds[r.round_]);
+            [[fallthrough]];
+        case phase::rounds:
+            if (r.round_ < r.steps->rounds.size()) {
+                // Its transfers complete later, never inside the calls that
+                // start them, or at once (`round_started`).
+                r.outstanding_ = static_cast<int>(r.steps->rounds[r.round_].transfers.size());
+                r.phase_ = phase::transferring;
+                return {&r, run_action_type::start_round};
+            }
+            if (r.in_start_ && (initiating_ || ++chained_ > max_chained_)) {
+                r.phase_ = phase::deferred;
+                return {&r, run_action_type::defer};
+            }
+            return end(r, r.outcome_);
         case phase::queued:
             if (!r.ready_)
                 return stop();
@@ -179,8 +192,8 @@ run_action collective_runner::next() noexcept {
             if (r.local_failed_)
                 return end(r, run_outcome::local_failure);
             r.phase_ = phase::preparing;
-            return {run_action_type::prepare, &r};
-        case phase::preparing: {
+            return {&r, run_action_type::prepare};
+        case phase::preparing:
             for (const auto& c : r.steps->prologue) {
                 std::byte* from = r.at(c.from);
                 std::byte* to = r.at(c.to);
@@ -195,52 +208,9 @@ run_action collective_runner::next() noexcept {
                 if (!armed_ || r.deadline < armed_at_) {
                     armed_ = true;
                     armed_at_ = r.deadline;
-                    run_action a;
-                    a.type = run_action_type::arm_timer;
-                    a.run = &r;
-                    a.at = r.deadline;
-                    return a;
+                    return {&r, run_action_type::arm_timer};
                 }
             }
-            continue;
-        }
-        case phase::rounds: {
-            if (r.round_ == r.steps->rounds.size()) {
-                if (r.in_start_ && (initiating_ || ++chained_ > max_chained_)) {
-                    r.phase_ = phase::deferred;
-                    return {run_action_type::defer, &r};
-                }
-                return end(r, r.outcome_);
-            }
-            const round& rd = r.steps->rounds[r.round_];
-            if (r.transfer_ == 0)
-                r.outstanding_ = static_cast<int>(rd.transfers.size());
-            if (r.transfer_ < rd.transfers.size()) {
-                const transfer& t = rd.transfers[r.transfer_++];
-                r.phase_ = phase::transferring;
-                run_action a;
-                a.type = run_action_type::transfer;
-                a.run = &r;
-                a.step = &t;
-                a.data = r.at(t.data);
-                return a;
-            }
-            if (r.outstanding_ > 0) {
-                // The others complete later (never inside the calls that
-                // started them): the last one goes on.
-                r.phase_ = phase::waiting;
-                r.in_start_ = false;
-                return stop();
-            }
-            if (r.outcome_ != run_outcome::ok) [[unlikely]]
-                return end(r, r.outcome_);
-            finish_round(r, rd);
-            continue;
-        }
-        case phase::waiting:
-            if (r.outstanding_ > 0)
-                return stop();
-            r.phase_ = phase::rounds;
             continue;
         case phase::deferred:
             return stop();
@@ -248,6 +218,10 @@ run_action collective_runner::next() noexcept {
             return end(r, r.outcome_);
         case phase::failing:
             return complete(r);
+        case phase::fresh:
+        case phase::done:
+        case phase::transferring: // `round_started` moves it on
+            return stop();
         }
     }
 }

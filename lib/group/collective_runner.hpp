@@ -34,8 +34,8 @@
 // UCX its progress) every few of them.
 //
 // Pull style, as an allocation-free hot path: an event returns the first
-// action; the I/O object executes it and calls `resume` (`transferred` after a
-// transfer) for the next one, until `none`. The collectives are the I/O
+// action; the I/O object executes it and calls `resume` (`round_started`
+// after starting a round's transfers) for the next one, until `none`. The collectives are the I/O
 // object's nodes (`collective_run`), linked into the queue here: a loop of
 // collectives allocates nothing. An event that comes while an action is being
 // executed (a handler run by `complete` that starts the next collective, the
@@ -88,7 +88,7 @@ public:
     void reset_run() noexcept {
         next_ = nullptr;
         phase_ = phase::fresh;
-        round_ = transfer_ = 0;
+        round_ = 0;
         outstanding_ = 0;
         outcome_ = run_outcome::ok;
         ready_ = true;
@@ -109,6 +109,8 @@ public:
     std::byte* at(const region& g) const noexcept {
         return base[static_cast<std::size_t>(g.buf)] + g.offset;
     }
+    /// The round it runs (while it has one left).
+    const coll::round& current_round() const noexcept { return steps->rounds[round_]; }
 
 private:
     friend class collective_runner;
@@ -119,8 +121,8 @@ public:
         fresh,        // not submitted
         queued,       // in the queue, not started
         preparing,    // `prepare` is out
-        rounds,       // starting its transfers, or between rounds
-        transferring, // a `transfer` is out
+        rounds,       // between rounds
+        transferring, // `start_round` is out
         waiting,      // transfers in flight
         deferred,     // `defer` is out or done, `deferred_end` to come
         finishing,    // ends with `outcome_` at the next step
@@ -133,8 +135,6 @@ private:
     collective_run* next_ = nullptr;
     phase phase_ = phase::fresh;
     std::size_t round_ = 0;
-    /// The next transfer of its round to start.
-    std::size_t transfer_ = 0;
     int outstanding_ = 0;
     run_outcome outcome_ = run_outcome::ok;
     bool ready_ = true;
@@ -146,8 +146,10 @@ private:
 enum class run_action_type : std::uint8_t {
     none,         ///< nothing more now
     prepare,      ///< give `run` its buffers (`base`) and tag; then `resume`
-    transfer,     ///< start `*step` of `run` on `data`; then `transferred`
-    arm_timer,    ///< (re)arm the watchdog for `at` (then `timer_expired`); `resume`
+    start_round,  ///< start every transfer of `run`'s current round, each on
+                  ///< its region; then `round_started`
+    arm_timer,    ///< (re)arm the watchdog for `timer_expiry()` (then
+                  ///< `timer_expired`); `resume`
     cancel_timer, ///< cancel the watchdog; `resume`
     fail_group,   ///< fail the group (`timeout`: with group_timeout, `run`
                   ///< passed its deadline); `resume`
@@ -158,12 +160,10 @@ enum class run_action_type : std::uint8_t {
                   ///< `resume`
 };
 
+/// One action (two registers wide: returned in them).
 struct run_action {
-    run_action_type type = run_action_type::none;
     collective_run* run = nullptr;
-    const transfer* step = nullptr;
-    std::byte* data = nullptr;
-    std::chrono::steady_clock::time_point at{};
+    run_action_type type = run_action_type::none;
     run_outcome outcome = run_outcome::ok;
     bool post = false;
     bool timeout = false;
@@ -203,8 +203,10 @@ public:
     run_action fail() noexcept;
     /// The next action after one that was executed.
     run_action resume() noexcept { return next(); }
-    /// The next action after a `transfer`, given how it went.
-    run_action transferred(transfer_status s) noexcept;
+    /// The next action after `start_round`: `done_now` of its transfers
+    /// completed inside the calls that started them (the others are pending),
+    /// `s` the first that did not complete `done` (or `done`).
+    run_action round_started(int done_now, transfer_status s) noexcept;
 
     void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
@@ -232,6 +234,8 @@ private:
         initiating_ = false;
         return {};
     }
+    /// The failure or the watchdog's expiry, between two steps.
+    run_action attend() noexcept;
     run_action end(collective_run& r, run_outcome o) noexcept;
     run_action complete(collective_run& r) noexcept;
     static void apply(collective_run& r, transfer_status s) noexcept;
@@ -251,6 +255,8 @@ private:
     clock::time_point armed_at_{};
     /// The watchdog expired at `expired_at_`: checked at the next step.
     bool expired_ = false;
+    /// `failed_` or `expired_` was set: `attend` at the next step.
+    bool attention_ = false;
     clock::time_point expired_at_{};
 };
 

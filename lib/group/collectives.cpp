@@ -108,11 +108,11 @@ void group_impl::execute(coll::run_action a) {
             prepare(static_cast<running&>(*a.run));
             a = runner_.resume();
             break;
-        case t::transfer:
-            a = runner_.transferred(start_transfer(static_cast<running&>(*a.run), *a.step, a.data));
+        case t::start_round:
+            a = start_round(static_cast<running&>(*a.run));
             break;
         case t::arm_timer:
-            arm_watchdog(a.at);
+            arm_watchdog(runner_.timer_expiry());
             a = runner_.resume();
             break;
         case t::cancel_timer:
@@ -156,10 +156,25 @@ void group_impl::prepare(running& r) {
     r.tag = collective_tag(id_, r.seq);
 }
 
-coll::transfer_status group_impl::start_transfer(running& r, const coll::transfer& t,
-                                                 std::byte* data) {
+coll::run_action group_impl::start_round(running& r) {
+    using s = coll::transfer_status;
+    int done_now = 0;
+    s first = s::done;
+    for (const coll::transfer& t : r.current_round().transfers) {
+        const s got = start_transfer(r, t);
+        if (got == s::pending)
+            continue;
+        ++done_now;
+        if (got != s::done && first == s::done) [[unlikely]]
+            first = got;
+    }
+    return runner_.round_started(done_now, first);
+}
+
+coll::transfer_status group_impl::start_transfer(running& r, const coll::transfer& t) {
     using s = coll::transfer_status;
     const int peer = member(t.peer);
+    std::byte* data = r.at(t.data);
     const std::size_t length = t.data.length;
     // A small send UCX completes inside the call, or a message already
     // here, is done: no completion to wait for.

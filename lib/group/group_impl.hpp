@@ -329,8 +329,10 @@ private:
     void execute(coll::run_action a);
     /// Gives `r` its buffers and its tag.
     void prepare(running& r);
-    /// Starts `t`, a transfer of `r` on `data`.
-    coll::transfer_status start_transfer(running& r, const coll::transfer& t, std::byte* data);
+    /// Starts every transfer of `r`'s current round; the runner's next action.
+    coll::run_action start_round(running& r);
+    /// Starts `t`, a transfer of `r`.
+    coll::transfer_status start_transfer(running& r, const coll::transfer& t);
     void arm_watchdog(std::chrono::steady_clock::time_point at);
     void cancel_watchdog() noexcept;
     /// `r` ended inside its start: it ends from the worker's next pass, as

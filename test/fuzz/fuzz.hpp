@@ -26,6 +26,7 @@ void door(input data);
 void tcp_store_protocol(input data);
 void staging_plan(input data);
 void fabric_fsm(input data);
+void collective_runner(input data);
 
 struct target {
     std::string_view name; ///< also the corpus directory, test/fuzz/corpus/<name>
@@ -42,6 +43,7 @@ inline constexpr target targets[] = {
     {"tcp_store_protocol", &tcp_store_protocol},
     {"staging_plan", &staging_plan},
     {"fabric_fsm", &fabric_fsm},
+    {"collective_runner", &collective_runner},
 };
 
 /// The events of the state machine targets: one byte each (modulo `count`),

@@ -109,16 +109,24 @@ struct driver {
                 log.push_back("prepare #" + std::to_string(n.id));
                 a = runner.resume();
                 break;
-            case run_action_type::transfer: {
-                const auto s = transfers(*a.step);
-                log.push_back(std::string(a.step->send ? "send " : "recv ") +
-                              std::to_string(a.step->peer) +
-                              (s == transfer_status::pending ? "" : " now"));
-                a = runner.transferred(s);
+            case run_action_type::start_round: {
+                int done_now = 0;
+                auto first = transfer_status::done;
+                for (const auto& t : n.current_round().transfers) {
+                    const auto st = transfers(t);
+                    log.push_back(std::string(t.send ? "send " : "recv ") + std::to_string(t.peer) +
+                                  (st == transfer_status::pending ? "" : " now"));
+                    if (st == transfer_status::pending)
+                        continue;
+                    ++done_now;
+                    if (st != transfer_status::done && first == transfer_status::done)
+                        first = st;
+                }
+                a = runner.round_started(done_now, first);
                 break;
             }
             case run_action_type::arm_timer:
-                log.push_back("arm +" + std::to_string((a.at - fake_now()) / 1ms));
+                log.push_back("arm +" + std::to_string((runner.timer_expiry() - fake_now()) / 1ms));
                 a = runner.resume();
                 break;
             case run_action_type::cancel_timer:
