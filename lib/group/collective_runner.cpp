@@ -169,15 +169,18 @@ run_action collective_runner::next() noexcept {
             }
             if (r.outcome_ != run_outcome::ok) [[unlikely]]
                 return end(r, r.outcome_);
-            finish_round(r, r.steps->rounds[r.round_]);
+            if (r.round_ < r.steps->rounds.size())
+                finish_round(r, r.steps->rounds[r.round_]);
             [[fallthrough]];
         case phase::rounds:
-            if (r.round_ < r.steps->rounds.size()) {
+            if (!r.started_ || r.round_ < r.steps->rounds.size()) {
                 // Its transfers complete later, never inside the calls that
                 // start them, or at once (`round_started`).
-                r.outstanding_ = static_cast<int>(r.steps->rounds[r.round_].transfers.size());
+                const bool first = !r.started_;
+                r.started_ = true;
+                r.outstanding_ = static_cast<int>(r.transfers().size());
                 r.phase_ = phase::transferring;
-                return {&r, run_action_type::start_round};
+                return {&r, run_action_type::start_round, run_outcome::ok, false, false, first};
             }
             if (r.in_start_ && (initiating_ || ++chained_ > max_chained_)) {
                 r.phase_ = phase::deferred;
@@ -191,15 +194,6 @@ run_action collective_runner::next() noexcept {
                 return end(r, run_outcome::failed);
             if (r.local_failed_)
                 return end(r, run_outcome::local_failure);
-            r.phase_ = phase::preparing;
-            return {&r, run_action_type::prepare};
-        case phase::preparing:
-            for (const auto& c : r.steps->prologue) {
-                std::byte* from = r.at(c.from);
-                std::byte* to = r.at(c.to);
-                if (from != to && c.from.length > 0)
-                    std::memmove(to, from, c.from.length);
-            }
             r.in_start_ = true;
             r.phase_ = phase::rounds;
             if (timeout_.count() > 0) {

@@ -49,6 +49,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace ucx::detail::coll {
 
@@ -76,7 +77,7 @@ public:
     /// `complete`).
     const plan* steps = nullptr;
     /// Where the plan's buffers start (`buffer` order: in, out, scratch), set
-    /// when `prepare` is executed.
+    /// when its first round starts.
     std::array<std::byte*, 3> base{};
     /// The reduction of its combines.
     datatype type{};
@@ -94,6 +95,7 @@ public:
         ready_ = true;
         local_failed_ = false;
         in_start_ = false;
+        started_ = false;
         deadline = {};
     }
     /// Its input is being copied (before `submit`): not ready until
@@ -105,12 +107,16 @@ public:
     /// Transfers of its round in flight.
     int outstanding() const noexcept { return outstanding_; }
     run_outcome outcome() const noexcept { return outcome_; }
-    /// The bytes `g` names, once prepared.
+    /// The bytes `g` names, once started.
     std::byte* at(const region& g) const noexcept {
         return base[static_cast<std::size_t>(g.buf)] + g.offset;
     }
-    /// The round it runs (while it has one left).
-    const coll::round& current_round() const noexcept { return steps->rounds[round_]; }
+    /// The transfers of the round it runs (none once every round is done).
+    std::span<const transfer> transfers() const noexcept {
+        if (round_ < steps->rounds.size())
+            return steps->rounds[round_].transfers;
+        return {};
+    }
 
 private:
     friend class collective_runner;
@@ -120,7 +126,6 @@ public:
     enum class phase : std::uint8_t {
         fresh,        // not submitted
         queued,       // in the queue, not started
-        preparing,    // `prepare` is out
         rounds,       // between rounds
         transferring, // `start_round` is out
         waiting,      // transfers in flight
@@ -141,13 +146,17 @@ private:
     bool local_failed_ = false;
     /// No round of it has waited yet: it is inside its start.
     bool in_start_ = false;
+    /// Its first `start_round` was returned.
+    bool started_ = false;
 };
 
 enum class run_action_type : std::uint8_t {
     none,         ///< nothing more now
-    prepare,      ///< give `run` its buffers (`base`) and tag; then `resume`
-    start_round,  ///< start every transfer of `run`'s current round, each on
-                  ///< its region; then `round_started`
+    start_round,  ///< start `run->transfers()`, each on its region (`first`:
+                  ///< before them, give `run` its buffers, `base`, and its
+                  ///< tag, and run its plan's prologue; a plan without rounds
+                  ///< has only this one, with no transfer); then
+                  ///< `round_started`
     arm_timer,    ///< (re)arm the watchdog for `timer_expiry()` (then
                   ///< `timer_expired`); `resume`
     cancel_timer, ///< cancel the watchdog; `resume`
@@ -167,6 +176,7 @@ struct run_action {
     run_outcome outcome = run_outcome::ok;
     bool post = false;
     bool timeout = false;
+    bool first = false;
 };
 
 class collective_runner {

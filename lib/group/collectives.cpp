@@ -104,11 +104,9 @@ void group_impl::execute(coll::run_action a) {
         switch (a.type) {
         case t::none:
             return;
-        case t::prepare:
-            prepare(static_cast<running&>(*a.run));
-            a = runner_.resume();
-            break;
         case t::start_round:
+            if (a.first)
+                prepare(static_cast<running&>(*a.run));
             a = start_round(static_cast<running&>(*a.run));
             break;
         case t::arm_timer:
@@ -154,13 +152,19 @@ void group_impl::prepare(running& r) {
               r.work.empty() ? static_cast<std::byte*>(r.args.out) : r.work.data(),
               r.scratch.data()};
     r.tag = collective_tag(id_, r.seq);
+    for (const auto& c : r.steps->prologue) {
+        std::byte* from = r.at(c.from);
+        std::byte* to = r.at(c.to);
+        if (from != to && c.from.length > 0)
+            std::memmove(to, from, c.from.length);
+    }
 }
 
 coll::run_action group_impl::start_round(running& r) {
     using s = coll::transfer_status;
     int done_now = 0;
     s first = s::done;
-    for (const coll::transfer& t : r.current_round().transfers) {
+    for (const coll::transfer& t : r.transfers()) {
         const s got = start_transfer(r, t);
         if (got == s::pending)
             continue;

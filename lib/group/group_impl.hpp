@@ -327,7 +327,7 @@ private:
     }
     /// Executes the runner's actions, from `a` until it has none.
     void execute(coll::run_action a);
-    /// Gives `r` its buffers and its tag.
+    /// Gives `r` its buffers and its tag, and runs its plan's prologue.
     void prepare(running& r);
     /// Starts every transfer of `r`'s current round; the runner's next action.
     coll::run_action start_round(running& r);

@@ -5,7 +5,8 @@
 // after every action and event, against a model of what the group executes:
 // - collectives complete once each, in the order they were submitted, and
 //   only with no transfer of theirs in flight (UCX has their buffers);
-// - only the running collective is prepared (once) and transfers; a
+// - only the running collective is prepared (once, by its first round)
+//   and transfers; a
 //   deferral is followed by its end, never by another action on it;
 // - the group fails once at most, and a collective that saw a failed or
 //   wrong-sized transfer never ends ok; once failed, what starts afterwards
@@ -106,19 +107,21 @@ struct harness {
             switch (a.type) {
             case run_action_type::none:
                 return;
-            case run_action_type::prepare:
-                UCX_ASIO_FUZZ_CHECK(n && n == runner.front() && !n->prepared && n->submitted);
-                n->prepared = true;
-                n->scratch.resize(n->p.scratch_bytes);
-                n->base = {n->in.data(), n->out.data(), n->scratch.data()};
-                a = runner.resume();
-                break;
             case run_action_type::start_round: {
-                UCX_ASIO_FUZZ_CHECK(n && n == runner.front() && n->prepared && !n->deferred);
-                UCX_ASIO_FUZZ_CHECK(n->in_flight == 0 && n->round() < n->p.rounds.size());
+                UCX_ASIO_FUZZ_CHECK(n && n == runner.front() && n->submitted && !n->deferred);
+                // Prepared once, by the first.
+                UCX_ASIO_FUZZ_CHECK(a.first != n->prepared);
+                UCX_ASIO_FUZZ_CHECK(n->in_flight == 0);
+                UCX_ASIO_FUZZ_CHECK(n->round() < n->p.rounds.size() ||
+                                    (a.first && n->p.rounds.empty()));
+                if (a.first) {
+                    n->prepared = true;
+                    n->scratch.resize(n->p.scratch_bytes);
+                    n->base = {n->in.data(), n->out.data(), n->scratch.data()};
+                }
                 int done_now = 0;
                 auto first = transfer_status::done;
-                for (std::size_t i = 0; i < n->current_round().transfers.size(); ++i) {
+                for (std::size_t i = 0; i < n->transfers().size(); ++i) {
                     const transfer_status s = status();
                     if (s == transfer_status::pending) {
                         ++n->in_flight;

@@ -103,16 +103,18 @@ struct driver {
             switch (a.type) {
             case run_action_type::none:
                 return;
-            case run_action_type::prepare:
-                n.scratch.resize(n.p.scratch_bytes);
-                n.base = {n.in.data(), n.out.data(), n.scratch.data()};
-                log.push_back("prepare #" + std::to_string(n.id));
-                a = runner.resume();
-                break;
             case run_action_type::start_round: {
+                if (a.first) {
+                    n.scratch.resize(n.p.scratch_bytes);
+                    n.base = {n.in.data(), n.out.data(), n.scratch.data()};
+                    for (const auto& c : n.p.prologue)
+                        if (c.from.length > 0)
+                            std::memmove(n.at(c.to), n.at(c.from), c.from.length);
+                    log.push_back("prepare #" + std::to_string(n.id));
+                }
                 int done_now = 0;
                 auto first = transfer_status::done;
-                for (const auto& t : n.current_round().transfers) {
+                for (const auto& t : n.transfers()) {
                     const auto st = transfers(t);
                     log.push_back(std::string(t.send ? "send " : "recv ") + std::to_string(t.peer) +
                                   (st == transfer_status::pending ? "" : " now"));
@@ -334,7 +336,7 @@ TEST(CollectiveRunner, TheWatchdogIsArmedOnceForBackToBackCollectives) {
     fake_ms = 0ms;
     driver d(params(100ms));
     auto a = make(0), b = make(1);
-    EXPECT_EQ(d.run(d.runner.submit(*a)), "prepare #0; arm +100; send 1; recv 1");
+    EXPECT_EQ(d.run(d.runner.submit(*a)), "arm +100; prepare #0; send 1; recv 1");
     d.run(d.runner.submit(*b));
     fake_ms = 30ms;
     d.run(d.runner.transfer_done(*a, transfer_status::done));
@@ -362,7 +364,7 @@ TEST(CollectiveRunner, AShorterTimeoutArmsTheWatchdogEarlier) {
     d.runner.set_timeout(10ms);
     d.run(d.runner.transfer_done(*a, transfer_status::done));
     EXPECT_EQ(d.run(d.runner.transfer_done(*a, transfer_status::done)),
-              "complete #0 ok; prepare #1; arm +10; send 1; recv 1");
+              "complete #0 ok; arm +10; prepare #1; send 1; recv 1");
 }
 
 TEST(CollectiveRunner, ACollectiveStartedWithoutATimeoutHasNoDeadline) {
