@@ -6,30 +6,11 @@ namespace ucx::detail::coll {
 
 using phase = collective_run::phase;
 
-run_action collective_runner::submit(collective_run& r) noexcept {
-    r.next_ = nullptr;
-    r.phase_ = phase::queued;
-    (tail_ ? tail_->next_ : head_) = &r;
-    tail_ = &r;
-    // The running collective (or one not ready at the head) goes first.
-    if (in_pass_ || head_ != &r)
-        return {};
-    return begin(true);
-}
-
 run_action collective_runner::input_ready(collective_run& r, bool ok) noexcept {
     r.ready_ = true;
     if (!ok)
         r.local_failed_ = true;
     if (in_pass_ || head_ != &r || r.phase_ != phase::queued)
-        return {};
-    return begin(false);
-}
-
-run_action collective_runner::transfer_done(collective_run& r, transfer_status s) noexcept {
-    apply(r, s);
-    --r.outstanding_;
-    if (in_pass_ || r.outstanding_ > 0)
         return {};
     return begin(false);
 }
@@ -61,15 +42,6 @@ run_action collective_runner::fail() noexcept {
     return begin(false);
 }
 
-run_action collective_runner::round_started(int done_now, transfer_status s) noexcept {
-    collective_run& r = *head_;
-    r.phase_ = phase::waiting;
-    r.outstanding_ -= done_now;
-    if (s != transfer_status::done) [[unlikely]]
-        apply(r, s);
-    return next();
-}
-
 collective_run* collective_runner::take_front() noexcept {
     collective_run* r = head_;
     if (!r)
@@ -79,23 +51,6 @@ collective_run* collective_runner::take_front() noexcept {
         tail_ = nullptr;
     r->next_ = nullptr;
     return r;
-}
-
-run_action collective_runner::begin(bool initiating) noexcept {
-    in_pass_ = true;
-    initiating_ = initiating;
-    chained_ = 0;
-    return next();
-}
-
-void collective_runner::apply(collective_run& r, transfer_status s) noexcept {
-    // The first error decides.
-    if (r.outcome_ != run_outcome::ok)
-        return;
-    if (s == transfer_status::wrong_size)
-        r.outcome_ = run_outcome::mismatch;
-    else if (s == transfer_status::failed)
-        r.outcome_ = run_outcome::failed;
 }
 
 void collective_runner::finish_round(collective_run& r, const round& rd) noexcept {
@@ -109,25 +64,6 @@ void collective_runner::finish_round(collective_run& r, const round& rd) noexcep
     for (const auto& c : rd.copies)
         if (c.from.length > 0)
             std::memmove(r.at(c.to), r.at(c.from), c.from.length);
-}
-
-run_action collective_runner::end(collective_run& r, run_outcome o) noexcept {
-    r.outcome_ = o;
-    if (o != run_outcome::ok && !failed_) {
-        // No partial result: the group fails first (and reports it here).
-        r.phase_ = phase::failing;
-        return {&r, run_action_type::fail_group};
-    }
-    return complete(r);
-}
-
-run_action collective_runner::complete(collective_run& r) noexcept {
-    head_ = r.next_;
-    if (!head_)
-        tail_ = nullptr;
-    r.next_ = nullptr;
-    r.phase_ = phase::done;
-    return {&r, run_action_type::complete, r.outcome_, initiating_};
 }
 
 run_action collective_runner::attend() noexcept {

@@ -270,4 +270,70 @@ private:
     clock::time_point expired_at_{};
 };
 
+// The steps of every collective, inline.
+
+inline run_action collective_runner::submit(collective_run& r) noexcept {
+    r.next_ = nullptr;
+    r.phase_ = collective_run::phase::queued;
+    (tail_ ? tail_->next_ : head_) = &r;
+    tail_ = &r;
+    // The running collective (or one not ready at the head) goes first.
+    if (in_pass_ || head_ != &r)
+        return {};
+    return begin(true);
+}
+
+inline run_action collective_runner::transfer_done(collective_run& r, transfer_status s) noexcept {
+    apply(r, s);
+    --r.outstanding_;
+    if (in_pass_ || r.outstanding_ > 0)
+        return {};
+    return begin(false);
+}
+
+inline run_action collective_runner::round_started(int done_now, transfer_status s) noexcept {
+    collective_run& r = *head_;
+    r.phase_ = collective_run::phase::waiting;
+    r.outstanding_ -= done_now;
+    if (s != transfer_status::done) [[unlikely]]
+        apply(r, s);
+    return next();
+}
+
+inline run_action collective_runner::begin(bool initiating) noexcept {
+    in_pass_ = true;
+    initiating_ = initiating;
+    chained_ = 0;
+    return next();
+}
+
+inline void collective_runner::apply(collective_run& r, transfer_status s) noexcept {
+    // The first error decides.
+    if (r.outcome_ != run_outcome::ok)
+        return;
+    if (s == transfer_status::wrong_size)
+        r.outcome_ = run_outcome::mismatch;
+    else if (s == transfer_status::failed)
+        r.outcome_ = run_outcome::failed;
+}
+
+inline run_action collective_runner::end(collective_run& r, run_outcome o) noexcept {
+    r.outcome_ = o;
+    if (o != run_outcome::ok && !failed_) {
+        // No partial result: the group fails first (and reports it here).
+        r.phase_ = collective_run::phase::failing;
+        return {&r, run_action_type::fail_group};
+    }
+    return complete(r);
+}
+
+inline run_action collective_runner::complete(collective_run& r) noexcept {
+    head_ = r.next_;
+    if (!head_)
+        tail_ = nullptr;
+    r.next_ = nullptr;
+    r.phase_ = collective_run::phase::done;
+    return {&r, run_action_type::complete, r.outcome_, initiating_};
+}
+
 } // namespace ucx::detail::coll

@@ -185,10 +185,7 @@ coll::transfer_status group_impl::start_transfer(running& r, const coll::transfe
     if (t.send) {
         if (fabric_->send_now(peer, data, length, r.tag))
             return s::done;
-        // The handler holds the group; the group holds `r` in the runner's
-        // queue until every transfer of `r` has completed.
-        fabric_->send(peer, data, length, r.tag,
-                      transfer_done{shared_from_this(), &r, length, true});
+        send_later(r, peer, data, length);
         return s::pending;
     }
     const auto done = [&] { return transfer_done{shared_from_this(), &r, length, false}; };
@@ -196,6 +193,12 @@ coll::transfer_status group_impl::start_transfer(running& r, const coll::transfe
     if (fabric_->recv_now(peer, data, length, r.tag, done, got))
         return got == length ? s::done : s::wrong_size;
     return s::pending;
+}
+
+void group_impl::send_later(running& r, int peer, const std::byte* data, std::size_t length) {
+    // The handler holds the group; the group holds `r` in the runner's queue
+    // until every transfer of `r` has completed.
+    fabric_->send(peer, data, length, r.tag, transfer_done{shared_from_this(), &r, length, true});
 }
 
 // One timer watches the deadlines of the collectives (the runner says when

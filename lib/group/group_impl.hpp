@@ -333,6 +333,8 @@ private:
     coll::run_action start_round(running& r);
     /// Starts `t`, a transfer of `r`.
     coll::transfer_status start_transfer(running& r, const coll::transfer& t);
+    /// A send of `r` that UCX did not complete at once.
+    void send_later(running& r, int peer, const std::byte* data, std::size_t length);
     void arm_watchdog(std::chrono::steady_clock::time_point at);
     void cancel_watchdog() noexcept;
     /// `r` ended inside its start: it ends from the worker's next pass, as
