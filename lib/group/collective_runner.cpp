@@ -53,8 +53,7 @@ collective_run* collective_runner::take_front() noexcept {
     return r;
 }
 
-void collective_runner::finish_round(collective_run& r, const round& rd) noexcept {
-    ++r.round_;
+void collective_runner::combine_and_copy(collective_run& r, const round& rd) noexcept {
     if (!rd.combines.empty()) {
         const std::size_t es = element_size(r.type);
         for (const auto& c : rd.combines)

@@ -249,8 +249,14 @@ private:
     run_action end(collective_run& r, run_outcome o) noexcept;
     run_action complete(collective_run& r) noexcept;
     static void apply(collective_run& r, transfer_status s) noexcept;
-    /// `r`'s round `rd` completed: its combines and copies.
-    static void finish_round(collective_run& r, const round& rd) noexcept;
+    /// `r`'s round `rd` completed: its combines and copies (most rounds have
+    /// none), and on to the next round.
+    static void finish_round(collective_run& r, const round& rd) noexcept {
+        ++r.round_;
+        if (!rd.combines.empty() || !rd.copies.empty())
+            combine_and_copy(r, rd);
+    }
+    static void combine_and_copy(collective_run& r, const round& rd) noexcept;
 
     std::chrono::milliseconds timeout_;
     clock::time_point (*now_)();

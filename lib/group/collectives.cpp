@@ -94,8 +94,11 @@ void group_impl::collective(collective_args&& a, group_done_handler h) {
     r->seq = seq_++;
     if (device_in || device_out) [[unlikely]]
         stage_in(*r, *staging, device_in, device_out);
-    // The runner's queue holds it (see ~group_impl) until `complete`.
-    execute(runner_.submit(*r.release()));
+    // The runner's queue holds it (see ~group_impl) until `complete`. (Most
+    // often started by the previous one's handler: nothing to execute here.)
+    if (const coll::run_action first = runner_.submit(*r.release());
+        first.type != coll::run_action_type::none)
+        execute(first);
 }
 
 void group_impl::execute(coll::run_action a) {
