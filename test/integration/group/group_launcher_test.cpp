@@ -354,6 +354,17 @@ protected:
         return clean_env(all);
     }
 
+    /// `srun --mpi=<plugin> -n 4` of the sample: every collective checked,
+    /// through `store`.
+    static void expect_srun_joins(const std::string& plugin, const std::string& store) {
+        const std::string what = "srun --mpi=" + plugin + " -n 4";
+        const job j = run(slurm({"srun", "--mpi=" + plugin, "-n", "4", UCX_ASIO_GROUP_ALLREDUCE,
+                                 "--check", "--count", "100000"}),
+                          what);
+        expect_checked(j, 4);
+        EXPECT_TRUE(contains(j.out, store)) << j.out;
+    }
+
     static inline std::string dir_, conf_, skip_;
 };
 
@@ -361,20 +372,12 @@ protected:
 
 // srun with Slurm's PMIx plugin: the PMIx store.
 TEST_F(LaunchersSlurm, SrunWithPmix) {
-    const job j = run(slurm({"srun", "--mpi=pmix", "-n", "4", UCX_ASIO_GROUP_ALLREDUCE, "--check",
-                             "--count", "100000"}),
-                      "srun --mpi=pmix -n 4");
-    expect_checked(j, 4);
-    EXPECT_TRUE(contains(j.out, "pmix store")) << j.out;
+    expect_srun_joins("pmix", "pmix store");
 }
 
 // srun with Slurm's PMI-2 plugin, which answers PMI-1 too: the PMI-1 store.
 TEST_F(LaunchersSlurm, SrunWithPmi2) {
-    const job j = run(slurm({"srun", "--mpi=pmi2", "-n", "4", UCX_ASIO_GROUP_ALLREDUCE, "--check",
-                             "--count", "100000"}),
-                      "srun --mpi=pmi2 -n 4");
-    expect_checked(j, 4);
-    EXPECT_TRUE(contains(j.out, "pmi store")) << j.out;
+    expect_srun_joins("pmi2", "pmi store");
 }
 
 // srun without an MPI plugin serves no store: exit 2, saying how to ask for

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -88,6 +89,18 @@ struct driver {
     std::function<void()> on_fail;
     /// Where a deferred end goes (the worker's next pass).
     std::function<void(node&)> on_defer;
+
+    /// Submits each of `runs` in order.
+    void submit(std::initializer_list<node*> runs) {
+        for (node* n : runs)
+            run(runner.submit(*n));
+    }
+
+    /// The two transfers of `n`'s round in flight complete: what the last did.
+    std::string both_done(node& n) {
+        run(runner.transfer_done(n, transfer_status::done));
+        return run(runner.transfer_done(n, transfer_status::done));
+    }
 
     std::string run(run_action a) {
         log.clear();
@@ -199,8 +212,7 @@ TEST(CollectiveRunner, TheRoundsCombineInOrder) {
     for (const auto& t : rd.transfers)
         if (!t.send)
             std::memcpy(a->at(t.data), &theirs, 4);
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    EXPECT_EQ(d.run(d.runner.transfer_done(*a, transfer_status::done)), "complete #0 ok");
+    EXPECT_EQ(d.both_done(*a), "complete #0 ok");
     std::uint32_t sum = 0;
     std::memcpy(&sum, a->out.data(), 4);
     EXPECT_EQ(sum, 12u);
@@ -237,12 +249,8 @@ TEST(CollectiveRunner, CollectivesRunOneAtATimeInOrder) {
     EXPECT_EQ(d.run(d.runner.submit(*b)), "");
     EXPECT_EQ(d.run(d.runner.submit(*c)), "");
     EXPECT_EQ(b->where(), phase::queued);
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    EXPECT_EQ(d.run(d.runner.transfer_done(*a, transfer_status::done)),
-              "complete #0 ok; prepare #1; send 1; recv 1");
-    d.run(d.runner.transfer_done(*b, transfer_status::done));
-    EXPECT_EQ(d.run(d.runner.transfer_done(*b, transfer_status::done)),
-              "complete #1 ok; prepare #2; send 1; recv 1");
+    EXPECT_EQ(d.both_done(*a), "complete #0 ok; prepare #1; send 1; recv 1");
+    EXPECT_EQ(d.both_done(*b), "complete #1 ok; prepare #2; send 1; recv 1");
 }
 
 TEST(CollectiveRunner, AHandlerThatStartsTheNextOneIsTakenUpByThePass) {
@@ -254,9 +262,7 @@ TEST(CollectiveRunner, AHandlerThatStartsTheNextOneIsTakenUpByThePass) {
         }
     };
     d.run(d.runner.submit(*a));
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    EXPECT_EQ(d.run(d.runner.transfer_done(*a, transfer_status::done)),
-              "complete #0 ok; prepare #1; send 1; recv 1");
+    EXPECT_EQ(d.both_done(*a), "complete #0 ok; prepare #1; send 1; recv 1");
 }
 
 TEST(CollectiveRunner, AChainOfEndsInsideTheirStartIsCutEveryFewCollectives) {
@@ -282,8 +288,7 @@ TEST(CollectiveRunner, AChainOfEndsInsideTheirStartIsCutEveryFewCollectives) {
 TEST(CollectiveRunner, AWrongSizeFailsTheGroupThenEnds) {
     driver d;
     auto a = make(0), b = make(1);
-    d.run(d.runner.submit(*a));
-    d.run(d.runner.submit(*b));
+    d.submit({a.get(), b.get()});
     d.run(d.runner.transfer_done(*a, transfer_status::wrong_size));
     EXPECT_EQ(d.run(d.runner.transfer_done(*a, transfer_status::done)),
               "fail; complete #0 mismatch; complete #1 failed");
@@ -314,8 +319,7 @@ TEST(CollectiveRunner, AFailureWaitsForTheTransfersInFlight) {
     driver d(params(100ms));
     fake_ms = 0ms;
     auto a = make(0), b = make(1);
-    d.run(d.runner.submit(*a));
-    d.run(d.runner.submit(*b));
+    d.submit({a.get(), b.get()});
     // UCX still holds the buffers: nothing ends before they are back.
     EXPECT_EQ(d.run(d.runner.fail()), "cancel");
     EXPECT_EQ(a->where(), phase::waiting);
@@ -359,23 +363,18 @@ TEST(CollectiveRunner, AShorterTimeoutArmsTheWatchdogEarlier) {
     fake_ms = 0ms;
     driver d(params(1000ms));
     auto a = make(0), b = make(1);
-    d.run(d.runner.submit(*a));
-    d.run(d.runner.submit(*b));
+    d.submit({a.get(), b.get()});
     d.runner.set_timeout(10ms);
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    EXPECT_EQ(d.run(d.runner.transfer_done(*a, transfer_status::done)),
-              "complete #0 ok; arm +10; prepare #1; send 1; recv 1");
+    EXPECT_EQ(d.both_done(*a), "complete #0 ok; arm +10; prepare #1; send 1; recv 1");
 }
 
 TEST(CollectiveRunner, ACollectiveStartedWithoutATimeoutHasNoDeadline) {
     fake_ms = 0ms;
     driver d(params(100ms));
     auto a = make(0), b = make(1);
-    d.run(d.runner.submit(*a));
-    d.run(d.runner.submit(*b));
+    d.submit({a.get(), b.get()});
     d.runner.set_timeout(0ms);
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
+    d.both_done(*a);
     // The watchdog armed for #0 expires while #1 runs: #1 has no deadline.
     fake_ms = 500ms;
     EXPECT_EQ(d.run(d.runner.timer_expired(fake_now())), "");
@@ -387,8 +386,7 @@ TEST(CollectiveRunner, AnIdleWatchdogExpiryDoesNothing) {
     driver d(params(100ms));
     auto a = make(0);
     d.run(d.runner.submit(*a));
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
+    d.both_done(*a);
     fake_ms = 100ms;
     EXPECT_EQ(d.run(d.runner.timer_expired(fake_now())), "");
     EXPECT_FALSE(d.runner.timer_armed());
@@ -419,17 +417,14 @@ TEST(CollectiveRunner, InputReadyOfOneBehindTheHeadWaits) {
     b->set_not_ready();
     d.run(d.runner.submit(*b));
     EXPECT_EQ(d.run(d.runner.input_ready(*b, true)), "");
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    EXPECT_EQ(d.run(d.runner.transfer_done(*a, transfer_status::done)),
-              "complete #0 ok; prepare #1; send 1; recv 1");
+    EXPECT_EQ(d.both_done(*a), "complete #0 ok; prepare #1; send 1; recv 1");
 }
 
 TEST(CollectiveRunner, InputThatCannotBeReadFailsTheGroup) {
     driver d;
     auto a = make(0), b = make(1);
     a->set_not_ready();
-    d.run(d.runner.submit(*a));
-    d.run(d.runner.submit(*b));
+    d.submit({a.get(), b.get()});
     EXPECT_EQ(d.run(d.runner.input_ready(*a, false)),
               "fail; complete #0 local; complete #1 failed");
 }
@@ -442,19 +437,15 @@ TEST(CollectiveRunner, AFailureRaisedByAHandlerIsTakenUpByThePass) {
             EXPECT_EQ(d.runner.fail().type, run_action_type::none);
         }
     };
-    d.run(d.runner.submit(*a));
-    d.run(d.runner.submit(*b));
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    EXPECT_EQ(d.run(d.runner.transfer_done(*a, transfer_status::done)),
-              "complete #0 ok; complete #1 failed");
+    d.submit({a.get(), b.get()});
+    EXPECT_EQ(d.both_done(*a), "complete #0 ok; complete #1 failed");
 }
 
 TEST(CollectiveRunner, QueuedCollectivesCanBeTakenForDestruction) {
     driver d;
     auto a = make(0), b = make(1);
     a->set_not_ready();
-    d.run(d.runner.submit(*a));
-    d.run(d.runner.submit(*b));
+    d.submit({a.get(), b.get()});
     EXPECT_EQ(d.runner.take_front(), a.get());
     EXPECT_EQ(d.runner.take_front(), b.get());
     EXPECT_EQ(d.runner.take_front(), nullptr);
@@ -465,8 +456,7 @@ TEST(CollectiveRunner, ANodeIsReusedAfterReset) {
     driver d;
     auto a = make(0);
     d.run(d.runner.submit(*a));
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
-    d.run(d.runner.transfer_done(*a, transfer_status::done));
+    d.both_done(*a);
     a->reset_run();
     EXPECT_EQ(a->where(), phase::fresh);
     EXPECT_EQ(a->round(), 0u);
