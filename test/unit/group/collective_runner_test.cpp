@@ -112,7 +112,11 @@ struct driver {
     }
     void execute(run_action a) {
         for (;;) {
-            auto& n = *static_cast<node*>(a.run);
+            if (a.type == run_action_type::none)
+                return;
+            // (Every action but cancel_timer names its collective.)
+            static node no_run(-1, coll::barrier(0, 1), 0);
+            node& n = a.run ? *static_cast<node*>(a.run) : no_run;
             switch (a.type) {
             case run_action_type::none:
                 return;
