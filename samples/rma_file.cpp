@@ -34,16 +34,19 @@
 #endif
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -252,14 +255,16 @@ private:
 };
 
 // An output file that appears under its name only when complete: the data
-// goes to a temporary file beside it, renamed over the name by commit();
-// without commit (a failure, a lost peer, a digest mismatch) the temporary is
-// removed, so no partial file can be mistaken for the real one.
+// goes to a temporary file beside it, `<name>.part-<pid>`, renamed over the
+// name by commit(); without commit (a failure, a lost peer, a digest
+// mismatch) the temporary is removed, so no partial file can be mistaken for
+// the real one. A run killed outright leaves its temporary: the next run to
+// the same name removes the temporaries whose process is gone.
 class output_file {
 public:
     output_file(const std::string& path, std::size_t size)
         : path_(path), temp_(path + ".part-" + std::to_string(::getpid())),
-          file_(mapped_file::create(temp_, size)) {}
+          file_((remove_dead_temporaries(path), mapped_file::create(temp_, size))) {}
     output_file(const output_file&) = delete;
     output_file& operator=(const output_file&) = delete;
     ~output_file() {
@@ -278,6 +283,31 @@ public:
     }
 
 private:
+    /// Removes `<path>.part-<pid>` where no process has the pid (a run that
+    /// was killed), saying so on stderr. (A pid taken again by another
+    /// process keeps its temporary until that process is gone too.)
+    static void remove_dead_temporaries(const std::string& path) {
+        namespace fs = std::filesystem;
+        const fs::path p(path);
+        const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+        const std::string prefix = p.filename().string() + ".part-";
+        std::error_code ec;
+        for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+            const std::string name = it->path().filename().string();
+            if (name.size() <= prefix.size() || name.size() > prefix.size() + 9 ||
+                name.compare(0, prefix.size(), prefix) != 0 ||
+                name.find_first_not_of("0123456789", prefix.size()) != std::string::npos)
+                continue;
+            const auto pid = static_cast<pid_t>(std::stol(name.substr(prefix.size())));
+            if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH)
+                continue;
+            std::error_code rm;
+            if (fs::remove(it->path(), rm))
+                std::fprintf(stderr, "rma_file: removed %s, left by a run that ended (pid %d)\n",
+                             it->path().c_str(), static_cast<int>(pid));
+        }
+    }
+
     std::string path_, temp_;
     mapped_file file_;
     bool committed_ = false;

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
+#include <vector>
 
 using namespace ucx_test;
 
@@ -141,31 +143,44 @@ INSTANTIATE_TEST_SUITE_P(all, rma_file_process,
                              return to_string(info.param);
                          });
 
+/// A server of `source` over TCP and a slow pull of it (small chunks, one at
+/// a time) to `out`, under way: its temporary beside `out` exists.
+struct pull_under_way {
+    pull_under_way(const std::string& source, const std::string& out)
+        : server(
+              {UCX_ASIO_RMA_FILE, "serve", "--port", "0", "--file", source, "--transport", "tcp"}) {
+        std::string line;
+        do
+            line = server.read_line();
+        while (!line.empty() && line.rfind("listening on ", 0) != 0);
+        if (line.empty())
+            return;
+        port = line.substr(line.rfind(':') + 1);
+        client.emplace(std::vector<std::string>{UCX_ASIO_RMA_FILE, "pull", "--port", port, "--out",
+                                                out, "--parallel", "1", "--chunk", "4096",
+                                                "--quiet"});
+        temp = out + ".part-" + std::to_string(client->pid());
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!std::filesystem::exists(temp) && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    /// Whether the transfer got under way.
+    bool started() const { return client && std::filesystem::exists(temp); }
+
+    child_process server;
+    std::optional<child_process> client;
+    std::string port, temp;
+};
+
 TEST(rma_file_errors, a_pull_whose_server_dies_leaves_no_output_file) {
-    // Slow, small chunks over TCP, so the server can be killed mid-transfer.
     temp_file source("killed_source"), pulled("killed_pulled");
     write_random(source.path, tcp_file_size);
-    child_process server(
-        {UCX_ASIO_RMA_FILE, "serve", "--port", "0", "--file", source.path, "--transport", "tcp"});
-    std::string line;
-    do
-        line = server.read_line();
-    while (!line.empty() && line.rfind("listening on ", 0) != 0);
-    ASSERT_FALSE(line.empty()) << "the server did not start";
-    const std::string port = line.substr(line.rfind(':') + 1);
-    child_process client({UCX_ASIO_RMA_FILE, "pull", "--port", port, "--out", pulled.path,
-                          "--parallel", "1", "--chunk", "4096", "--quiet"});
-    // The client writes to a temporary beside the output while data flows:
-    // once it exists, the server dies.
-    const std::string temp = pulled.path + ".part-" + std::to_string(client.pid());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!std::filesystem::exists(temp) && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ASSERT_TRUE(std::filesystem::exists(temp)) << "the transfer did not start";
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    server.kill_now();
-    server.wait();
-    const int status = client.wait();
+    pull_under_way pull(source.path, pulled.path);
+    ASSERT_TRUE(pull.started()) << "the transfer did not start";
+    pull.server.kill_now();
+    pull.server.wait();
+    const int status = pull.client->wait();
     EXPECT_NE(status, 0) << "a lost transfer reported success";
     EXPECT_LT(status, 128) << "crashed instead of failing";
     // Neither the file nor its temporary is left behind.
@@ -174,6 +189,31 @@ TEST(rma_file_errors, a_pull_whose_server_dies_leaves_no_output_file) {
     const auto stem = std::filesystem::path(pulled.path).filename().string();
     for (const auto& e : std::filesystem::directory_iterator(dir))
         EXPECT_NE(e.path().filename().string().rfind(stem, 0), 0u) << "left behind: " << e.path();
+}
+
+TEST(rma_file_errors, the_temporary_of_a_killed_pull_is_removed_by_the_next_one) {
+    temp_file source("restart_source"), pulled("restart_pulled");
+    write_random(source.path, tcp_file_size);
+    pull_under_way pull(source.path, pulled.path);
+    ASSERT_TRUE(pull.started()) << "the transfer did not start";
+    // Killed outright, the client cannot remove its temporary.
+    pull.client->kill_now();
+    pull.client->wait();
+    ASSERT_TRUE(std::filesystem::exists(pull.temp));
+    // A temporary whose process is alive (this one's) is another run's: kept.
+    const std::string live = pulled.path + ".part-" + std::to_string(::getpid());
+    std::ofstream(live) << "a run under way";
+    // The next pull of the same name, from the same server.
+    const auto r = run_client(
+        {UCX_ASIO_RMA_FILE, "pull", "--port", pull.port, "--out", pulled.path, "--quiet"});
+    EXPECT_EQ(r.status, 0);
+    EXPECT_TRUE(r.match);
+    EXPECT_TRUE(same_content(source.path, pulled.path));
+    EXPECT_FALSE(std::filesystem::exists(pull.temp)) << "the dead run's temporary is left";
+    EXPECT_TRUE(std::filesystem::exists(live)) << "a live run's temporary was removed";
+    std::filesystem::remove(live);
+    pull.server.kill_now();
+    pull.server.wait();
 }
 
 TEST(rma_file_errors, no_server_is_a_clean_failure) {
