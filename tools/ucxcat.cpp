@@ -193,10 +193,25 @@ awaitable<boost::system::error_code> copy(From& from, To& to, std::uint64_t& cou
     co_return r.ec;
 }
 
+// The two directions run at once (`&&`): when one fails, the other is
+// cancelled, and ends quietly (a read that completes with operation_aborted),
+// so the error reported is the one that ended the session (the peer's loss,
+// say) rather than the cancellation it caused.
+
+/// Whether `state` says the coroutine was cancelled (by the other
+/// direction's failure). (Read straight from `this_coro`: a coroutine that
+/// was cancelled throws at the next awaitable it awaits.)
+bool cancelled(const asio::cancellation_state& state) {
+    return state.cancelled() != asio::cancellation_type::none;
+}
+
 /// stdin to the peer, then a half close: the peer reads end of file.
 template <class Stream>
 awaitable<void> to_peer(Stream& s, asio::posix::stream_descriptor& in, transfer& t) {
     const auto ec = co_await copy(in, s, t.sent, "sending");
+    if (ec == asio::error::operation_aborted &&
+        cancelled(co_await asio::this_coro::cancellation_state))
+        co_return; // the other direction failed
     if (ec != asio::error::eof)
         fail(ec, "reading stdin");
     shutdown_send(s);
@@ -206,6 +221,9 @@ awaitable<void> to_peer(Stream& s, asio::posix::stream_descriptor& in, transfer&
 template <class Stream>
 awaitable<void> from_peer(Stream& s, asio::posix::stream_descriptor& out, transfer& t) {
     const auto ec = co_await copy(s, out, t.received, "writing stdout");
+    if (ec == asio::error::operation_aborted &&
+        cancelled(co_await asio::this_coro::cancellation_state))
+        co_return; // the other direction failed
     if (ec != asio::error::eof)
         fail(ec, "receiving");
 }

@@ -7,6 +7,7 @@
 #include "test_support.hpp"
 
 #include <openssl/evp.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <filesystem>
@@ -171,6 +172,44 @@ TEST_P(ucxcat_process, connection_errors_exit_non_zero_with_a_message) {
     auto u = shell(bin + " -l 99999 2> " + (dir / "err2").string());
     EXPECT_EQ(u.wait(), 2);
     EXPECT_NE(read_file(dir / "err2").find("bad port"), std::string::npos);
+}
+
+// An idle session (both stdins open, no data) whose peer is killed ends with
+// the receive's error, not with the cancellation of the stdin read it
+// causes. Over UCX only: a killed TCP peer's socket closes with an end of
+// file, which a one-way end leaves for stdin to finish.
+TEST(ucxcat_peer_loss, an_idle_session_says_what_happened_to_the_peer) {
+    for (const std::string args : {"--ucx-transports tcp", "--ucx-transports shm"}) {
+        SCOPED_TRACE(args);
+        scratch dir;
+        const std::string bin = UCX_ASIO_UCXCAT;
+        // A FIFO opened for reading and writing never ends: an idle stdin.
+        for (const char* f : {"lin", "cin"})
+            ASSERT_EQ(::mkfifo((dir / f).c_str(), 0600), 0);
+        auto listener = shell("exec " + bin + " " + args + " -q -l --bind 127.0.0.1 0 <> " +
+                              (dir / "lin").string() + " > " + (dir / "lout").string() + " 2> " +
+                              (dir / "lerr").string());
+        const std::string port = wait_for_port(dir / "lerr");
+        ASSERT_FALSE(port.empty()) << read_file(dir / "lerr");
+        auto client = shell("exec " + bin + " " + args + " -q 127.0.0.1 " + port + " <> " +
+                            (dir / "cin").string() + " > /dev/null 2> " + (dir / "cerr").string());
+        // A line through the session: it is up.
+        { std::ofstream(dir / "cin") << "hello\n"; }
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (read_file(dir / "lout").find("hello") == std::string::npos &&
+               std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ASSERT_NE(read_file(dir / "lout").find("hello"), std::string::npos)
+            << read_file(dir / "cerr");
+        listener.kill_now();
+        listener.wait();
+        // Within the peer timeout, whatever the transport says.
+        EXPECT_EQ(client.wait(), 1);
+        const std::string err = read_file(dir / "cerr");
+        EXPECT_NE(err.find("ucxcat: receiving: "), std::string::npos) << err;
+        EXPECT_EQ(err.find("stdin"), std::string::npos) << err;
+        EXPECT_EQ(err.find("canceled"), std::string::npos) << err;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(transports, ucxcat_process,
