@@ -118,10 +118,6 @@ public:
         return {};
     }
 
-private:
-    friend class collective_runner;
-
-public:
     /// Where it is (for tests and logs).
     enum class phase : std::uint8_t {
         fresh,        // not submitted
@@ -137,6 +133,8 @@ public:
     phase where() const noexcept { return phase_; }
 
 private:
+    friend class collective_runner;
+
     collective_run* next_ = nullptr;
     phase phase_ = phase::fresh;
     std::size_t round_ = 0;
