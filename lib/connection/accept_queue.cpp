@@ -48,7 +48,7 @@ bool accept_queue::offer(std::shared_ptr<endpoint_impl> ep) noexcept {
     return true;
 }
 
-void accept_queue::cancel(operation* op) noexcept {
+void accept_queue::cancel(operation* op, boost::asio::cancellation_type) noexcept {
     auto* self = static_cast<accept_queue*>(op->cancel_context);
     auto it =
         std::find(self->accepts_.begin(), self->accepts_.end(), static_cast<endpoint_op*>(op));

@@ -36,7 +36,7 @@ public:
     void clear() noexcept;
 
 private:
-    static void cancel(operation* op) noexcept;
+    static void cancel(operation* op, boost::asio::cancellation_type) noexcept;
 
     worker_impl* worker_;
     std::deque<std::shared_ptr<endpoint_impl>> ready_;

@@ -168,7 +168,7 @@ void door_connect::connect(const boost::asio::ip::tcp::endpoint& to) {
     });
 }
 
-void door_connect::cancel(operation* op) noexcept {
+void door_connect::cancel(operation* op, boost::asio::cancellation_type) noexcept {
     static_cast<door_connect*>(op->cancel_context)->stop();
 }
 

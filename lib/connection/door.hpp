@@ -86,7 +86,7 @@ public:
     void shutdown() noexcept override;
 
 private:
-    static void cancel(operation* op) noexcept;
+    static void cancel(operation* op, boost::asio::cancellation_type) noexcept;
     void connect(const boost::asio::ip::tcp::endpoint& to);
     door_step on_header(std::span<const std::byte> header) override;
     door_step on_body(std::span<const std::byte> body) override;

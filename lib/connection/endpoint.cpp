@@ -48,12 +48,20 @@ namespace {
 void counted_send_finished(operation* op) noexcept {
     op->endpoint->send_finished();
 }
+
+/// A terminal cancellation of an operation UCX holds: its endpoint is closed
+/// at once, as `endpoint::close()` does (the worker's endpoint canceller,
+/// `worker_impl::set_endpoint_canceller`).
+void cancel_endpoint_of(operation* op) noexcept {
+    op->endpoint->force_close(boost::asio::error::operation_aborted);
+}
 } // namespace
 
 endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker)
     : worker_component(component_kind::endpoint), worker_(std::move(worker)),
       serial_(next_endpoint_serial()) {
     worker_->set_send_finisher(&counted_send_finished);
+    worker_->set_endpoint_canceller(&cancel_endpoint_of);
 }
 
 endpoint_impl::~endpoint_impl() {
@@ -484,13 +492,13 @@ void endpoint_impl::finish_connect(const error_code& ec) noexcept {
     worker_->complete(op, ec);
 }
 
-void endpoint_impl::cancel_connect(operation* op) noexcept {
+void endpoint_impl::cancel_connect(operation* op, boost::asio::cancellation_type) noexcept {
     // Cancelling a connect abandons the connection attempt.
     if (op->endpoint)
         op->endpoint->force_close(boost::asio::error::operation_aborted);
 }
 
-void endpoint_impl::cancel_wait(operation* op) noexcept {
+void endpoint_impl::cancel_wait(operation* op, boost::asio::cancellation_type) noexcept {
     endpoint_impl* self = op->endpoint;
     if (!self)
         return;
@@ -643,7 +651,8 @@ bool endpoint_impl::begin(operation* op, bool counted) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
     op->endpoint = this;
-    if (!w.is_open()) {
+    if (!w.is_open() || op->cancel_requested) {
+        // Closed, or cancelled before it was submitted.
         w.complete(op, boost::asio::error::operation_aborted);
         return false;
     }

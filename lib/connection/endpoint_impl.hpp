@@ -238,7 +238,7 @@ private:
     /// open, the endpoint established and not failed. (Defined
     /// inline in lib/connection/endpoint.cpp, beside its two callers.)
     inline bool usable_at_once() const noexcept;
-    static void cancel_connect(operation* op) noexcept;
+    static void cancel_connect(operation* op, boost::asio::cancellation_type) noexcept;
     /// The start shared by both connects: links `op`, checks the worker.
     /// False when `op` already failed.
     bool begin_connect(endpoint_op* op) noexcept;
@@ -248,7 +248,7 @@ private:
     /// A client endpoint by socket address (UCX's connection manager) in
     /// role `r` (client, or plain client).
     void connect_sockaddr(const sockaddr* addr, socklen_t len, endpoint_op* op, role r) noexcept;
-    static void cancel_wait(operation* op) noexcept;
+    static void cancel_wait(operation* op, boost::asio::cancellation_type) noexcept;
     void create(ucp_ep_params_t& params, error_code& ec) noexcept;
     /// Executes what the connection protocol decided, in order.
     void execute(const connection_actions& actions, endpoint_op* new_close_op = nullptr) noexcept;

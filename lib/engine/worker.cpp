@@ -308,19 +308,33 @@ void worker_impl::adopted_recv_callback(void* request, ucs_status_t status,
     ucp_request_free(request);
 }
 
-void worker_impl::cancel(operation* op) noexcept {
+void worker_impl::cancel(operation* op, boost::asio::cancellation_type type) noexcept {
     if (op->status != UCS_INPROGRESS || !op->in_flight)
         return;
     if (op->cancel_hook) {
-        op->cancel_hook(op);
+        op->cancel_hook(op, type);
         return;
     }
     if (op->request == nullptr) {
+        // Not in UCX's hands yet (held for staging): it ends when it would
+        // have been submitted.
         op->cancel_requested = true;
         return;
     }
-    if (op->cancellable && worker_) {
-        ucp_request_cancel(worker_, op->request);
+    if (op->cancellable) {
+        if (worker_) {
+            ucp_request_cancel(worker_, op->request);
+            request_progress();
+        }
+        return;
+    }
+    // UCX holds it and cannot cancel it: only a terminal cancellation, by
+    // failing its endpoint (UCX completes it when it releases the buffer).
+    if ((type & boost::asio::cancellation_type::terminal) == boost::asio::cancellation_type::none)
+        return;
+    if (op->endpoint && cancel_endpoint_) {
+        op->reason = boost::asio::error::operation_aborted;
+        cancel_endpoint_(op);
         request_progress();
     }
 }
@@ -775,8 +789,8 @@ worker_core& core_of(worker_impl& w) noexcept {
     return w;
 }
 
-void cancel(operation* op) noexcept {
-    op->owner->cancel(op);
+void cancel(operation* op, boost::asio::cancellation_type type) noexcept {
+    op->owner->cancel(op, type);
 }
 
 } // namespace ucx::detail

@@ -88,9 +88,15 @@ public:
     void adopt_recv(tag_recv_op* op, ucs_status_ptr_t r) noexcept;
     /// A UCX callback finished `op`: queue it for delivery after progress.
     void finished(operation* op) noexcept;
-    /// Cancels an operation from its cancellation slot: tag receives through
-    /// UCX, library-owned operations through their hook; sends cannot be.
-    void cancel(operation* op) noexcept;
+    /// Cancels an operation from its cancellation slot (`type` is Asio's
+    /// cancellation type). What has not reached UCX, tag receives (through
+    /// UCX) and library-owned operations (through their hook) are cancelled
+    /// for every type: nothing happened yet that cancelling undoes. What UCX
+    /// holds and cannot cancel (sends, active messages, stream writes, RMA,
+    /// an endpoint's flush) only for `terminal`, by failing its endpoint
+    /// (`set_endpoint_canceller`): UCX then completes it, so its buffer is
+    /// free when its handler runs.
+    void cancel(operation* op, boost::asio::cancellation_type type) noexcept;
     /// Head of the in-flight list (for endpoint failure fan-out).
     operation* in_flight_ops() const noexcept { return in_flight_head_; }
     /// Whether anything needs the worker's progress: an endpoint with a UCP
@@ -178,6 +184,12 @@ public:
     /// connection layer installs it with its first endpoint.
     using send_finisher = void (*)(operation*) noexcept;
     void set_send_finisher(send_finisher f) noexcept { finish_counted_send_ = f; }
+    /// What fails the endpoint of an operation that UCX holds, for a
+    /// terminal cancellation (`cancel`): it completes every operation of the
+    /// endpoint, `op` with `operation_aborted`, as closing it would. The
+    /// connection layer installs it with its first endpoint.
+    using endpoint_canceller = void (*)(operation*) noexcept;
+    void set_endpoint_canceller(endpoint_canceller f) noexcept { cancel_endpoint_ = f; }
 
     // --- device buffers (owner thread only) ---
     /// The staging of device buffers, made by the gpu layer
@@ -273,6 +285,7 @@ private:
     std::size_t streams_ = 0;
     stream_data_taker take_stream_data_ = nullptr;
     send_finisher finish_counted_send_ = nullptr;
+    endpoint_canceller cancel_endpoint_ = nullptr;
 
     operation* in_flight_head_ = nullptr;
     std::size_t in_flight_count_ = 0;

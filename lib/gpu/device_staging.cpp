@@ -342,7 +342,7 @@ void device_staging::done(const std::shared_ptr<entry>& e, const error_code& ec,
     worker_->complete(op, ec);
 }
 
-void device_staging::cancel_hook(operation* op) {
+void device_staging::cancel_hook(operation* op, boost::asio::cancellation_type type) {
     auto* e = static_cast<entry*>(op->cancel_context);
     if (!e)
         return;
@@ -354,13 +354,16 @@ void device_staging::cancel_hook(operation* op) {
         // message, its bytes are delivered (copied to the device), never
         // dropped by a cancellation that came too late.
         if (e->transfer)
-            op->owner->cancel(e->transfer);
+            op->owner->cancel(e->transfer, type);
         return;
     case cancel_policy::before_transfer:
-        // A send is cancelled only before its message went to UCX (while its
-        // bytes are still copied from the device): once sent, it completes.
+        // A send is cancelled before its message went to UCX (while its
+        // bytes are still copied from the device); once sent, as any send
+        // UCX holds (a terminal cancellation fails its endpoint).
         if (!e->transfer_started)
             e->run->cancel();
+        else if (e->transfer)
+            op->owner->cancel(e->transfer, type);
         return;
     }
 }

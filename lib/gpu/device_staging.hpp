@@ -240,7 +240,7 @@ private:
     /// Hands the sends at the head of `key`'s queue whose turn it is over.
     void pump(const void* key) noexcept;
     void done(const std::shared_ptr<entry>& e, const error_code& ec, std::size_t bytes) noexcept;
-    static void cancel_hook(operation* op);
+    static void cancel_hook(operation* op, boost::asio::cancellation_type type);
     /// The copy engine and the pinned pool (made on first use); false with
     /// `ec` set when there is no engine.
     bool ready(error_code& ec) noexcept;

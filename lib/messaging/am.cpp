@@ -493,7 +493,7 @@ void am_registry::recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcep
     w.request_progress();
 }
 
-void am_registry::cancel_recv(operation* op) noexcept {
+void am_registry::cancel_recv(operation* op, boost::asio::cancellation_type) noexcept {
     auto* self = static_cast<am_registry*>(op->cancel_context);
     auto* recv = static_cast<am_recv_op*>(op);
     auto it = self->ids_.find(recv->id);

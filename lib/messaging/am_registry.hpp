@@ -184,7 +184,7 @@ private:
     void hand_over(id_state& s, std::size_t index, am_message_state* m) noexcept;
     void unlink(id_state& s, am_message_state* m, am_message_state* prev) noexcept;
     void uncount(id_state& s, am_message_state* m) noexcept;
-    static void cancel_recv(operation* op) noexcept;
+    static void cancel_recv(operation* op, boost::asio::cancellation_type) noexcept;
 
     worker_impl* worker_;
     /// The worker's control channel: every message looks up its sender there.

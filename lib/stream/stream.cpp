@@ -163,7 +163,10 @@ void stream_impl::abort() noexcept {
 }
 
 void stream_impl::cancel() noexcept {
+    // Reads, and the writes that wait (for the reader's room or behind a
+    // staged write): nothing of those was sent. UCX's writes go on.
     fail_reads(boost::asio::error::operation_aborted);
+    fail_blocked(boost::asio::error::operation_aborted);
 }
 
 void stream_impl::shutdown_send(error_code& ec) noexcept {
@@ -284,19 +287,37 @@ void stream_impl::write_direct(stream_write_op* op) noexcept {
         return w.complete(op, boost::asio::error::broken_pipe);
     }
     if (decision == write_decision::wait) {
-        // Flow control: wait (in order) until the reader makes room.
+        // Flow control: wait (in order) until the reader makes room. Until
+        // then the library holds it, and any cancellation ends it.
+        w.start(op);
         try {
             blocked_.push_back(op);
         } catch (...) {
-            w.start(op);
             w.complete(op, make_error_code(error::allocation_failed));
+            return;
         }
+        op->library_owned = true;
+        op->cancel_hook = &stream_impl::cancel_blocked_write;
+        op->cancel_context = this;
         return;
     }
     submit(op, total);
 }
 
+void stream_impl::cancel_blocked_write(operation* op, boost::asio::cancellation_type) noexcept {
+    auto* self = static_cast<stream_impl*>(op->cancel_context);
+    auto it = std::find(self->blocked_.begin(), self->blocked_.end(), op);
+    if (it == self->blocked_.end())
+        return;
+    self->blocked_.erase(it);
+    self->worker_->complete(op, boost::asio::error::operation_aborted);
+}
+
 void stream_impl::submit(stream_write_op* op, std::size_t total) noexcept {
+    // Out of the flow-control wait (if it was there): UCX's from now on.
+    op->library_owned = false;
+    op->cancel_hook = nullptr;
+    op->cancel_context = nullptr;
     if (!ep_->begin(op, total > 0))
         return;
     if (total == 0)
@@ -415,7 +436,7 @@ void stream_impl::read_direct(transfer_op* op, const boost::asio::mutable_buffer
     w.request_progress();
 }
 
-void stream_impl::cancel_read(operation* op) noexcept {
+void stream_impl::cancel_read(operation* op, boost::asio::cancellation_type) noexcept {
     auto* self = static_cast<stream_impl*>(op->cancel_context);
     if (!self)
         return;

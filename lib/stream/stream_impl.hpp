@@ -165,7 +165,10 @@ private:
         std::size_t count;
     };
 
-    static void cancel_read(operation* op) noexcept;
+    static void cancel_read(operation* op, boost::asio::cancellation_type) noexcept;
+    /// Ends a write waiting for the reader to make room (any cancellation
+    /// type: nothing of it was sent).
+    static void cancel_blocked_write(operation* op, boost::asio::cancellation_type) noexcept;
     bool deadline_passed() const noexcept;
     void on_timeout() noexcept;
     /// Completes what reads it can; returns how many completed.

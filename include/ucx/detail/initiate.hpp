@@ -83,10 +83,9 @@ worker_core& core_of(const listener_impl& l) noexcept;
 worker_core& core_of(const stream_impl& s) noexcept;
 worker_core& core_of(const address_acceptor_impl& a) noexcept;
 
-/// Cancels an operation from its cancellation slot: tag receives through
-/// UCX, library-owned operations through their hook; sends cannot be
-/// (lib/engine/worker.cpp).
-void cancel(operation* op) noexcept;
+/// Cancels an operation from its cancellation slot, for the cancellation
+/// types it supports (lib/engine/worker.cpp).
+void cancel(operation* op, boost::asio::cancellation_type type) noexcept;
 
 /// Installed in a handler's cancellation slot.
 class operation_canceller {
@@ -97,7 +96,7 @@ public:
         if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none)
             return;
         if (op_->owner)
-            cancel(op_);
+            cancel(op_, type);
         else
             op_->cancel_requested = true; // not yet submitted
     }

@@ -14,6 +14,7 @@
 
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/execution/outstanding_work.hpp>
@@ -65,9 +66,9 @@ public:
     /// The endpoint whose failure must fail this operation (sends, per-endpoint
     /// receives, waits); null for worker-wide receives.
     endpoint_impl* endpoint = nullptr;
-    /// How to cancel a library-owned operation (from a cancellation slot), and
-    /// the object that hook works on.
-    void (*cancel_hook)(operation*) = nullptr;
+    /// How to cancel a library-owned operation (from a cancellation slot,
+    /// with Asio's cancellation type), and the object that hook works on.
+    void (*cancel_hook)(operation*, boost::asio::cancellation_type) = nullptr;
     void* cancel_context = nullptr;
     /// Whether ucp_request_cancel applies (tag receives).
     bool cancellable = false;
