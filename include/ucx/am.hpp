@@ -78,7 +78,9 @@ struct am_send_options {
 /// `ucx::error::header_too_large` for a header over the maximum,
 /// `ucx::error::feature_not_enabled` without `feature::am` (all before
 /// anything is sent); the endpoint's error after a failure or close, as for
-/// every send. Not cancellable (UCX cannot cancel a send).
+/// every send. Cancellation as for `async_tag_send`: `terminal` closes the
+/// endpoint once UCX holds the send, `partial` and `total` cancel it only
+/// before (`operation_aborted`).
 ///
 /// Device (GPU) buffers where UCX cannot move device memory (no CUDA
 /// transports): the data is copied into pinned host memory and sent from

@@ -97,7 +97,10 @@ auto atomic_fetch(endpoint& ep, ucp_atomic_op_t opcode, std::uint64_t remote_add
 /// Errors, all reported before UCX sees the operation: `key_errc::no_key`
 /// (empty key), `key_errc::wrong_endpoint` (key of another endpoint),
 /// `ucx::error::out_of_bounds` (any byte outside the key's region). Then the
-/// endpoint's errors, as for sends. Not cancellable (UCX cannot cancel RMA).
+/// endpoint's errors, as for sends. Cancellation as for sends: UCX cannot
+/// cancel RMA, so `terminal` closes the endpoint (`operation_aborted` once
+/// UCX has let go of the buffer), `partial` and `total` cancel only before
+/// the operation reached UCX.
 ///
 /// A buffer in GPU device memory where UCX cannot move it (docs/guide/gpu.md) is
 /// staged through pinned host memory after these checks: one put (or get)

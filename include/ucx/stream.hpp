@@ -107,8 +107,10 @@ void stream_write(stream_impl& s, stream_write_op* op) noexcept;
 /// `operation_aborted` and the peer sees `connection_reset`.
 ///
 /// Cancellation: reads honour per-operation cancellation (all types) and
-/// `cancel()`. UCX cannot take back a send, so writes ignore cancellation;
-/// they complete when UCX has sent the data.
+/// `cancel()`. A write waiting for the reader to make room (flow control)
+/// is ended by any cancellation type and by `cancel()`; one UCX holds only by
+/// `terminal`, which closes the stream (`partial` and `total` leave it to
+/// complete). A write's buffers are free when its handler runs.
 ///
 /// Timeouts, as `beast::tcp_stream`: after `expires_after(d)` (or
 /// `expires_at`), operations pending when the deadline passes, and
@@ -259,7 +261,8 @@ public:
         detail::throw_on_error("ucx::stream::shutdown",
                                [&](error_code& ec) { shutdown(what, ec); });
     }
-    /// Pending reads complete with `operation_aborted` (writes cannot be cancelled).
+    /// Pending reads, and writes waiting for the reader to make room, complete
+    /// with `operation_aborted` (writes UCX holds go on).
     void cancel() noexcept {
         if (impl_)
             detail::stream_cancel(*impl_);
@@ -393,8 +396,9 @@ public:
     /// `connection_reset` (the peer failed), `ucx::error::peer_unresponsive`,
     /// `broken_pipe` (the peer closed),
     /// `bad_descriptor` after `close()`, `timed_out`, `operation_aborted`
-    /// after `abort()`, `ucx::error::allocation_failed`. Not cancellable (UCX
-    /// cannot take a send back).
+    /// after `abort()` or a cancellation, `ucx::error::allocation_failed`.
+    /// Cancellation: a write waiting for room ends at any type; one UCX holds
+    /// only at `terminal`, which closes the stream (as `close()`).
     ///
     /// GPU device memory where UCX cannot move it (docs/guide/gpu.md): a write
     /// whose first buffer is device memory writes that buffer only, staged

@@ -38,8 +38,11 @@ void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag
 /// Errors: the endpoint's failure code after a peer failure;
 /// `asio::error::bad_descriptor` on a closed endpoint;
 /// `asio::error::operation_aborted` if the endpoint or worker is closed while
-/// the send is in flight. Sends cannot be cancelled individually (UCX does not
-/// support it); the cancellation slot is ignored.
+/// the send is in flight. Cancellation: UCX cannot take back a send it holds,
+/// so `terminal` closes the endpoint (this send and every other operation of
+/// the endpoint complete with `operation_aborted` once UCX has let go of
+/// them; later ones with `bad_descriptor`); `partial` and `total` cancel the
+/// send only before it reached UCX. The buffer is free when the handler runs.
 ///
 /// `data` may be CUDA device memory. Where UCX cannot move device memory,
 /// the worker copies it into pinned host memory and sends it from there as

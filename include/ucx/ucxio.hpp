@@ -68,8 +68,9 @@ Buffer first_buffer(const BufferSequence& buffers) {
 ///
 /// Each operation moves the first non-empty buffer of its sequence (RMA needs
 /// contiguous memory), as a `read_some`/`write_some` may; Asio's composed
-/// algorithms continue with the rest. Operations cannot be cancelled (UCX
-/// cannot cancel RMA): the cancellation slot is ignored.
+/// algorithms continue with the rest. Cancellation as for RMA: UCX cannot
+/// cancel RMA, so `terminal` closes the endpoint, `partial` and `total` act
+/// only before UCX holds the operation.
 ///
 /// Cheap to copy: copies share the key but each has its own position. Use
 /// from the worker's executor.

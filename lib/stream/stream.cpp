@@ -290,6 +290,8 @@ void stream_impl::write_direct(stream_write_op* op) noexcept {
         // Flow control: wait (in order) until the reader makes room. Until
         // then the library holds it, and any cancellation ends it.
         w.start(op);
+        if (op->cancel_requested) // while it waited behind a staged write
+            return w.complete(op, boost::asio::error::operation_aborted);
         try {
             blocked_.push_back(op);
         } catch (...) {
