@@ -197,6 +197,64 @@ enum class error : int {
 /// supported, invalid argument, message size, ...) where one fits.
 const boost::system::error_category& library_category() noexcept;
 
+/// Conditions that gather the codes of every category that mean one thing,
+/// for code that tests meanings rather than codes: `ec == ucx::condition::
+/// peer_lost`. A code renamed between versions of the library matches the
+/// same condition under its old and its new name, so code that compares
+/// against the condition keeps working across the rename (the renames are
+/// listed in docs/guide/errors.md). Category "ucx.condition".
+enum class condition : int {
+    /// A remote memory access outside the remote region:
+    /// `error::out_of_bounds`, and `errc::out_of_range`, its former name.
+    out_of_bounds = 1,
+    /// An argument the call cannot use: `errc::invalid_param`,
+    /// `errc::invalid_addr` and the library's findings that replaced them
+    /// (`error::wrong_worker`, `context_closed`, `empty_address`,
+    /// `malformed_address`, `misaligned_address`, `invalid_am_id`,
+    /// `header_too_large`, `invalid_region`, `invalid_option`,
+    /// `unknown_option`, `null_allocator`, `invalid_rank`).
+    invalid_argument,
+    /// The operation cannot be done here: `errc::unsupported`,
+    /// `errc::not_implemented`, `error::feature_not_enabled`,
+    /// `no_socket_address`, `wrong_acceptor_kind`, `memory_type_not_supported`,
+    /// `no_am_allocator`, `atomics_unsupported`.
+    not_supported,
+    /// No connection to the peer for this operation: `errc::not_connected`,
+    /// `error::not_connected`, `error::no_reply_endpoint`.
+    not_connected,
+    /// Memory ran out: `errc::no_memory`, `error::allocation_failed`.
+    out_of_memory,
+    /// No such device or interface: `errc::no_device`,
+    /// `error::no_interface_address`.
+    no_device,
+    /// A value over a limit: `errc::exceeds_limit`, `error::key_too_large`,
+    /// `error::store_value_too_large`.
+    too_large,
+    /// A connect or accept without an endpoint: `errc::no_elem`,
+    /// `error::no_endpoint`.
+    no_endpoint,
+    /// The peer failed, reset the connection or stopped answering:
+    /// `errc::connection_reset`, UCX's endpoint failures (`errc::
+    /// endpoint_timeout` and the range around it), `error::peer_unresponsive`,
+    /// `asio::error::connection_reset`.
+    peer_lost,
+    /// A deadline passed: `errc::timed_out`, `errc::endpoint_timeout`,
+    /// `error::handshake_timeout`, `store_timeout`, `group_timeout`,
+    /// `asio::error::timed_out`.
+    timed_out,
+    /// The operation was cancelled or its object closed under it:
+    /// `asio::error::operation_aborted`, `errc::canceled`.
+    cancelled,
+};
+
+/// The "ucx.condition" category of `ucx::condition`.
+const boost::system::error_category& condition_category() noexcept;
+
+/// Makes the error condition of `c`, in the "ucx.condition" category.
+inline boost::system::error_condition make_error_condition(condition c) noexcept {
+    return boost::system::error_condition(static_cast<int>(c), condition_category());
+}
+
 namespace detail {
 
 /// The category of an error enum of the library, specialized next to the
@@ -237,5 +295,9 @@ namespace boost::system {
 template <class E>
 requires ucx::detail::library_error_enum<E>
 struct is_error_code_enum<E> : std::true_type {
+};
+/// `ucx::condition` converts to `error_condition`.
+template <>
+struct is_error_condition_enum<ucx::condition> : std::true_type {
 };
 } // namespace boost::system

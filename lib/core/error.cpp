@@ -113,7 +113,126 @@ constexpr detail::error_row<error> library_errors[] = {
     {error::pmi_failed, "the launcher's PMI server failed", std_errc::io_error},
 };
 
+// ---- ucx::condition ----
+
+constexpr const char* condition_messages[] = {
+    "unknown ucx.condition",
+    "outside the remote memory region",
+    "invalid argument",
+    "operation not supported here",
+    "not connected to the peer",
+    "out of memory",
+    "no such device",
+    "value too large",
+    "no endpoint",
+    "the peer was lost",
+    "timed out",
+    "operation cancelled",
+};
+
+/// The codes of the library's enums each condition gathers.
+struct member {
+    condition cond;
+    int value;
+    bool library; // ucx::error (else ucx::errc)
+};
+
+constexpr member members[] = {
+    {condition::out_of_bounds, static_cast<int>(error::out_of_bounds), true},
+    {condition::out_of_bounds, static_cast<int>(errc::out_of_range), false},
+    {condition::invalid_argument, static_cast<int>(errc::invalid_param), false},
+    {condition::invalid_argument, static_cast<int>(errc::invalid_addr), false},
+    {condition::invalid_argument, static_cast<int>(error::wrong_worker), true},
+    {condition::invalid_argument, static_cast<int>(error::context_closed), true},
+    {condition::invalid_argument, static_cast<int>(error::empty_address), true},
+    {condition::invalid_argument, static_cast<int>(error::malformed_address), true},
+    {condition::invalid_argument, static_cast<int>(error::misaligned_address), true},
+    {condition::invalid_argument, static_cast<int>(error::invalid_am_id), true},
+    {condition::invalid_argument, static_cast<int>(error::header_too_large), true},
+    {condition::invalid_argument, static_cast<int>(error::invalid_region), true},
+    {condition::invalid_argument, static_cast<int>(error::invalid_option), true},
+    {condition::invalid_argument, static_cast<int>(error::unknown_option), true},
+    {condition::invalid_argument, static_cast<int>(error::null_allocator), true},
+    {condition::invalid_argument, static_cast<int>(error::invalid_rank), true},
+    {condition::not_supported, static_cast<int>(errc::unsupported), false},
+    {condition::not_supported, static_cast<int>(errc::not_implemented), false},
+    {condition::not_supported, static_cast<int>(error::feature_not_enabled), true},
+    {condition::not_supported, static_cast<int>(error::no_socket_address), true},
+    {condition::not_supported, static_cast<int>(error::wrong_acceptor_kind), true},
+    {condition::not_supported, static_cast<int>(error::memory_type_not_supported), true},
+    {condition::not_supported, static_cast<int>(error::no_am_allocator), true},
+    {condition::not_supported, static_cast<int>(error::atomics_unsupported), true},
+    {condition::not_connected, static_cast<int>(errc::not_connected), false},
+    {condition::not_connected, static_cast<int>(error::not_connected), true},
+    {condition::not_connected, static_cast<int>(error::no_reply_endpoint), true},
+    {condition::out_of_memory, static_cast<int>(errc::no_memory), false},
+    {condition::out_of_memory, static_cast<int>(error::allocation_failed), true},
+    {condition::no_device, static_cast<int>(errc::no_device), false},
+    {condition::no_device, static_cast<int>(error::no_interface_address), true},
+    {condition::too_large, static_cast<int>(errc::exceeds_limit), false},
+    {condition::too_large, static_cast<int>(error::key_too_large), true},
+    {condition::too_large, static_cast<int>(error::store_value_too_large), true},
+    {condition::no_endpoint, static_cast<int>(errc::no_elem), false},
+    {condition::no_endpoint, static_cast<int>(error::no_endpoint), true},
+    {condition::peer_lost, static_cast<int>(errc::connection_reset), false},
+    {condition::peer_lost, static_cast<int>(error::peer_unresponsive), true},
+    {condition::timed_out, static_cast<int>(errc::timed_out), false},
+    {condition::timed_out, static_cast<int>(errc::endpoint_timeout), false},
+    {condition::timed_out, static_cast<int>(error::handshake_timeout), true},
+    {condition::timed_out, static_cast<int>(error::store_timeout), true},
+    {condition::timed_out, static_cast<int>(error::group_timeout), true},
+    {condition::cancelled, static_cast<int>(errc::canceled), false},
+};
+
+class condition_category_impl : public boost::system::error_category {
+public:
+    const char* name() const noexcept override { return "ucx.condition"; }
+
+    std::string message(int ev) const override {
+        if (ev <= 0 || ev >= static_cast<int>(std::size(condition_messages)))
+            return condition_messages[0];
+        return condition_messages[ev];
+    }
+
+    bool equivalent(const boost::system::error_code& code, int ev) const noexcept override {
+        const auto c = static_cast<condition>(ev);
+        const auto& cat = code.category();
+        const int v = code.value();
+        if (cat == ucx::error_category()) {
+            // UCX's link and endpoint failures are ranges of statuses.
+            if (c == condition::peer_lost &&
+                ((v >= static_cast<int>(errc::first_endpoint_failure) &&
+                  v <= static_cast<int>(errc::last_endpoint_failure)) ||
+                 (v >= static_cast<int>(errc::first_link_failure) &&
+                  v <= static_cast<int>(errc::last_link_failure))))
+                return true;
+        } else if (cat != ucx::library_category()) {
+            // Asio's codes for the same meanings.
+            switch (c) {
+            case condition::peer_lost:
+                return code == boost::asio::error::connection_reset;
+            case condition::timed_out:
+                return code == boost::asio::error::timed_out;
+            case condition::cancelled:
+                return code == boost::asio::error::operation_aborted;
+            default:
+                return false;
+            }
+        }
+        const bool library = cat == ucx::library_category();
+        for (const member& m : members)
+            if (m.cond == c && m.library == library && m.value == v)
+                return true;
+        return false;
+    }
+};
+
 } // namespace
+
+const boost::system::error_category& condition_category() noexcept {
+    static const condition_category_impl category;
+    return category;
+}
 
 const boost::system::error_category& library_category() noexcept {
     static const detail::table_category<error> category("ucx.library", library_errors,

@@ -295,4 +295,95 @@ TEST(LibraryCategory, ComparesWithStdErrc) {
     EXPECT_STREQ(sec.category().name(), "ucx.library");
 }
 
+// ---- ucx::condition ----
+
+// Each code the library renamed, with the code it had before: both match
+// one condition, so code that compares against the condition works with
+// either version.
+TEST(ConditionCategory, EachRenamedCodeMatchesTheConditionOfItsFormerName) {
+    struct rename {
+        ucx::error now;
+        ucx::errc before;
+        ucx::condition both;
+    };
+    const rename renames[] = {
+        {ucx::error::out_of_bounds, ucx::errc::out_of_range, ucx::condition::out_of_bounds},
+        {ucx::error::not_connected, ucx::errc::not_connected, ucx::condition::not_connected},
+        {ucx::error::no_reply_endpoint, ucx::errc::not_connected, ucx::condition::not_connected},
+        {ucx::error::feature_not_enabled, ucx::errc::unsupported, ucx::condition::not_supported},
+        {ucx::error::no_socket_address, ucx::errc::unsupported, ucx::condition::not_supported},
+        {ucx::error::wrong_acceptor_kind, ucx::errc::unsupported, ucx::condition::not_supported},
+        {ucx::error::memory_type_not_supported, ucx::errc::unsupported,
+         ucx::condition::not_supported},
+        {ucx::error::no_am_allocator, ucx::errc::unsupported, ucx::condition::not_supported},
+        {ucx::error::wrong_worker, ucx::errc::invalid_param, ucx::condition::invalid_argument},
+        {ucx::error::context_closed, ucx::errc::invalid_param, ucx::condition::invalid_argument},
+        {ucx::error::empty_address, ucx::errc::invalid_addr, ucx::condition::invalid_argument},
+        {ucx::error::malformed_address, ucx::errc::invalid_addr, ucx::condition::invalid_argument},
+        {ucx::error::misaligned_address, ucx::errc::invalid_param,
+         ucx::condition::invalid_argument},
+        {ucx::error::invalid_am_id, ucx::errc::invalid_param, ucx::condition::invalid_argument},
+        {ucx::error::header_too_large, ucx::errc::invalid_param, ucx::condition::invalid_argument},
+        {ucx::error::invalid_region, ucx::errc::invalid_param, ucx::condition::invalid_argument},
+        {ucx::error::invalid_option, ucx::errc::invalid_param, ucx::condition::invalid_argument},
+        {ucx::error::null_allocator, ucx::errc::invalid_param, ucx::condition::invalid_argument},
+        {ucx::error::no_interface_address, ucx::errc::no_device, ucx::condition::no_device},
+        {ucx::error::key_too_large, ucx::errc::exceeds_limit, ucx::condition::too_large},
+        {ucx::error::allocation_failed, ucx::errc::no_memory, ucx::condition::out_of_memory},
+        {ucx::error::no_endpoint, ucx::errc::no_elem, ucx::condition::no_endpoint},
+    };
+    for (const rename& r : renames) {
+        SCOPED_TRACE(ucx::make_error_code(r.now).message());
+        const ucx::error_code now = r.now, before = r.before;
+        EXPECT_FALSE(now == before); // codes compare exactly
+        EXPECT_TRUE(now == r.both);
+        EXPECT_TRUE(before == r.both);
+        EXPECT_TRUE(r.both == now); // either side
+        EXPECT_FALSE(now != r.both);
+    }
+}
+
+TEST(ConditionCategory, GathersTheCodesOfEveryCategoryThatMeanOneThing) {
+    namespace aerr = boost::asio::error;
+    // A lost peer: UCX's resets and endpoint and link failures, the library's
+    // silence detection, Asio's reset.
+    for (const ucx::error_code ec :
+         {ucx::error_code(ucx::errc::connection_reset), ucx::error_code(ucx::errc::endpoint_timeout),
+          ucx::make_error_code(UCS_ERR_ENDPOINT_TIMEOUT), ucx::make_error_code(ucs_status_t(-61)),
+          ucx::make_error_code(ucs_status_t(-45)), ucx::error_code(ucx::error::peer_unresponsive),
+          ucx::error_code(aerr::connection_reset)})
+        EXPECT_TRUE(ec == ucx::condition::peer_lost) << ec.message();
+    for (const ucx::error_code ec :
+         {ucx::error_code(ucx::errc::timed_out), ucx::error_code(ucx::error::handshake_timeout),
+          ucx::error_code(ucx::error::store_timeout), ucx::error_code(ucx::error::group_timeout),
+          ucx::error_code(aerr::timed_out)})
+        EXPECT_TRUE(ec == ucx::condition::timed_out) << ec.message();
+    EXPECT_TRUE(ucx::error_code(aerr::operation_aborted) == ucx::condition::cancelled);
+    EXPECT_TRUE(ucx::make_error_code(UCS_ERR_CANCELED) == ucx::condition::cancelled);
+    EXPECT_TRUE(ucx::error_code(ucx::errc::canceled) == ucx::condition::cancelled);
+    EXPECT_TRUE(ucx::error_code(ucx::error::store_value_too_large) == ucx::condition::too_large);
+
+    // Not the others.
+    EXPECT_FALSE(ucx::error_code(aerr::eof) == ucx::condition::peer_lost);
+    EXPECT_FALSE(ucx::error_code(ucx::error::group_failed) == ucx::condition::timed_out);
+    EXPECT_FALSE(ucx::error_code(ucx::errc::timed_out) == ucx::condition::peer_lost);
+    EXPECT_FALSE(ucx::error_code(ucx::error::out_of_bounds) == ucx::condition::invalid_argument);
+    EXPECT_FALSE(ucx::error_code(aerr::bad_descriptor) == ucx::condition::cancelled);
+    EXPECT_FALSE(ucx::error_code() == ucx::condition::cancelled);
+    EXPECT_FALSE(ucx::error_code(ucx::errc::invalid_param) == ucx::condition::not_supported);
+    // A value that is no condition matches nothing and has a message.
+    const boost::system::error_condition none(99, ucx::condition_category());
+    EXPECT_FALSE(ucx::error_code(ucx::errc::invalid_param) == none);
+    EXPECT_EQ(none.message(), "unknown ucx.condition");
+}
+
+TEST(ConditionCategory, NameAndMessages) {
+    const boost::system::error_condition c = ucx::condition::peer_lost;
+    EXPECT_STREQ(c.category().name(), "ucx.condition");
+    EXPECT_EQ(&c.category(), &ucx::condition_category());
+    EXPECT_EQ(c.message(), "the peer was lost");
+    EXPECT_EQ(ucx::make_error_condition(ucx::condition::out_of_bounds).message(),
+              "outside the remote memory region");
+}
+
 } // namespace
