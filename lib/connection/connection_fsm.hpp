@@ -141,10 +141,16 @@ public:
         std::uint64_t heartbeat_interval_ms = 0;
     };
 
-    /// Ticks without a word from the peer after which it is unresponsive: the
-    /// silence lasts between `silent_ticks_limit` and `silent_ticks_limit + 1`
-    /// intervals.
-    static constexpr unsigned silent_ticks_limit = 4;
+    /// Ticks without a word from the peer after which it is unresponsive.
+    /// The first silent tick pings; a live peer answers before the next, so
+    /// the peer has said nothing since at most that first ping: the report
+    /// comes at least `silent_ticks_limit - 1` and less than
+    /// `silent_ticks_limit + 1` intervals after the peer fell silent. With an
+    /// interval of the peer timeout over `silent_ticks_limit - 1`
+    /// (`endpoint_impl::connection_params`), a peer silent for less than the
+    /// timeout is never reported, and one silent for longer is within 9/7 of
+    /// it.
+    static constexpr unsigned silent_ticks_limit = 8;
 
     /// The UCP endpoint exists: address, borrowed and plain server endpoints
     /// are open at once; a client sends its hello; a server waits for the

@@ -316,11 +316,13 @@ endpoint_impl::connection_params(role r, bool by_address, bool listener,
     connection_fsm::start_params p{r, by_address, listener,
                                    fabric_ ? fabric_tag(*worker_) : random_tag(*worker_)};
     p.handshake_timeout_ms = ms(t.handshake_timeout);
-    // A peer silent for `silent_ticks_limit` ticks fails: the silence lasts
-    // between the timeout and a quarter more.
-    if (const std::uint64_t timeout = ms(t.peer_timeout); timeout != 0)
-        p.heartbeat_interval_ms =
-            std::max<std::uint64_t>(1, timeout / connection_fsm::silent_ticks_limit);
+    // A peer silent for `silent_ticks_limit` ticks fails: it has been silent
+    // for at least `silent_ticks_limit - 1` intervals, the timeout (rounded
+    // up), and less than two intervals more.
+    if (const std::uint64_t timeout = ms(t.peer_timeout); timeout != 0) {
+        constexpr std::uint64_t n = connection_fsm::silent_ticks_limit - 1;
+        p.heartbeat_interval_ms = std::max<std::uint64_t>(1, (timeout + n - 1) / n);
+    }
     return p;
 }
 

@@ -5,7 +5,9 @@
 //   fault_peer server --address A [--peer-timeout-ms T] [--hold-descriptors K]
 //   fault_peer client --host H --port P [--peer-timeout-ms T]
 //
-// Output lines: "listening <port>", "connected", "failed <message>".
+// Output lines: "listening <port>", "connected", "failed <message>", and on
+// the client "resumed <ms>" when an echo comes 200 ms or more after the one
+// before (the exchange goes on after a pause).
 //
 // With --hold-descriptors K the server, once listening, opens descriptors
 // until it has none left, closes K of them again, and prints "holding <n>";
@@ -37,6 +39,7 @@ struct session {
     asio::steady_timer timer;
     std::array<char, 64> out{}, in{};
     bool client = false;
+    std::chrono::steady_clock::time_point last_echo = std::chrono::steady_clock::now();
 
     session(ucx::endpoint e, bool is_client)
         : ep(std::move(e)), timer(ep.get_executor()), client(is_client) {}
@@ -59,9 +62,20 @@ struct session {
                       [self](ucx::error_code ec, std::size_t n, std::uint32_t) {
                           if (ec)
                               return;
-                          if (!self->client)
+                          if (!self->client) {
                               self->ep.async_send(asio::buffer(self->in.data(), n), 1,
                                                   [](ucx::error_code, std::size_t) {});
+                          } else {
+                              const auto now = std::chrono::steady_clock::now();
+                              const auto gap = std::chrono::duration_cast<
+                                  std::chrono::milliseconds>(now - self->last_echo);
+                              self->last_echo = now;
+                              if (gap >= std::chrono::milliseconds(200)) {
+                                  std::printf("resumed %lld\n",
+                                              static_cast<long long>(gap.count()));
+                                  std::fflush(stdout);
+                              }
+                          }
                           self->receive(self);
                       });
     }
