@@ -37,8 +37,8 @@ struct group_options {
     /// the collective starts running: one not completed by then fails the
     /// group with `ucx::error::group_timeout`. Zero: none (a peer that stops
     /// answering is still reported within the worker's `peer_timeout`).
-    /// Messages by rank have no deadline; cancel them by failing the group
-    /// (`abort()`) or closing it.
+    /// Messages by rank have no deadline of their own: bound them through
+    /// their cancellation slot (a timer with `||`, `cancel_after`).
     std::chrono::milliseconds timeout{0};
     /// Connections on first use instead of right after the join: the lower
     /// rank of a pair connects when it first sends to or receives from the
@@ -157,6 +157,18 @@ inline constexpr int any_rank = -1;
 ///   `ucx::error::cuda_error` (and the group with it). Messages by rank take
 ///   device buffers as tag messages do (staged through host memory where UCX
 ///   cannot move device memory).
+///
+/// Cancellation, through the handler's cancellation slot (emitted on the
+/// worker's executor's thread):
+/// - a receive by rank (`async_recv`, `async_recv_any`): every type; it
+///   completes with `operation_aborted` unless a message matched it first;
+/// - a send by rank: every type while it waits for its connection (a lazy
+///   group) or has not reached UCX, unsent; once UCX holds it only
+///   `terminal`, which closes its connection and so fails the group;
+/// - a collective: only `terminal`, which aborts the group as `abort()`
+///   does (the ranks run the same collectives in order, so one cannot be
+///   taken back alone); `partial` and `total` are ignored.
+/// Buffers are free when the handler runs.
 ///
 /// Operations are started from the worker's executor's thread. A handler
 /// runs on its associated executor; one with none of its own runs on the
@@ -507,11 +519,7 @@ private:
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl,
                detail::collective_args&& a) {
-                a.direct_handler = requires {
-                    typename boost::asio::associated_executor<
-                        decltype(h),
-                        boost::asio::any_io_executor>::asio_associated_executor_is_unspecialised;
-                };
+                a.direct_handler = detail::has_no_own_executor<decltype(h)>;
                 detail::group_collective(impl, std::move(a), std::move(h));
             },
             token, checked(), std::move(a));

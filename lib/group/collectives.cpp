@@ -94,11 +94,25 @@ void group_impl::collective(collective_args&& a, group_done_handler h) {
     r->seq = seq_++;
     if (device_in || device_out) [[unlikely]]
         stage_in(*r, *staging, device_in, device_out);
+    // Cancellation: the ranks run the same collectives in the same order, so
+    // one cannot be taken back alone. `terminal` aborts the group (as
+    // `abort()`: every operation of it here completes with
+    // operation_aborted, the other ranks see it fail); `partial` and `total`
+    // are ignored. Cleared in `complete`.
+    if (auto cs = r->handler.get_cancellation_slot(); cs.is_connected())
+        cs.template emplace<collective_canceller>(weak_from_this());
     // The runner's queue holds it (see ~group_impl) until `complete`. (Most
     // often started by the previous one's handler: nothing to execute here.)
     if (const coll::run_action first = runner_.submit(*r.release());
         first.type != coll::run_action_type::none)
         execute(first);
+}
+
+void group_impl::collective_canceller::operator()(boost::asio::cancellation_type type) const {
+    if ((type & boost::asio::cancellation_type::terminal) == boost::asio::cancellation_type::none)
+        return;
+    if (const auto g = group.lock())
+        group_abort(*g);
 }
 
 void group_impl::execute(coll::run_action a) {
@@ -263,6 +277,8 @@ void group_impl::complete(const coll::run_action& a) {
     }
     recycle(r);
     release_plan(r);
+    if (auto cs = r.handler.get_cancellation_slot(); cs.is_connected())
+        cs.clear();
     auto h = std::move(r.handler);
     if (!ec && r.device_out)
         return stage_out(std::move(done), std::move(h));

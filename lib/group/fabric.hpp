@@ -99,6 +99,16 @@ public:
     bool knows_every_inbox() const noexcept { return fsm_.knows_every_inbox(); }
     int connections() const noexcept { return fsm_.connections(); }
     bool has_left(int who) const noexcept { return fsm_.has_left(who); }
+    /// A message to or from fabric rank `who` ended with `operation_aborted`:
+    /// if its connection was closed under it (a terminal cancellation of a
+    /// send UCX held closes the endpoint, which the fabric did not), the
+    /// fabric fails, as on any broken connection.
+    void message_aborted(int who) {
+        if (failed() || who < 0 || who >= static_cast<int>(peers_.size()) ||
+            !fsm_.ready(who) || peers_[who].ep.is_open())
+            return;
+        fail(make_error_code(error::group_failed));
+    }
 
     void open(error_code& ec) { acceptor_ = open_address_acceptor(w_, 64, ec); }
     void set_addresses(std::vector<worker_address> a) { addresses_ = std::move(a); }
@@ -131,8 +141,8 @@ public:
             return start_send(to, data, size, tag, std::move(h));
         with_peer(to, [self = shared_from_this(), to, data, size, tag,
                        h = std::move(h)](error_code ec) mutable {
-            if (ec)
-                return h(ec, 0);
+            if (ec || was_cancelled(h))
+                return h(ec ? ec : error_code(boost::asio::error::operation_aborted), 0);
             self->start_send(to, data, size, tag, std::move(h));
         });
     }
@@ -188,8 +198,8 @@ public:
             return start_recv(from, data, size, tag, std::move(h));
         with_peer(from, [self = shared_from_this(), from, data, size, tag,
                          h = std::move(h)](error_code ec) mutable {
-            if (ec)
-                return h(ec, 0);
+            if (ec || was_cancelled(h))
+                return h(ec ? ec : error_code(boost::asio::error::operation_aborted), 0);
             self->start_recv(from, data, size, tag, std::move(h));
         });
     }
@@ -222,12 +232,27 @@ private:
         peers_[from].ep.async_recv(boost::asio::buffer(data, size), tag, ~std::uint32_t{0},
                                    step_done<Handler>{this, std::move(h)});
     }
+    /// Whether a handler was cancelled while its message waited for the
+    /// connection (a user's message by rank; collectives' steps are not).
+    template <class Handler>
+    static bool was_cancelled(const Handler& h) noexcept {
+        if constexpr (requires { h.cancelled(); })
+            return h.cancelled();
+        else
+            return false;
+    }
+
     /// A message's completion: `h` with the fabric's failure, if any, in
-    /// place of the endpoint's error.
+    /// place of the endpoint's error. The endpoint operation gets `h`'s
+    /// cancellation slot.
     template <class Handler>
     struct step_done {
         fabric* f;
         Handler h;
+        using cancellation_slot_type = boost::asio::associated_cancellation_slot_t<Handler>;
+        cancellation_slot_type get_cancellation_slot() const noexcept {
+            return boost::asio::get_associated_cancellation_slot(h);
+        }
         void operator()(error_code ec, std::size_t n) { h(f->failed() ? f->failed() : ec, n); }
         void operator()(error_code ec, std::size_t n, std::uint32_t) { (*this)(ec, n); }
     };

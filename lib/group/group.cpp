@@ -180,12 +180,66 @@ error_code check_message(const group_impl& g, int peer, std::uint32_t tag) {
     return {};
 }
 
-/// A fabric step completing `h`; it holds the group (and so its fabric).
-step_handler completing(const std::shared_ptr<group_impl>& g, group_bytes_handler h) {
-    auto hp = std::make_shared<group_bytes_handler>(std::move(h));
-    return [hp, g](error_code ec, std::size_t n) {
-        boost::asio::dispatch(boost::asio::append(std::move(*hp), ec, n));
-    };
+/// A message by rank: the user's handler until it completes.
+struct message_state {
+    explicit message_state(group_bytes_handler handler) : h(std::move(handler)) {}
+    group_bytes_handler h;
+    bool done = false;
+};
+
+/// In the handler's cancellation slot while the message waits for its
+/// connection (not yet at its endpoint): any cancellation type completes it
+/// with `operation_aborted`, and the message is never started. Once at its
+/// endpoint, the endpoint operation's own canceller takes the slot.
+struct message_waiting_canceller {
+    std::weak_ptr<message_state> s;
+    boost::asio::any_io_executor ex;
+    void operator()(boost::asio::cancellation_type type) const {
+        using ct = boost::asio::cancellation_type;
+        if ((type & (ct::terminal | ct::partial | ct::total)) == ct::none)
+            return;
+        const auto st = s.lock();
+        if (!st || std::exchange(st->done, true))
+            return;
+        // Not from inside the slot's handler: the handler's slot is its own.
+        boost::asio::post(ex, boost::asio::append(std::move(st->h),
+                                                  error_code(boost::asio::error::operation_aborted),
+                                                  std::size_t{0}));
+    }
+};
+
+/// A fabric step completing a message's handler; it holds the group (and so
+/// its fabric), and gives the endpoint operation the handler's cancellation
+/// slot.
+struct message_step {
+    std::shared_ptr<message_state> s;
+    std::shared_ptr<group_impl> g;
+    int peer; // fabric rank
+
+    using cancellation_slot_type = boost::asio::cancellation_slot;
+    cancellation_slot_type get_cancellation_slot() const noexcept {
+        return s->done ? cancellation_slot_type() : s->h.get_cancellation_slot();
+    }
+    /// Cancelled while it waited for its connection: not to be started.
+    bool cancelled() const noexcept { return s->done; }
+
+    void operator()(error_code ec, std::size_t n) {
+        if (std::exchange(s->done, true))
+            return; // completed by its cancellation
+        if (auto slot = s->h.get_cancellation_slot(); slot.is_connected())
+            slot.clear();
+        if (ec == boost::asio::error::operation_aborted)
+            g->fab()->message_aborted(peer);
+        boost::asio::dispatch(boost::asio::append(std::move(s->h), ec, n));
+    }
+};
+
+message_step completing(const std::shared_ptr<group_impl>& g, int peer, group_bytes_handler h) {
+    auto s = std::make_shared<message_state>(std::move(h));
+    if (auto slot = s->h.get_cancellation_slot(); slot.is_connected())
+        slot.template emplace<message_waiting_canceller>(std::weak_ptr<message_state>(s),
+                                                         g->executor());
+    return message_step{std::move(s), g, peer};
 }
 
 } // namespace
@@ -194,15 +248,16 @@ void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, 
                 std::uint32_t tag, group_bytes_handler h) {
     if (auto ec = check_message(*g, to, tag))
         return g->post(std::move(h), ec, std::size_t{0});
-    g->fab()->send(g->member(to), data, size, user_tag(g->id(), tag), completing(g, std::move(h)));
+    const int peer = g->member(to);
+    g->fab()->send(peer, data, size, user_tag(g->id(), tag), completing(g, peer, std::move(h)));
 }
 
 void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
                 std::uint32_t tag, group_bytes_handler h) {
     if (auto ec = check_message(*g, from, tag))
         return g->post(std::move(h), ec, std::size_t{0});
-    g->fab()->recv(g->member(from), data, size, user_tag(g->id(), tag),
-                   completing(g, std::move(h)));
+    const int peer = g->member(from);
+    g->fab()->recv(peer, data, size, user_tag(g->id(), tag), completing(g, peer, std::move(h)));
 }
 
 void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size,

@@ -313,6 +313,12 @@ private:
     /// The completion of one transfer of the running collective `run`. (Its
     /// operation comes from the worker's pool, like every operation's: a
     /// round's transfers are in flight at once.)
+    /// In a collective's cancellation slot: a `terminal` cancellation
+    /// aborts the group.
+    struct collective_canceller {
+        std::weak_ptr<group_impl> group;
+        void operator()(boost::asio::cancellation_type type) const;
+    };
     struct transfer_done {
         std::shared_ptr<group_impl> self;
         running* run;

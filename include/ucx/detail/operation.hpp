@@ -33,6 +33,16 @@
 
 namespace ucx::detail {
 
+/// A fallback executor type of the library's own, which no handler names.
+struct executor_probe {};
+
+/// Whether `Handler` has no executor of its own (it runs on the I/O
+/// object's): asked with a fallback that only such a handler gets back, a
+/// question of Asio's public associator alone.
+template <class Handler>
+inline constexpr bool has_no_own_executor =
+    std::is_same_v<boost::asio::associated_executor_t<Handler, executor_probe>, executor_probe>;
+
 class worker_impl;
 class endpoint_impl;
 class remote_key_impl;
@@ -254,10 +264,7 @@ private:
         if constexpr (!maybe_own_executor) {
             return boost::asio::prefer(boost::asio::get_associated_executor(h, io_ex),
                                        boost::asio::execution::outstanding_work.tracked);
-        } else if constexpr (requires {
-                                 typename boost::asio::associated_executor<Handler, IoExecutor>::
-                                     asio_associated_executor_is_unspecialised;
-                             }) {
+        } else if constexpr (has_no_own_executor<Handler>) {
             return std::nullopt; // no executor of its own: the worker's
         } else {
             auto ex = boost::asio::get_associated_executor(h, io_ex);

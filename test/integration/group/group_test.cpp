@@ -19,6 +19,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <array>
@@ -1566,6 +1568,130 @@ TEST(group, MessagesByRankFromAndIntoDeviceBuffers) {
 // connects only the pairs its algorithm uses, and every result is right;
 // a higher rank's send waits for the lower rank's receive, which connects;
 // a receive from any rank connects to the higher ranks so they can send.
+// Cancellation of messages by rank: a receive at every type; a send that UCX
+// holds only at terminal, which fails the group (its connection closes);
+// either one while it waits for its connection at every type, unsent.
+TEST(group, MessagesByRankHonourTheirCancellationSlot) {
+    ranks_fixture f(transport::tcp, 2);
+    ranks_fixture::expect_ok(f.on_all([&](int i, auto h) { f.groups[i].async_barrier(h); }));
+    // A receive, cancelled with partial; a message sent afterwards goes to
+    // the next receive.
+    asio::cancellation_signal sig;
+    std::vector<char> in(64);
+    std::optional<ucx::error_code> r;
+    f.groups[0].async_recv(
+        1, asio::buffer(in), 5,
+        asio::bind_cancellation_slot(sig.slot(),
+                                     [&](ucx::error_code ec, std::size_t) { r = ec; }));
+    ASSERT_TRUE(run_ticks(f.io));
+    ASSERT_FALSE(r.has_value());
+    sig.emit(asio::cancellation_type::partial);
+    ASSERT_TRUE(run_until(f.io, [&] { return r.has_value(); }));
+    EXPECT_EQ(*r, asio::error::operation_aborted);
+    auto msg = pattern(64, 12);
+    std::optional<ucx::error_code> sent, got;
+    f.groups[1].async_send(0, asio::buffer(msg), 5,
+                           [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    f.groups[0].async_recv(1, asio::buffer(in), 5,
+                           [&](ucx::error_code ec, std::size_t) { got = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return sent && got; }));
+    EXPECT_FALSE(*got) << got->message();
+    EXPECT_EQ(in, msg);
+
+    // A rendezvous send rank 1 never receives: partial leaves it, terminal
+    // ends it and fails the group on both ranks.
+    auto big = pattern(16 << 20, 13);
+    asio::cancellation_signal send_sig;
+    std::optional<ucx::error_code> big_sent, peer_failure;
+    f.groups[1].async_wait_failure([&](ucx::error_code ec) { peer_failure = ec; });
+    f.groups[0].async_send(
+        1, asio::buffer(big), 6,
+        asio::bind_cancellation_slot(send_sig.slot(),
+                                     [&](ucx::error_code ec, std::size_t) { big_sent = ec; }));
+    ASSERT_TRUE(run_ticks(f.io));
+    ASSERT_FALSE(big_sent.has_value()) << "the send did not wait for the receiver";
+    send_sig.emit(asio::cancellation_type::partial);
+    ASSERT_TRUE(run_ticks(f.io));
+    EXPECT_FALSE(big_sent.has_value());
+    send_sig.emit(asio::cancellation_type::terminal);
+    ASSERT_TRUE(run_until(f.io, [&] { return big_sent && peer_failure; }));
+    EXPECT_TRUE(*big_sent == asio::error::operation_aborted ||
+                *big_sent == ucx::error::group_failed)
+        << big_sent->message();
+    EXPECT_FALSE(f.groups[0].is_open());
+    EXPECT_TRUE(*peer_failure) << "rank 1 did not see the group fail";
+}
+
+TEST(group, AMessageWaitingForItsConnectionIsCancelledUnsent) {
+    ranks_fixture f(transport::tcp, 2, "lazy-cancel", true);
+    // Rank 1 to rank 0: the lower rank connects, on its first message to or
+    // from rank 1, so this send waits.
+    for (auto type : {asio::cancellation_type::partial, asio::cancellation_type::terminal}) {
+        asio::cancellation_signal sig;
+        char out = 1;
+        std::optional<ucx::error_code> s;
+        f.groups[1].async_send(
+            0, asio::buffer(&out, 1), 7,
+            asio::bind_cancellation_slot(sig.slot(),
+                                         [&](ucx::error_code ec, std::size_t) { s = ec; }));
+        ASSERT_TRUE(run_ticks(f.io));
+        ASSERT_FALSE(s.has_value());
+        EXPECT_EQ(f.groups[1].connections(), 0);
+        sig.emit(type);
+        ASSERT_TRUE(run_until(f.io, [&] { return s.has_value(); }));
+        EXPECT_EQ(*s, asio::error::operation_aborted);
+        EXPECT_TRUE(f.groups[1].is_open());
+    }
+    // Neither was sent: the first message rank 0 gets is the next one.
+    char out = 2, in = 0;
+    std::optional<ucx::error_code> s, r;
+    f.groups[1].async_send(0, asio::buffer(&out, 1), 7,
+                           [&](ucx::error_code ec, std::size_t) { s = ec; });
+    f.groups[0].async_recv(1, asio::buffer(&in, 1), 7,
+                           [&](ucx::error_code ec, std::size_t) { r = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return s && r; }));
+    EXPECT_FALSE(*r) << r->message();
+    EXPECT_EQ(in, 2);
+}
+
+TEST(group, ATimerBoundsACollectiveByAbortingTheGroup) {
+    using namespace asio::experimental::awaitable_operators;
+    ranks_fixture f(transport::tcp, 2);
+    std::optional<std::size_t> winner;
+    std::optional<ucx::error_code> peer;
+    f.groups[1].async_wait_failure([&](ucx::error_code ec) { peer = ec; });
+    // Rank 1 never calls the barrier; rank 0 gives up after 100 ms.
+    asio::co_spawn(
+        f.io,
+        [&]() -> asio::awaitable<void> {
+            asio::steady_timer timer(f.io, std::chrono::milliseconds(100));
+            auto r = co_await (f.groups[0].async_barrier(asio::use_awaitable) ||
+                               timer.async_wait(asio::use_awaitable));
+            winner = r.index();
+        },
+        asio::detached);
+    ASSERT_TRUE(run_until(f.io, [&] { return winner && peer; }));
+    EXPECT_EQ(*winner, 1u);
+    EXPECT_FALSE(f.groups[0].is_open());
+    EXPECT_EQ(*peer, ucx::error::group_failed);
+    // partial and total leave a collective alone.
+    ranks_fixture g(transport::tcp, 2, "g2");
+    asio::cancellation_signal sig;
+    std::optional<ucx::error_code> b0;
+    g.groups[0].async_barrier(asio::bind_cancellation_slot(
+        sig.slot(), [&](ucx::error_code ec) { b0 = ec; }));
+    ASSERT_TRUE(run_ticks(g.io));
+    sig.emit(asio::cancellation_type::partial);
+    sig.emit(asio::cancellation_type::total);
+    ASSERT_TRUE(run_ticks(g.io));
+    EXPECT_FALSE(b0.has_value());
+    std::optional<ucx::error_code> b1;
+    g.groups[1].async_barrier([&](ucx::error_code ec) { b1 = ec; });
+    ASSERT_TRUE(run_until(g.io, [&] { return b0 && b1; }));
+    EXPECT_FALSE(*b0) << b0->message();
+    EXPECT_FALSE(*b1) << b1->message();
+}
+
 TEST(group, LazyConnectionsAreMadeOnFirstUse) {
     ranks_fixture f(transport::tcp, 8, "lazy", true);
     ASSERT_TRUE(run_ticks(f.io));

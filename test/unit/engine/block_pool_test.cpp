@@ -1,8 +1,16 @@
 // The pool of a worker's operation states: blocks are reused, sized for the
 // largest request, kept up to a limit, and usable as an allocator (without a
-// pool, Asio's recycling allocator's).
+// pool, Asio's recycling allocator's). Which handlers an operation runs on
+// the worker's executor.
 #include <ucx/detail/block_pool.hpp>
+#include <ucx/detail/operation.hpp>
 
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -118,3 +126,29 @@ TEST(pool_allocator, without_a_pool_uses_the_recycling_allocator) {
 }
 
 } // namespace
+
+namespace handler_executor_test {
+
+// Whether a handler has an executor of its own, asked through Asio's public
+// associator only: a handler without one runs on the worker's executor
+// directly; any other is dispatched to its own.
+TEST(HandlerExecutor, OnlyAHandlerWithoutAnExecutorOfItsOwnRunsOnTheWorkers) {
+    namespace asio = boost::asio;
+    auto plain = [](ucx::error_code) {};
+    using plain_type = decltype(plain);
+    EXPECT_TRUE(ucx::detail::has_no_own_executor<plain_type>);
+    asio::cancellation_signal sig;
+    EXPECT_TRUE(ucx::detail::has_no_own_executor<decltype(asio::bind_cancellation_slot(
+                    sig.slot(), plain))>);
+    EXPECT_TRUE(ucx::detail::has_no_own_executor<decltype(asio::bind_allocator(
+                    std::allocator<char>(), plain))>);
+    asio::io_context io;
+    EXPECT_FALSE(
+        ucx::detail::has_no_own_executor<decltype(asio::bind_executor(io.get_executor(), plain))>);
+    EXPECT_FALSE(ucx::detail::has_no_own_executor<decltype(asio::bind_executor(
+                     asio::any_io_executor(io.get_executor()), plain))>);
+    EXPECT_FALSE(ucx::detail::has_no_own_executor<decltype(asio::bind_cancellation_slot(
+                     sig.slot(), asio::bind_executor(asio::make_strand(io), plain)))>);
+}
+
+} // namespace handler_executor_test
