@@ -298,6 +298,5 @@ struct is_error_code_enum<E> : std::true_type {
 };
 /// `ucx::condition` converts to `error_condition`.
 template <>
-struct is_error_condition_enum<ucx::condition> : std::true_type {
-};
+struct is_error_condition_enum<ucx::condition> : std::true_type {};
 } // namespace boost::system

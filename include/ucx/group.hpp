@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ucx/detail/access.hpp>
+#include <ucx/detail/initiate.hpp>
 #include <ucx/error.hpp>
 #include <ucx/reduction.hpp>
 #include <ucx/store.hpp>
@@ -12,6 +13,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
+#include <boost/asio/dispatch.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -19,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -112,8 +115,28 @@ int group_connections(const group_impl& g) noexcept;
 int group_size(const group_impl& g) noexcept;
 error_code group_error(const group_impl& g) noexcept;
 boost::asio::any_io_executor group_executor(const group_impl& g) noexcept;
+worker_core& group_core(const group_impl& g) noexcept;
 void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept;
 std::chrono::milliseconds group_timeout(const group_impl& g) noexcept;
+
+/// Calls `start(args...)` on the worker's executor, as the core's operations
+/// start: at once when the calling thread runs it (the arguments passed
+/// through, nothing copied), else dispatched to it with decayed copies (the
+/// group's operations may be started from any thread). The arguments hold
+/// what keeps `w` alive (the group, or the worker).
+template <class Start, class... Args>
+void start_on_worker(worker_core& w, Start start, Args&&... args) {
+    if (w.running_in_owner())
+        return start(std::forward<Args>(args)...);
+    w.submission_queued();
+    boost::asio::dispatch(
+        w.get_executor(),
+        [&w, start,
+         saved = std::make_tuple(std::decay_t<Args>(std::forward<Args>(args))...)]() mutable {
+            w.submission_runs();
+            std::apply(start, std::move(saved));
+        });
+}
 } // namespace detail
 
 /// The largest tag of `group::async_send`, `group::async_recv` and
@@ -170,7 +193,8 @@ inline constexpr int any_rank = -1;
 ///   taken back alone); `partial` and `total` are ignored.
 /// Buffers are free when the handler runs.
 ///
-/// Operations are started from the worker's executor's thread. A handler
+/// Operations may be started from any thread, as the core's: one started
+/// outside the worker's executor is dispatched to it. A handler
 /// runs on its associated executor; one with none of its own runs on the
 /// worker's executor, called directly from the completion that ends the
 /// operation there (never inside the call that starts it). A collective
@@ -244,7 +268,13 @@ public:
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl, int to,
                boost::asio::const_buffer data, std::uint32_t tag) {
-                detail::group_send(impl, to, data.data(), data.size(), tag, std::move(h));
+                detail::start_on_worker(
+                    detail::group_core(*impl),
+                    [](const auto& g, int to, boost::asio::const_buffer data, std::uint32_t tag,
+                       auto&& h) {
+                        detail::group_send(g, to, data.data(), data.size(), tag, std::move(h));
+                    },
+                    impl, to, data, tag, std::move(h));
             },
             token, checked(), to, data, tag);
     }
@@ -262,7 +292,13 @@ public:
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl, int from,
                boost::asio::mutable_buffer data, std::uint32_t tag) {
-                detail::group_recv(impl, from, data.data(), data.size(), tag, std::move(h));
+                detail::start_on_worker(
+                    detail::group_core(*impl),
+                    [](const auto& g, int from, boost::asio::mutable_buffer data, std::uint32_t tag,
+                       auto&& h) {
+                        detail::group_recv(g, from, data.data(), data.size(), tag, std::move(h));
+                    },
+                    impl, from, data, tag, std::move(h));
             },
             token, checked(), from, data, tag);
     }
@@ -314,7 +350,13 @@ public:
         return boost::asio::async_initiate<CompletionToken, void(error_code, int, std::size_t)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl,
                boost::asio::mutable_buffer data, std::uint32_t tag) {
-                detail::group_recv_any(impl, data.data(), data.size(), tag, std::move(h));
+                detail::start_on_worker(
+                    detail::group_core(*impl),
+                    [](const auto& g, boost::asio::mutable_buffer data, std::uint32_t tag,
+                       auto&& h) {
+                        detail::group_recv_any(g, data.data(), data.size(), tag, std::move(h));
+                    },
+                    impl, data, tag, std::move(h));
             },
             token, checked(), data, tag);
     }
@@ -449,7 +491,12 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, group)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl, int color, int key) {
-                detail::group_split(impl, color, key, std::move(h));
+                detail::start_on_worker(
+                    detail::group_core(*impl),
+                    [](const auto& g, int color, int key, auto&& h) {
+                        detail::group_split(g, color, key, std::move(h));
+                    },
+                    impl, color, key, std::move(h));
             },
             token, checked(), color, key);
     }
@@ -462,7 +509,10 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl) {
-                detail::group_wait_failure(impl, std::move(h));
+                detail::start_on_worker(
+                    detail::group_core(*impl),
+                    [](const auto& g, auto&& h) { detail::group_wait_failure(g, std::move(h)); },
+                    impl, std::move(h));
             },
             token, checked());
     }
@@ -476,7 +526,10 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl) {
-                detail::group_close(impl, std::move(h));
+                detail::start_on_worker(
+                    detail::group_core(*impl),
+                    [](const auto& g, auto&& h) { detail::group_close(g, std::move(h)); }, impl,
+                    std::move(h));
             },
             token, checked());
     }
@@ -520,7 +573,12 @@ private:
             [](auto h, const std::shared_ptr<detail::group_impl>& impl,
                detail::collective_args&& a) {
                 a.direct_handler = detail::has_no_own_executor<decltype(h)>;
-                detail::group_collective(impl, std::move(a), std::move(h));
+                detail::start_on_worker(
+                    detail::group_core(*impl),
+                    [](const auto& g, auto&& a, auto&& h) {
+                        detail::group_collective(g, std::move(a), std::move(h));
+                    },
+                    impl, std::move(a), std::move(h));
             },
             token, checked(), std::move(a));
     }
@@ -548,7 +606,12 @@ auto async_join(
     const auto& impl = detail::checked(w);
     return boost::asio::async_initiate<CompletionToken, void(error_code, group)>(
         [impl, &s](auto h, group_options o) {
-            detail::group_join(impl, s, std::move(o), std::move(h));
+            detail::start_on_worker(
+                detail::core_of(*impl),
+                [](const auto& w, store* s, auto&& o, auto&& h) {
+                    detail::group_join(w, *s, std::move(o), std::move(h));
+                },
+                impl, &s, std::move(o), std::move(h));
         },
         token, std::move(options));
 }

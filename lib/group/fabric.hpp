@@ -104,8 +104,8 @@ public:
     /// send UCX held closes the endpoint, which the fabric did not), the
     /// fabric fails, as on any broken connection.
     void message_aborted(int who) {
-        if (failed() || who < 0 || who >= static_cast<int>(peers_.size()) ||
-            !fsm_.ready(who) || peers_[who].ep.is_open())
+        if (failed() || who < 0 || who >= static_cast<int>(peers_.size()) || !fsm_.ready(who) ||
+            peers_[who].ep.is_open())
             return;
         fail(make_error_code(error::group_failed));
     }

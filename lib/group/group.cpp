@@ -310,6 +310,10 @@ int group_size(const group_impl& g) noexcept {
 error_code group_error(const group_impl& g) noexcept {
     return g.error();
 }
+worker_core& group_core(const group_impl& g) noexcept {
+    return core_of(*g.fab()->worker());
+}
+
 boost::asio::any_io_executor group_executor(const group_impl& g) noexcept {
     return g.executor();
 }

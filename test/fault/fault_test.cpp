@@ -483,10 +483,10 @@ TEST_P(network_fault, a_hole_under_half_the_peer_timeout_is_survived_and_one_ove
     auto hole = [&](std::chrono::milliseconds length, auto during) {
         for (const auto& in : {&namespaces::in_server, &namespaces::in_client}) {
             ASSERT_EQ(sh((ns.get()->*in)("nft add table inet ucxhole")), 0);
-            ASSERT_EQ(sh((ns.get()->*in)(
-                          "nft add chain inet ucxhole in "
-                          "'{ type filter hook input priority 0 ; policy drop ; }'")),
-                      0);
+            ASSERT_EQ(
+                sh((ns.get()->*in)("nft add chain inet ucxhole in "
+                                   "'{ type filter hook input priority 0 ; policy drop ; }'")),
+                0);
         }
         const auto t0 = clock_type::now();
         during(t0);
@@ -506,10 +506,9 @@ TEST_P(network_fault, a_hole_under_half_the_peer_timeout_is_survived_and_one_ove
     hole(timeout * 3 / 2, [&](clock_type::time_point start) {
         t0 = start;
         client_seen = pair::wait_for(*p->client, "failed", timeout * 3 / 2);
-        server_seen = pair::wait_for(
-            *p->server, "failed",
-            std::chrono::duration_cast<std::chrono::milliseconds>(start + timeout * 3 / 2 -
-                                                                  clock_type::now()));
+        server_seen = pair::wait_for(*p->server, "failed",
+                                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                                         start + timeout * 3 / 2 - clock_type::now()));
     });
     ASSERT_TRUE(client_seen) << "the client did not see the hole: " << p->client->output();
     ASSERT_TRUE(server_seen) << "the server did not see the hole: " << p->server->output();

@@ -58,26 +58,25 @@ struct session {
     }
 
     void receive(const std::shared_ptr<session>& self) {
-        ep.async_recv(asio::buffer(in), 1, ~0u,
-                      [self](ucx::error_code ec, std::size_t n, std::uint32_t) {
-                          if (ec)
-                              return;
-                          if (!self->client) {
-                              self->ep.async_send(asio::buffer(self->in.data(), n), 1,
-                                                  [](ucx::error_code, std::size_t) {});
-                          } else {
-                              const auto now = std::chrono::steady_clock::now();
-                              const auto gap = std::chrono::duration_cast<
-                                  std::chrono::milliseconds>(now - self->last_echo);
-                              self->last_echo = now;
-                              if (gap >= std::chrono::milliseconds(200)) {
-                                  std::printf("resumed %lld\n",
-                                              static_cast<long long>(gap.count()));
-                                  std::fflush(stdout);
-                              }
-                          }
-                          self->receive(self);
-                      });
+        ep.async_recv(
+            asio::buffer(in), 1, ~0u, [self](ucx::error_code ec, std::size_t n, std::uint32_t) {
+                if (ec)
+                    return;
+                if (!self->client) {
+                    self->ep.async_send(asio::buffer(self->in.data(), n), 1,
+                                        [](ucx::error_code, std::size_t) {});
+                } else {
+                    const auto now = std::chrono::steady_clock::now();
+                    const auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        now - self->last_echo);
+                    self->last_echo = now;
+                    if (gap >= std::chrono::milliseconds(200)) {
+                        std::printf("resumed %lld\n", static_cast<long long>(gap.count()));
+                        std::fflush(stdout);
+                    }
+                }
+                self->receive(self);
+            });
     }
 
     void tick(const std::shared_ptr<session>& self) {

@@ -4,14 +4,14 @@
 #include "test_support.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 using namespace ucx_test;
 
@@ -41,9 +41,8 @@ protected:
     std::optional<ucx::error_code>& start_send(asio::cancellation_signal& signal) {
         client.async_send(
             asio::buffer(big), 1,
-            asio::bind_cancellation_slot(signal.slot(), [this](ucx::error_code ec, std::size_t) {
-                sent = ec;
-            }));
+            asio::bind_cancellation_slot(signal.slot(),
+                                         [this](ucx::error_code ec, std::size_t) { sent = ec; }));
         run_until(
             io, [] { return false; }, std::chrono::milliseconds(50));
         EXPECT_FALSE(sent.has_value()) << "the send did not wait for the receiver";
@@ -127,9 +126,9 @@ TEST_P(send_cancellation, a_timer_bounds_a_tag_send_through_the_awaitable_or) {
         io,
         [&]() -> asio::awaitable<void> {
             asio::steady_timer timer(io, std::chrono::milliseconds(50));
-            auto r = co_await (ucx::async_tag_send(client, asio::buffer(big), 5,
-                                                   asio::use_awaitable) ||
-                               timer.async_wait(asio::use_awaitable));
+            auto r =
+                co_await (ucx::async_tag_send(client, asio::buffer(big), 5, asio::use_awaitable) ||
+                          timer.async_wait(asio::use_awaitable));
             winner = r.index();
         },
         asio::detached);
@@ -175,10 +174,10 @@ TEST_P(write_cancellation, any_type_ends_a_write_waiting_for_the_reader_and_the_
     std::vector<std::optional<ucx::error_code>> done(count);
     std::vector<asio::cancellation_signal> signals(count);
     for (std::size_t i = 0; i < count; ++i)
-        client.async_write_some(asio::buffer(data.data() + i * chunk, chunk),
-                                asio::bind_cancellation_slot(
-                                    signals[i].slot(),
-                                    [&done, i](ucx::error_code ec, std::size_t) { done[i] = ec; }));
+        client.async_write_some(
+            asio::buffer(data.data() + i * chunk, chunk),
+            asio::bind_cancellation_slot(
+                signals[i].slot(), [&done, i](ucx::error_code ec, std::size_t) { done[i] = ec; }));
     run_until(
         io, [] { return false; }, std::chrono::milliseconds(100));
     const std::size_t waiting_first = count - 2, waiting_second = count - 1;
@@ -197,8 +196,7 @@ TEST_P(write_cancellation, any_type_ends_a_write_waiting_for_the_reader_and_the_
     const std::size_t expected = (count - 2) * chunk;
     std::vector<char> in(expected);
     std::optional<ucx::error_code> r;
-    asio::async_read(server, asio::buffer(in),
-                     [&](ucx::error_code ec, std::size_t) { r = ec; });
+    asio::async_read(server, asio::buffer(in), [&](ucx::error_code ec, std::size_t) { r = ec; });
     ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
     EXPECT_FALSE(*r) << r->message();
     EXPECT_TRUE(std::equal(in.begin(), in.end(), data.begin()));

@@ -22,11 +22,14 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <array>
 #include <cstring>
+#include <future>
 #include <numeric>
 #include <set>
+#include <thread>
 
 using namespace ucx_test;
 
@@ -1581,8 +1584,7 @@ TEST(group, MessagesByRankHonourTheirCancellationSlot) {
     std::optional<ucx::error_code> r;
     f.groups[0].async_recv(
         1, asio::buffer(in), 5,
-        asio::bind_cancellation_slot(sig.slot(),
-                                     [&](ucx::error_code ec, std::size_t) { r = ec; }));
+        asio::bind_cancellation_slot(sig.slot(), [&](ucx::error_code ec, std::size_t) { r = ec; }));
     ASSERT_TRUE(run_ticks(f.io));
     ASSERT_FALSE(r.has_value());
     sig.emit(asio::cancellation_type::partial);
@@ -1630,10 +1632,9 @@ TEST(group, AMessageWaitingForItsConnectionIsCancelledUnsent) {
         asio::cancellation_signal sig;
         char out = 1;
         std::optional<ucx::error_code> s;
-        f.groups[1].async_send(
-            0, asio::buffer(&out, 1), 7,
-            asio::bind_cancellation_slot(sig.slot(),
-                                         [&](ucx::error_code ec, std::size_t) { s = ec; }));
+        f.groups[1].async_send(0, asio::buffer(&out, 1), 7,
+                               asio::bind_cancellation_slot(
+                                   sig.slot(), [&](ucx::error_code ec, std::size_t) { s = ec; }));
         ASSERT_TRUE(run_ticks(f.io));
         ASSERT_FALSE(s.has_value());
         EXPECT_EQ(f.groups[1].connections(), 0);
@@ -1678,8 +1679,8 @@ TEST(group, ATimerBoundsACollectiveByAbortingTheGroup) {
     ranks_fixture g(transport::tcp, 2, "g2");
     asio::cancellation_signal sig;
     std::optional<ucx::error_code> b0;
-    g.groups[0].async_barrier(asio::bind_cancellation_slot(
-        sig.slot(), [&](ucx::error_code ec) { b0 = ec; }));
+    g.groups[0].async_barrier(
+        asio::bind_cancellation_slot(sig.slot(), [&](ucx::error_code ec) { b0 = ec; }));
     ASSERT_TRUE(run_ticks(g.io));
     sig.emit(asio::cancellation_type::partial);
     sig.emit(asio::cancellation_type::total);
@@ -1690,6 +1691,43 @@ TEST(group, ATimerBoundsACollectiveByAbortingTheGroup) {
     ASSERT_TRUE(run_until(g.io, [&] { return b0 && b1; }));
     EXPECT_FALSE(*b0) << b0->message();
     EXPECT_FALSE(*b1) << b1->message();
+}
+
+// The io_context runs on a thread of its own; every operation starts from
+// this one, as the core's may.
+TEST(group, OperationsStartFromAnyThread) {
+    ranks_fixture f(transport::shared_memory, 2);
+    auto work = asio::make_work_guard(f.io);
+    std::thread runner([&] { f.io.run(); });
+    auto ready = [](auto& fut) {
+        return fut.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+    };
+    std::vector<std::vector<int>> v(2, std::vector<int>(100, 1));
+    auto a0 =
+        f.groups[0].async_allreduce(std::span<int>(v[0]), ucx::reduce_op::sum, asio::use_future);
+    auto a1 =
+        f.groups[1].async_allreduce(std::span<int>(v[1]), ucx::reduce_op::sum, asio::use_future);
+    const bool reduced = ready(a0) && ready(a1);
+    std::vector<char> out = pattern(3000, 5), in(3000);
+    auto s = f.groups[0].async_send(1, asio::buffer(out), 3, asio::use_future);
+    auto r = f.groups[1].async_recv(0, asio::buffer(in), 3, asio::use_future);
+    const bool exchanged = ready(s) && ready(r);
+    auto b0 = f.groups[0].async_barrier(asio::use_future);
+    auto b1 = f.groups[1].async_barrier(asio::use_future);
+    const bool met = ready(b0) && ready(b1);
+    work.reset();
+    f.io.stop();
+    runner.join();
+    ASSERT_TRUE(reduced && exchanged && met) << "an operation started here never completed";
+    EXPECT_NO_THROW(a0.get());
+    EXPECT_NO_THROW(a1.get());
+    EXPECT_EQ(v[0], std::vector<int>(100, 2));
+    EXPECT_EQ(v[1], std::vector<int>(100, 2));
+    EXPECT_EQ(s.get(), out.size());
+    EXPECT_EQ(r.get(), in.size());
+    EXPECT_EQ(in, out);
+    EXPECT_NO_THROW(b0.get());
+    EXPECT_NO_THROW(b1.get());
 }
 
 TEST(group, LazyConnectionsAreMadeOnFirstUse) {

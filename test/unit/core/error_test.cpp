@@ -348,7 +348,8 @@ TEST(ConditionCategory, GathersTheCodesOfEveryCategoryThatMeanOneThing) {
     // A lost peer: UCX's resets and endpoint and link failures, the library's
     // silence detection, Asio's reset.
     for (const ucx::error_code ec :
-         {ucx::error_code(ucx::errc::connection_reset), ucx::error_code(ucx::errc::endpoint_timeout),
+         {ucx::error_code(ucx::errc::connection_reset),
+          ucx::error_code(ucx::errc::endpoint_timeout),
           ucx::make_error_code(UCS_ERR_ENDPOINT_TIMEOUT), ucx::make_error_code(ucs_status_t(-61)),
           ucx::make_error_code(ucs_status_t(-45)), ucx::error_code(ucx::error::peer_unresponsive),
           ucx::error_code(aerr::connection_reset)})

@@ -138,8 +138,8 @@ TEST(HandlerExecutor, OnlyAHandlerWithoutAnExecutorOfItsOwnRunsOnTheWorkers) {
     using plain_type = decltype(plain);
     EXPECT_TRUE(ucx::detail::has_no_own_executor<plain_type>);
     asio::cancellation_signal sig;
-    EXPECT_TRUE(ucx::detail::has_no_own_executor<decltype(asio::bind_cancellation_slot(
-                    sig.slot(), plain))>);
+    EXPECT_TRUE(ucx::detail::has_no_own_executor<decltype(asio::bind_cancellation_slot(sig.slot(),
+                                                                                       plain))>);
     EXPECT_TRUE(ucx::detail::has_no_own_executor<decltype(asio::bind_allocator(
                     std::allocator<char>(), plain))>);
     asio::io_context io;
