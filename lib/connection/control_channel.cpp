@@ -3,13 +3,18 @@
 #include "connection/address_acceptor.hpp"
 #include "connection/control_channel.hpp"
 #include "connection/endpoint_impl.hpp"
+#include "core/created.hpp"
 #include "engine/request_param.hpp"
 #include "engine/worker_impl.hpp"
 
 #include <algorithm>
 #include <new>
 #include <span>
+#include <stdexcept>
 #include <string>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 namespace ucx::detail {
 
@@ -186,7 +191,11 @@ hello_taker* control_channel::taker_for(const worker_address& peer,
 }
 
 std::size_t control_channel::run_deferred(deferred_stage stage) noexcept {
-    return stage == deferred_stage::control ? route() : take_hellos();
+    if (stage == deferred_stage::control)
+        return route();
+    // A connection of this worker to itself: its endpoint first, then its hello.
+    take_self_requests();
+    return take_hellos();
 }
 
 std::size_t control_channel::route() noexcept {
@@ -243,9 +252,6 @@ ucp_ep_h control_channel::own_endpoint(ucp_ep_h reply_ep, const worker_address& 
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = &control_channel::owned_error;
     params.err_handler.arg = this;
-    const auto& o = worker_.options();
-    const auto wait =
-        o.handshake_timeout.count() > 0 ? o.handshake_timeout : std::chrono::milliseconds(60000);
     while (unclaimed_.size() < max_unclaimed) {
         ucp_ep_h ep = nullptr;
         if (ucp_ep_create(worker_.native(), &params, &ep) != UCS_OK || ep == nullptr)
@@ -254,18 +260,114 @@ ucp_ep_h control_channel::own_endpoint(ucp_ep_h reply_ep, const worker_address& 
             return ep;
         if (find(ep) != nullptr)
             return nullptr; // UCX answered with a connection already taken: never closed here
-        try {
-            unclaimed_.push_back({ep, std::chrono::steady_clock::now() + wait});
-        } catch (...) {
-            worker_.close_ucp_endpoint(ep, true);
+        if (!keep_unclaimed(ep))
             return nullptr;
-        }
-        if (unclaimed_.size() == 1)
-            arm_unclaimed_timer();
     }
     log::write(log::severity::warning, "control channel: too many connections of one peer "
                                        "still to say hello");
     return nullptr;
+}
+
+bool control_channel::keep_unclaimed(ucp_ep_h ep) noexcept {
+    const auto& o = worker_.options();
+    const auto wait =
+        o.handshake_timeout.count() > 0 ? o.handshake_timeout : std::chrono::milliseconds(60000);
+    try {
+        if (unclaimed_.size() >= max_unclaimed)
+            throw std::length_error("unclaimed");
+        unclaimed_.push_back({ep, std::chrono::steady_clock::now() + wait});
+    } catch (...) {
+        worker_.close_ucp_endpoint(ep, true);
+        return false;
+    }
+    if (unclaimed_.size() == 1)
+        arm_unclaimed_timer();
+    return true;
+}
+
+void control_channel::self_connect_params(ucp_ep_params_t& params, error_code& ec) noexcept {
+    if (!worker_.is_open() || !open_) {
+        ec = boost::asio::error::bad_descriptor;
+        return;
+    }
+    if (self_listener_ == nullptr) {
+        sockaddr_in any{};
+        any.sin_family = AF_INET;
+        any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        any.sin_port = 0; // any free port
+        ucp_listener_params_t lp{};
+        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+        lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&any);
+        lp.sockaddr.addrlen = sizeof(any);
+        lp.conn_handler.cb = &control_channel::self_request;
+        lp.conn_handler.arg = this;
+        if (!created(ucp_listener_create(worker_.native(), &lp, &self_listener_), self_listener_,
+                     ec))
+            return;
+        ucp_listener_attr_t attr{};
+        attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+        if (ucs_status_t st = ucp_listener_query(self_listener_, &attr); st != UCS_OK) {
+            ec = make_error_code(st);
+            close_self_listener();
+            return;
+        }
+        // Bound to the loopback address, whatever UCX reports of it.
+        auto* bound = reinterpret_cast<sockaddr_in*>(&self_address_);
+        *bound = any;
+        bound->sin_port = reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port;
+        self_address_length_ = sizeof(sockaddr_in);
+    }
+    params.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&self_address_);
+    params.sockaddr.addrlen = self_address_length_;
+    ec = {};
+}
+
+void control_channel::self_request(ucp_conn_request_h request, void* arg) noexcept {
+    // Inside ucp_worker_progress: queue only.
+    auto* self = static_cast<control_channel*>(arg);
+    try {
+        self->self_requests_.push_back(request);
+        self->worker_.defer(*self, deferred_stage::requests);
+    } catch (...) {
+        std::erase(self->self_requests_, request);
+        ucp_listener_reject(self->self_listener_, request);
+    }
+}
+
+void control_channel::take_self_requests() noexcept {
+    for (ucp_conn_request_h request : std::exchange(self_requests_, {})) {
+        ucp_ep_params_t params{};
+        params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                            UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        params.conn_request = request;
+        params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        params.err_handler.cb = &control_channel::owned_error;
+        params.err_handler.arg = this;
+        ucp_ep_h ep = nullptr;
+        if (!worker_.is_open() || self_listener_ == nullptr) {
+            if (self_listener_)
+                ucp_listener_reject(self_listener_, request);
+            continue;
+        }
+        if (ucp_ep_create(worker_.native(), &params, &ep) != UCS_OK || ep == nullptr) {
+            log::write(log::severity::warning,
+                       "control channel: a connection of the worker to itself failed");
+            continue; // the connector's endpoint fails
+        }
+        if (!keep_unclaimed(ep))
+            log::write(log::severity::warning, "control channel: too many connections still "
+                                               "to say hello");
+    }
+}
+
+void control_channel::close_self_listener() noexcept {
+    if (self_listener_ == nullptr)
+        return;
+    for (ucp_conn_request_h request : std::exchange(self_requests_, {}))
+        ucp_listener_reject(self_listener_, request);
+    ucp_listener_destroy(std::exchange(self_listener_, nullptr));
 }
 
 void control_channel::owned_error(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept {
@@ -317,6 +419,7 @@ void control_channel::arm_unclaimed_timer() noexcept {
 void control_channel::shutdown() noexcept {
     queue_.clear();
     hellos_.clear();
+    close_self_listener();
     if (unclaimed_timer_)
         unclaimed_timer_->cancel();
     for (const auto& u : std::exchange(unclaimed_, {}))
@@ -325,6 +428,7 @@ void control_channel::shutdown() noexcept {
 }
 
 void control_channel::release_service() noexcept {
+    close_self_listener();
     if (hello_taker* a = std::exchange(acceptor_, nullptr))
         a->channel_gone();
     for (hello_taker* d : std::exchange(doors_, {}))

@@ -16,6 +16,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -131,6 +133,19 @@ public:
     ucp_ep_h own_endpoint(ucp_ep_h reply_ep, const worker_address& peer) noexcept;
     /// Endpoints created for hellos still to come.
     std::size_t unclaimed() const noexcept { return unclaimed_.size(); }
+
+    /// Fills `params` (a UCP endpoint's) to connect this worker to itself.
+    /// UCX makes an endpoint that a worker creates to its own address a loop
+    /// to itself: both ends of the connection would be that one UCP
+    /// endpoint, and the peer's hello would come back on the connector's own
+    /// endpoint. So a connection of a worker to its own listener or acceptor
+    /// goes through UCX's connection manager, to a listener of this channel
+    /// on the loopback address (made at the first such connection): UCX
+    /// pairs the endpoint it makes for the request with the connector's, and
+    /// that endpoint waits, unclaimed (as `own_endpoint`'s), for the hello.
+    /// `ec`: the error of creating that listener (UCX's connection manager
+    /// missing from the context, say).
+    void self_connect_params(ucp_ep_params_t& params, error_code& ec) noexcept;
     static constexpr std::size_t max_unclaimed = 1024;
 
     std::size_t run_deferred(deferred_stage stage) noexcept override;
@@ -157,6 +172,12 @@ private:
     /// Closes the unclaimed endpoints that failed or waited too long.
     void sweep_unclaimed() noexcept;
     void arm_unclaimed_timer() noexcept;
+    /// Keeps `ep`, made by this worker for a peer's connection whose hello
+    /// is still to come; false (and `ep` closed) when there is no room.
+    bool keep_unclaimed(ucp_ep_h ep) noexcept;
+    static void self_request(ucp_conn_request_h request, void* arg) noexcept;
+    void take_self_requests() noexcept;
+    void close_self_listener() noexcept;
 
     struct pending_hello {
         ucp_ep_h reply_ep;
@@ -188,6 +209,12 @@ private:
     };
     std::vector<unclaimed_endpoint> unclaimed_;
     std::unique_ptr<guarded_timer> unclaimed_timer_;
+
+    /// The listener for connections of this worker to itself, and its address.
+    ucp_listener_h self_listener_ = nullptr;
+    sockaddr_storage self_address_{};
+    socklen_t self_address_length_ = 0;
+    std::vector<ucp_conn_request_h> self_requests_;
 };
 
 /// The endpoint of `w` mapped to a UCP endpoint, or null (see control_channel::find).

@@ -238,6 +238,20 @@ void endpoint_impl::connect_address(const worker_address& address, endpoint_op* 
     if (address.empty())
         return w.complete(op, make_error_code(error::empty_address));
     ucp_ep_params_t params = address_params(address);
+    bool to_itself = false;
+    try {
+        to_itself = address == w.address();
+    } catch (...) {
+        return w.complete(op, make_error_code(error::allocation_failed));
+    }
+    if (to_itself) {
+        // To this worker: through UCX's connection manager, which makes the
+        // second endpoint of the connection (control_channel::self_connect_params).
+        error_code ec;
+        control_channel::of(w).self_connect_params(params, ec);
+        if (ec)
+            return w.complete(op, ec);
+    }
     if (!create_client(params, op, true, role::client))
         return;
     // The hello carries this worker's address: the acceptor needs it to make
