@@ -119,24 +119,6 @@ worker_core& group_core(const group_impl& g) noexcept;
 void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept;
 std::chrono::milliseconds group_timeout(const group_impl& g) noexcept;
 
-/// Calls `start(args...)` on the worker's executor, as the core's operations
-/// start: at once when the calling thread runs it (the arguments passed
-/// through, nothing copied), else dispatched to it with decayed copies (the
-/// group's operations may be started from any thread). The arguments hold
-/// what keeps `w` alive (the group, or the worker).
-template <class Start, class... Args>
-void start_on_worker(worker_core& w, Start start, Args&&... args) {
-    if (w.running_in_owner())
-        return start(std::forward<Args>(args)...);
-    w.submission_queued();
-    boost::asio::dispatch(
-        w.get_executor(),
-        [&w, start,
-         saved = std::make_tuple(std::decay_t<Args>(std::forward<Args>(args))...)]() mutable {
-            w.submission_runs();
-            std::apply(start, std::move(saved));
-        });
-}
 } // namespace detail
 
 /// The largest tag of `group::async_send`, `group::async_recv` and

@@ -3,11 +3,16 @@
 // prefix_store, a view of a store under a key prefix.
 #pragma once
 
+#include <ucx/detail/initiate.hpp>
 #include <ucx/error.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -16,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace ucx {
@@ -28,10 +34,14 @@ namespace ucx {
 /// that are not set yet; the others complete as soon as the store answered.
 ///
 /// Handlers run on their associated executor (by default the store's), never
-/// inside the initiating call. Operations on one store object are started
-/// from its executor's thread (as with Asio's I/O objects); a store may have
-/// any number of operations in flight. Destroying the store completes its
-/// pending operations with `asio::error::operation_aborted`.
+/// inside the initiating call. Operations may be started from any thread,
+/// as the worker's: one started on a thread that runs the store's executor
+/// begins at once, one started elsewhere is dispatched to the executor with
+/// its arguments (the store's other members, `set_timeout` included, belong
+/// to the executor's thread). A store may have any number of operations in
+/// flight. Destroying the store (on its executor's thread) completes its
+/// pending operations, and those still on their way to the executor, with
+/// `asio::error::operation_aborted`.
 ///
 /// Errors every operation can report: `ucx::error::store_timeout`;
 /// `asio::error::operation_aborted` (the store was closed or destroyed, or
@@ -72,7 +82,7 @@ public:
               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
             [this](auto handler, std::string k, value_type v) {
-                do_set(std::move(k), std::move(v), std::move(handler));
+                start(&store::do_set, std::move(k), std::move(v), done_handler(std::move(handler)));
             },
             token, std::move(key), std::move(value));
     }
@@ -97,7 +107,9 @@ public:
     async_get(std::string key,
               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, value_type)>(
-            [this](auto handler, std::string k) { do_get(std::move(k), std::move(handler)); },
+            [this](auto handler, std::string k) {
+                start(&store::do_get, std::move(k), value_handler(std::move(handler)));
+            },
             token, std::move(key));
     }
 
@@ -121,7 +133,7 @@ public:
               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::int64_t)>(
             [this](auto handler, std::string k, std::int64_t d) {
-                do_add(std::move(k), d, std::move(handler));
+                start(&store::do_add, std::move(k), d, count_handler(std::move(handler)));
             },
             token, std::move(key), delta);
     }
@@ -140,7 +152,8 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, value_type)>(
             [this](auto handler, std::string k, value_type e, value_type d) {
-                do_compare_set(std::move(k), std::move(e), std::move(d), std::move(handler));
+                start(&store::do_compare_set, std::move(k), std::move(e), std::move(d),
+                      value_handler(std::move(handler)));
             },
             token, std::move(key), std::move(expected), std::move(desired));
     }
@@ -155,7 +168,7 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, bool)>(
             [this](auto handler, std::vector<std::string> k) {
-                do_check(std::move(k), std::move(handler));
+                start(&store::do_check, std::move(k), bool_handler(std::move(handler)));
             },
             token, std::move(keys));
     }
@@ -171,7 +184,7 @@ public:
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
             [this](auto handler, std::vector<std::string> k) {
-                do_wait(std::move(k), std::move(handler));
+                start(&store::do_wait, std::move(k), done_handler(std::move(handler)));
             },
             token, std::move(keys));
     }
@@ -185,7 +198,9 @@ public:
         std::string key,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, bool)>(
-            [this](auto handler, std::string k) { do_erase(std::move(k), std::move(handler)); },
+            [this](auto handler, std::string k) {
+                start(&store::do_erase, std::move(k), bool_handler(std::move(handler)));
+            },
             token, std::move(key));
     }
 
@@ -198,7 +213,8 @@ public:
     auto async_num_keys(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::int64_t)>(
-            [this](auto handler) { do_num_keys(std::move(handler)); }, token);
+            [this](auto handler) { start(&store::do_num_keys, count_handler(std::move(handler))); },
+            token);
     }
 
 protected:
@@ -208,8 +224,12 @@ protected:
     using bool_handler = boost::asio::any_completion_handler<void(error_code, bool)>;
 
     store() = default;
-    store(const store&) = default;
-    store& operator=(const store&) = default;
+    // A copy is another object: it gets its own liveness token.
+    store(const store& other) : timeout_(other.timeout_) {}
+    store& operator=(const store& other) {
+        timeout_ = other.timeout_;
+        return *this;
+    }
 
     // The operations of a store. Each completes its handler exactly once,
     // never inside the call, through the handler's associated executor
@@ -227,7 +247,36 @@ protected:
     friend class prefix_store;
 
 private:
+    // Runs `(this->*f)(args...)` on the store's executor: at once when the
+    // calling thread runs it, else dispatched (detail::start_on_executor). A
+    // store destroyed before a dispatched start reached it completes that
+    // operation with `operation_aborted` (the handler is the last argument).
+    template <class... Params, class... Args>
+    void start(void (store::*f)(Params...), Args&&... args) {
+        detail::start_on_executor(
+            get_executor(),
+            [alive = std::weak_ptr<store*>(self_), ex = get_executor(), f](auto&&... a) {
+                if (const auto self = alive.lock())
+                    return ((**self).*f)(std::forward<decltype(a)>(a)...);
+                auto& h = std::get<sizeof...(a) - 1>(std::forward_as_tuple(a...));
+                aborted(ex, std::move(h));
+            },
+            std::forward<Args>(args)...);
+    }
+    template <class... T>
+    static void aborted(const executor_type& ex,
+                        boost::asio::any_completion_handler<void(error_code, T...)> h) {
+        const auto hex = boost::asio::get_associated_executor(h, ex);
+        boost::asio::post(ex, boost::asio::bind_executor(hex, [h = std::move(h)]() mutable {
+                              std::move(h)(make_error_code(boost::asio::error::operation_aborted),
+                                           T{}...);
+                          }));
+    }
+
     duration timeout_ = std::chrono::seconds(300);
+    // Alive while the object is: a start dispatched from another thread
+    // checks it on the executor's thread.
+    std::shared_ptr<store*> self_ = std::make_shared<store*>(this);
 };
 
 /// A view of `base` in which every key is `prefix + "/" + key`, as

@@ -20,6 +20,7 @@
 #include <atomic>
 
 #include <memory>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -125,6 +126,49 @@ private:
     Op* op_;
 };
 
+/// The one way an operation started on another thread reaches the worker's
+/// executor: `run()` dispatched there, counted as a queued submission until
+/// it runs (a spinning progress pass yields to let it in).
+template <class Run>
+void dispatch_to_worker(worker_core& w, Run&& run) {
+    w.submission_queued();
+    boost::asio::dispatch(w.get_executor(), [w = &w, run = std::forward<Run>(run)]() mutable {
+        w->submission_runs();
+        run();
+    });
+}
+
+/// Calls `start(args...)` on the worker's executor, as the core's operations
+/// start: at once when the calling thread runs it (the arguments passed
+/// through, nothing copied), else dispatched to it with decayed copies
+/// (`dispatch_to_worker`). The arguments hold what keeps `w` alive. The
+/// layers above the core (groups, NCCL communicators) start through it.
+template <class Start, class... Args>
+void start_on_worker(worker_core& w, Start start, Args&&... args) {
+    if (w.running_in_owner())
+        return start(std::forward<Args>(args)...);
+    dispatch_to_worker(w, [start, saved = std::make_tuple(
+                                      std::decay_t<Args>(std::forward<Args>(args))...)]() mutable {
+        std::apply(start, std::move(saved));
+    });
+}
+
+/// Calls `start(args...)` on `ex`, for objects with an executor and no
+/// worker (stores): at once when the calling thread runs `ex` (known for a
+/// plain io_context executor), else dispatched to it with decayed copies
+/// (Asio's dispatch, which runs it at once where `ex` says the calling
+/// thread is its own).
+template <class Start, class... Args>
+void start_on_executor(const boost::asio::any_io_executor& ex, Start start, Args&&... args) {
+    if (const auto* io = ex.target<boost::asio::io_context::executor_type>();
+        io && io->running_in_this_thread())
+        return start(std::forward<Args>(args)...);
+    boost::asio::dispatch(ex, [start, saved = std::make_tuple(std::decay_t<Args>(
+                                          std::forward<Args>(args))...)]() mutable {
+        std::apply(start, std::move(saved));
+    });
+}
+
 /// Allocates the operation for `handler`, connects its cancellation slot, and
 /// runs `submit(op)` on the worker's executor (at once when already there).
 template <class Result, class Handler, class Submit>
@@ -137,12 +181,10 @@ void start_operation(Handler&& handler, worker_core& w, Submit&& submit) {
         slot.template emplace<operation_canceller>(op);
     if (in_owner)
         return submit(op);
-    w.submission_queued();
-    boost::asio::dispatch(w.get_executor(), [pending = submission<op_type>(op), w = &w,
-                                             submit = std::forward<Submit>(submit)]() mutable {
-        w->submission_runs();
-        submit(pending.release());
-    });
+    dispatch_to_worker(
+        w, [pending = submission<op_type>(op), submit = std::forward<Submit>(submit)]() mutable {
+            submit(pending.release());
+        });
 }
 
 /// Allocates the operation for `handler`, connects its cancellation slot, and
@@ -170,12 +212,8 @@ void start_target_operation(Handler&& handler, worker_core& w,
     auto slot = boost::asio::get_associated_cancellation_slot(op->handler());
     if (slot.is_connected())
         slot.template emplace<operation_canceller>(op);
-    w.submission_queued();
-    boost::asio::dispatch(w.get_executor(), [pending = submission<op_type>(op), w = &w,
-                                             keep = std::move(keep), submit]() mutable {
-        w->submission_runs();
-        submit(*keep, pending.release());
-    });
+    dispatch_to_worker(w, [pending = submission<op_type>(op), keep = std::move(keep),
+                           submit]() mutable { submit(*keep, pending.release()); });
 }
 
 /// async_initiate for an operation of the object `target` (an endpoint,

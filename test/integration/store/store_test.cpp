@@ -9,7 +9,9 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
 
 #include <gtest/gtest.h>
@@ -278,6 +280,56 @@ TEST_P(StoreTest, PrefixStore) {
     pump(ioc_, p.async_set("k", "v", tuple_future));
     EXPECT_EQ(text(std::get<1>(pump(ioc_, store_->async_get("job/k", tuple_future)))), "v");
     EXPECT_EQ(text(std::get<1>(pump(ioc_, p.async_get("k", tuple_future)))), "v");
+}
+
+TEST_P(StoreTest, OperationsStartFromAnyThread) {
+    // The executor runs on another thread; every operation starts here.
+    auto work = asio::make_work_guard(ioc_);
+    std::thread runner([&] { ioc_.run(); });
+    auto& s = *store_;
+    ucx::prefix_store p(s, "job");
+    auto ready = [](auto& f) { return f.wait_for(60s) == std::future_status::ready; };
+    auto set = s.async_set("a", "one", asio::use_future);
+    const bool set_done = ready(set);
+    auto get = s.async_get("a", asio::use_future);
+    auto add = s.async_add("n", 5, asio::use_future);
+    auto cas = s.async_compare_set("a", value_type{}, value_type{std::byte{1}}, asio::use_future);
+    auto check = s.async_check({"a", "missing"}, asio::use_future);
+    auto pset = p.async_set("k", "v", asio::use_future);
+    const bool first = set_done && ready(get) && ready(add) && ready(cas) && ready(check) &&
+                       ready(pset);
+    auto wait = s.async_wait({"job/k"}, asio::use_future);
+    auto erase = s.async_erase("a", asio::use_future);
+    const bool second = ready(wait) && ready(erase);
+    auto keys = s.async_num_keys(asio::use_future);
+    const bool third = ready(keys);
+    work.reset();
+    ioc_.stop();
+    runner.join();
+    ASSERT_TRUE(first && second && third) << "an operation started here never completed";
+    EXPECT_NO_THROW(set.get());
+    EXPECT_EQ(text(get.get()), "one");
+    EXPECT_EQ(add.get(), 5);
+    EXPECT_EQ(text(cas.get()), "one"); // not replaced: the expected value differs
+    EXPECT_FALSE(check.get());
+    EXPECT_NO_THROW(pset.get());
+    EXPECT_NO_THROW(wait.get());
+    EXPECT_TRUE(erase.get());
+    EXPECT_EQ(keys.get(), 2); // n and job/k
+}
+
+TEST_P(StoreTest, AStartStillOnItsWayWhenTheStoreGoesIsAborted) {
+    // Started on a thread that does not run the executor: queued to it.
+    // The store goes before the executor runs; the operation ends aborted.
+    std::optional<error_code> got;
+    std::thread starter([&] {
+        store_->async_set("k", "v", [&](error_code ec) { got = ec; });
+    });
+    starter.join();
+    EXPECT_FALSE(got);
+    store_.reset();
+    ASSERT_TRUE(pump_until(ioc_, [&] { return got.has_value(); }, 5s));
+    EXPECT_EQ(*got, asio::error::operation_aborted);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values(kind::tcp, kind::file),
