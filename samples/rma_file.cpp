@@ -1,18 +1,23 @@
 // rma_file: moves a file with one-sided operations. The server exposes a file
 // as registered memory and sends its key; the client pulls it with ucx::ucxio
-// and asio::async_read_at in parallel chunks (or pushes one with
-// asio::async_write_at), with a progress bar on stderr; both sides print the
-// file's sha256 at the end. A bandwidth mode measures put and get.
+// and asio::async_read_at in parallel chunks, with a progress bar on stderr.
+// A push goes the other way round: the client exposes its file and the
+// server pulls it (see serve_client: a server is never the target of a
+// client's puts). Both sides print the file's sha256 at the end. A bandwidth
+// mode measures put and get.
 //
 //   rma_file serve --port P [--address A] [--file F] [--out O] [--read]
-//                  [--clients N] [--transport any|tcp|shm]
+//                  [--clients N] [--chunk BYTES] [--parallel N] [--transport any|tcp|shm]
 //   rma_file pull  --port P [--host H] --out O  [--chunk BYTES] [--parallel N] [--quiet]
-//   rma_file push  --port P [--host H] --file F [--chunk BYTES] [--parallel N] [--quiet]
+//   rma_file push  --port P [--host H] --file F
 //   rma_file bench --port P [--host H] --size BYTES [--iters N] [--window N]
 //
 // serve: F is served to pulls (memory-mapped and registered, or with --read
-// read into memory UCX allocates); pushes are written to O (memory-mapped).
-// It prints "listening on HOST:PORT" and exits after N clients (default: never).
+// read into memory UCX allocates); pushes are pulled into O (memory-mapped),
+// in chunks of --chunk, --parallel at a time. It prints "listening on
+// HOST:PORT", "receiving N bytes" when a push starts, and exits after N
+// clients (default: never). A client that fails or dies costs its own
+// transfer only: the server says so on stderr and serves the next.
 // Every process running this sets UCX_NET_DEVICES itself (see docs/guide/rma.md).
 #include "sample_args.hpp"
 
@@ -27,7 +32,6 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write_at.hpp>
 
 #ifdef RMA_FILE_OPENSSL
 #include <openssl/evp.h>
@@ -411,6 +415,53 @@ asio::awaitable<std::string> recv_text(ucx::endpoint& ep, std::uint32_t tag) {
     co_return s;
 }
 
+// Moves [0, size) in chunks with `parallel` concurrent workers;
+// `move(offset, length)` is one asio::async_read_at.
+// `report`: a progress bar (unless --quiet) and a line with the rate at the end.
+template <class Move>
+asio::awaitable<void> in_parallel_chunks(std::uint64_t size, const settings& s, bool report,
+                                         Move move) {
+    progress_bar bar(size, s.quiet || !report);
+    std::uint64_t next = 0, done = 0;
+    std::size_t running = 0;
+    std::exception_ptr failure;
+    auto ex = co_await asio::this_coro::executor;
+    asio::steady_timer all_done(ex, asio::steady_timer::time_point::max());
+    const std::size_t workers = std::max<std::size_t>(1, s.parallel);
+    const std::size_t chunk = std::max<std::size_t>(1, s.chunk);
+    for (std::size_t i = 0; i < workers; ++i) {
+        ++running;
+        asio::co_spawn(
+            ex,
+            [&]() -> asio::awaitable<void> {
+                while (next < size && !failure) {
+                    const std::uint64_t off = next;
+                    const std::size_t n =
+                        static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - off));
+                    next += n;
+                    co_await move(off, n);
+                    done += n;
+                    bar.update(done);
+                }
+            },
+            [&](std::exception_ptr e) {
+                if (e && !failure)
+                    failure = e;
+                if (--running == 0)
+                    all_done.cancel();
+            });
+    }
+    ucx::error_code ignored;
+    co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    if (failure)
+        std::rethrow_exception(failure);
+    bar.update(done, true);
+    if (report)
+        std::printf("%s %llu bytes in %.3f s: %.1f MiB/s\n", s.mode.c_str(),
+                    static_cast<unsigned long long>(size), bar.seconds(),
+                    static_cast<double>(size) / (1 << 20) / std::max(bar.seconds(), 1e-9));
+}
+
 // ---- server ----
 
 asio::awaitable<void> serve_client(ucx::context& ctx, ucx::endpoint ep, const settings& s) {
@@ -437,22 +488,29 @@ asio::awaitable<void> serve_client(ucx::context& ctx, ucx::endpoint ep, const se
                     digest.c_str());
         co_await send_text(ep, digest, digest_tag);
     } else if (op == "PUSH") {
-        // The client writes into memory UCX allocates: shared-memory
-        // transports reach it directly (user memory they reach only through
-        // messages the owner must serve). It goes to the file at the end.
-        ucx::memory_region region;
-        if (req.size > 0)
-            region = ucx::memory_region::allocate(ctx, req.size);
-        co_await send_key(ep, req.size, req.size ? &region : nullptr);
-        // The client flushes, then says the data is ready.
-        co_await recv_text(ep, done_tag);
-        output_file file(s.out, req.size);
-        const std::string digest = co_await off_the_loop([&] {
-            if (req.size > 0)
-                std::memcpy(file.data(), region.data(), req.size);
-            return sha256_hex(file.data(), file.size());
-        });
-        region.reset();
+        // The server reads the pushed file out of the client's memory (gets)
+        // rather than letting the client write into its own (puts). Over TCP,
+        // UCX 1.13 carries a put as messages that the target's UCX answers,
+        // and it aborts the target's process when the writer has died by then
+        // (ucp_put_handler: "Endpoint timeout"); a get from a peer that died
+        // fails as an error. So a client's death never takes the server down.
+        ucx::remote_key key;
+        const std::uint64_t size = co_await recv_key(ep, key);
+        if (size != req.size)
+            throw std::runtime_error("the client offered a region of another size");
+        output_file file(s.out, size);
+        std::printf("receiving %llu bytes\n", static_cast<unsigned long long>(size));
+        std::fflush(stdout);
+        if (size > 0) {
+            ucx::ucxio dev(key);
+            co_await in_parallel_chunks(size, s, false, [&](std::uint64_t off, std::size_t n) {
+                return asio::async_read_at(dev, off, asio::buffer(file.data() + off, n),
+                                           asio::use_awaitable);
+            });
+        }
+        key.reset();
+        const std::string digest =
+            co_await off_the_loop([&] { return sha256_hex(file.data(), file.size()); });
         const std::size_t received = file.size();
         file.commit();
         std::printf("received %s: %zu bytes, sha256 %s\n", s.out.c_str(), received, digest.c_str());
@@ -499,50 +557,6 @@ asio::awaitable<ucx::endpoint> connect(ucx::worker& w, const settings& s, const 
     co_return ep;
 }
 
-// Moves [0, size) in chunks with `parallel` concurrent workers;
-// `move(offset, length)` is one asio::async_read_at / async_write_at.
-template <class Move>
-asio::awaitable<void> in_parallel_chunks(std::uint64_t size, const settings& s, Move move) {
-    progress_bar bar(size, s.quiet);
-    std::uint64_t next = 0, done = 0;
-    std::size_t running = 0;
-    std::exception_ptr failure;
-    auto ex = co_await asio::this_coro::executor;
-    asio::steady_timer all_done(ex, asio::steady_timer::time_point::max());
-    const std::size_t workers = std::max<std::size_t>(1, s.parallel);
-    const std::size_t chunk = std::max<std::size_t>(1, s.chunk);
-    for (std::size_t i = 0; i < workers; ++i) {
-        ++running;
-        asio::co_spawn(
-            ex,
-            [&]() -> asio::awaitable<void> {
-                while (next < size && !failure) {
-                    const std::uint64_t off = next;
-                    const std::size_t n =
-                        static_cast<std::size_t>(std::min<std::uint64_t>(chunk, size - off));
-                    next += n;
-                    co_await move(off, n);
-                    done += n;
-                    bar.update(done);
-                }
-            },
-            [&](std::exception_ptr e) {
-                if (e && !failure)
-                    failure = e;
-                if (--running == 0)
-                    all_done.cancel();
-            });
-    }
-    ucx::error_code ignored;
-    co_await all_done.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-    if (failure)
-        std::rethrow_exception(failure);
-    bar.update(done, true);
-    std::printf("%s %llu bytes in %.3f s: %.1f MiB/s\n", s.mode.c_str(),
-                static_cast<unsigned long long>(size), bar.seconds(),
-                static_cast<double>(size) / (1 << 20) / std::max(bar.seconds(), 1e-9));
-}
-
 asio::awaitable<int> pull(ucx::worker& w, const settings& s) {
     auto ep = co_await connect(w, s, "PULL", 0);
     ucx::remote_key key;
@@ -550,7 +564,7 @@ asio::awaitable<int> pull(ucx::worker& w, const settings& s) {
     output_file out(s.out, size);
     if (size > 0) {
         ucx::ucxio dev(key);
-        co_await in_parallel_chunks(size, s, [&](std::uint64_t off, std::size_t n) {
+        co_await in_parallel_chunks(size, s, true, [&](std::uint64_t off, std::size_t n) {
             return asio::async_read_at(dev, off, asio::buffer(out.data() + off, n),
                                        asio::use_awaitable);
         });
@@ -571,30 +585,25 @@ asio::awaitable<int> pull(ucx::worker& w, const settings& s) {
     co_return local == remote ? 0 : 1;
 }
 
-asio::awaitable<int> push(ucx::worker& w, const settings& s) {
+asio::awaitable<int> push(ucx::context& ctx, ucx::worker& w, const settings& s) {
     mapped_file in = mapped_file::open_read(s.file);
     auto ep = co_await connect(w, s, "PUSH", in.size());
-    ucx::remote_key key;
-    const std::uint64_t size = co_await recv_key(ep, key);
-    if (size != in.size())
-        throw std::runtime_error("the server offered a region of the wrong size");
-    if (size > 0) {
-        ucx::ucxio dev(key);
-        co_await in_parallel_chunks(size, s, [&](std::uint64_t off, std::size_t n) {
-            return asio::async_write_at(dev, off, asio::buffer(in.data() + off, n),
-                                        asio::use_awaitable);
-        });
-        // Writes are complete locally; the flush makes them visible remotely,
-        // then the message tells the owner (the put-then-notify pattern).
-        co_await dev.async_flush(asio::use_awaitable);
-    }
-    co_await send_text(ep, "done", done_tag);
+    // The server pulls the file out of this memory (see serve_client), then
+    // answers with its digest.
+    ucx::memory_region region;
+    if (in.size() > 0)
+        region = ucx::memory_region(ctx, in.data(), in.size());
+    const auto t0 = clock_type::now();
+    co_await send_key(ep, in.size(), in.size() ? &region : nullptr);
     const std::string remote = co_await recv_text(ep, digest_tag);
+    const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+    region.reset();
+    std::printf("push %zu bytes in %.3f s: %.1f MiB/s\n", in.size(), secs,
+                static_cast<double>(in.size()) / (1 << 20) / std::max(secs, 1e-9));
     const std::string local =
         co_await off_the_loop([&] { return sha256_hex(in.data(), in.size()); });
     std::printf("sha256 local %s\nsha256 remote %s\n%s\n", local.c_str(), remote.c_str(),
                 local == remote ? "match" : "MISMATCH");
-    key.reset();
     co_await ep.async_close(asio::use_awaitable);
     co_return local == remote ? 0 : 1;
 }
@@ -659,11 +668,10 @@ asio::awaitable<int> bench(ucx::worker& w, const settings& s) {
 int usage(const char* argv0) {
     std::fprintf(stderr,
                  "usage: %s serve --port P [--address A] [--file F] [--out O] [--read] "
-                 "[--clients N] [--transport any|tcp|shm]\n"
+                 "[--clients N] [--chunk BYTES] [--parallel N] [--transport any|tcp|shm]\n"
                  "       %s pull --port P [--host H] --out O [--chunk BYTES] [--parallel N] "
                  "[--quiet]\n"
-                 "       %s push --port P [--host H] --file F [--chunk BYTES] [--parallel N] "
-                 "[--quiet]\n"
+                 "       %s push --port P [--host H] --file F\n"
                  "       %s bench --port P [--host H] --size BYTES [--iters N] [--window N]\n",
                  argv0, argv0, argv0, argv0);
     return 2;
@@ -742,7 +750,7 @@ int main(int argc, char** argv) {
             if (s.mode == "pull")
                 co_return co_await pull(worker, s);
             if (s.mode == "push")
-                co_return co_await push(worker, s);
+                co_return co_await push(ctx, worker, s);
             co_return co_await bench(worker, s);
         };
         asio::co_spawn(io, body(), [&](std::exception_ptr e, int result) {
