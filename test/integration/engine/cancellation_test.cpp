@@ -3,6 +3,11 @@
 // of Asio's cancellation types does, over TCP and shared memory.
 #include "test_support.hpp"
 
+#include <ucx/am.hpp>
+#include <ucx/memory_region.hpp>
+#include <ucx/remote_key.hpp>
+#include <ucx/rma.hpp>
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -216,6 +221,142 @@ TEST_P(write_cancellation, any_type_ends_a_write_waiting_for_the_reader_and_the_
 
 INSTANTIATE_TEST_SUITE_P(all, write_cancellation,
                          testing::Values(transport::tcp, transport::shared_memory),
+                         [](const auto& info) { return to_string(info.param); });
+
+// ---- active messages and puts to a peer whose worker never progresses ----
+
+/// A client and a server on two io_contexts: both run until connected, then
+/// only the client's. The server is alive but never receives (as a process
+/// stuck in a long computation).
+class stuck_peer : public testing::TestWithParam<transport> {
+protected:
+    asio::io_context io, server_io;
+    ucx::context ctx{options_for(GetParam(), true)};
+    ucx::worker server_worker{ctx, server_io, strict_worker_options(ucx::progress_mode::event)};
+    ucx::worker client_worker{ctx, io, strict_worker_options(ucx::progress_mode::event)};
+    ucx::listener listener{server_worker,
+                           asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+    ucx::endpoint client, server;
+    ucx::memory_region region;
+    ucx::remote_key key;
+
+    void SetUp() override {
+        std::optional<ucx::error_code> a, c;
+        listener.async_accept([&](ucx::error_code ec, ucx::endpoint ep) {
+            a = ec;
+            server = std::move(ep);
+        });
+        ucx::async_connect(client_worker, "127.0.0.1",
+                           std::to_string(listener.local_endpoint().port()),
+                           [&](ucx::error_code ec, ucx::endpoint ep) {
+                               c = ec;
+                               client = std::move(ep);
+                           });
+        ASSERT_TRUE(run_until(io, [&] {
+            run_server();
+            return a && c;
+        }));
+        ASSERT_FALSE(*a);
+        ASSERT_FALSE(*c);
+        region = ucx::memory_region::allocate(ctx, put_size);
+        key = ucx::remote_key(client, region.pack_key());
+        // The key's unpacking and the lanes settle before the server stops.
+        run_until(
+            io,
+            [&] {
+                run_server();
+                return false;
+            },
+            std::chrono::milliseconds(20));
+    }
+
+    /// Runs one handler of the server's io_context, if one is ready (not
+    /// all: a worker with work in flight queues its next progress pass
+    /// itself, and `poll()` would run those for as long as the client, which
+    /// runs on `io`, does not answer).
+    void run_server() {
+        server_io.restart();
+        server_io.poll_one();
+    }
+
+    /// Larger than every socket buffer of the loopback: a put over TCP
+    /// cannot be carried without the target.
+    static constexpr std::size_t put_size = 64u << 20;
+    std::vector<char> big = pattern(rendezvous_size, 4);
+};
+
+TEST_P(stuck_peer, terminal_ends_an_active_message_it_never_takes_and_closes_the_endpoint) {
+    asio::cancellation_signal signal;
+    std::optional<ucx::error_code> sent;
+    ucx::async_am_send(client, 7, asio::const_buffer(), asio::buffer(big),
+                       asio::bind_cancellation_slot(
+                           signal.slot(), [&](ucx::error_code ec, std::size_t) { sent = ec; }));
+    run_until(
+        io, [] { return false; }, std::chrono::milliseconds(50));
+    ASSERT_FALSE(sent.has_value()) << "the send did not wait for the receiver";
+    // Partial and total leave it alone: UCX holds it.
+    signal.emit(ct::partial);
+    signal.emit(ct::total);
+    run_until(
+        io, [] { return false; }, std::chrono::milliseconds(20));
+    EXPECT_FALSE(sent.has_value());
+    EXPECT_TRUE(client.is_open());
+    signal.emit(ct::terminal);
+    ASSERT_TRUE(run_until(io, [&] { return sent.has_value(); }));
+    EXPECT_EQ(*sent, asio::error::operation_aborted);
+    EXPECT_FALSE(client.is_open());
+    EXPECT_EQ(client_worker.pending_operations(), 0u);
+}
+
+TEST_P(stuck_peer, a_timer_bounds_an_active_message_through_the_awaitable_or) {
+    using namespace asio::experimental::awaitable_operators;
+    std::optional<std::size_t> winner;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            asio::steady_timer timer(io, std::chrono::milliseconds(50));
+            auto r = co_await (ucx::async_am_send(client, 7, asio::const_buffer(),
+                                                  asio::buffer(big), asio::use_awaitable) ||
+                               timer.async_wait(asio::use_awaitable));
+            winner = r.index();
+        },
+        asio::detached);
+    ASSERT_TRUE(run_until(io, [&] { return winner.has_value(); }));
+    EXPECT_EQ(*winner, 1u);
+    EXPECT_FALSE(client.is_open());
+    ASSERT_TRUE(run_until(io, [&] { return client_worker.pending_operations() == 0; }));
+}
+
+TEST_P(stuck_peer, a_timer_bounds_a_put_the_target_cannot_take) {
+    using namespace asio::experimental::awaitable_operators;
+    std::vector<char> data(put_size, 'p');
+    std::optional<std::size_t> winner;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            asio::steady_timer timer(io, std::chrono::milliseconds(200));
+            auto r = co_await (ucx::async_put(client, asio::buffer(data), key.address(), key,
+                                              asio::use_awaitable) ||
+                               timer.async_wait(asio::use_awaitable));
+            winner = r.index();
+        },
+        asio::detached);
+    ASSERT_TRUE(run_until(io, [&] { return winner.has_value(); }));
+    if (GetParam() == transport::shared_memory) {
+        // Over shared memory a put into memory UCX allocated is a copy into
+        // the mapped segment: it needs nothing of the target, and completes.
+        EXPECT_EQ(*winner, 0u);
+        EXPECT_TRUE(client.is_open());
+        return;
+    }
+    // Over TCP the target's worker must read the data: the timer wins, and
+    // its terminal cancellation closes the endpoint.
+    EXPECT_EQ(*winner, 1u);
+    EXPECT_FALSE(client.is_open());
+    ASSERT_TRUE(run_until(io, [&] { return client_worker.pending_operations() == 0; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(all, stuck_peer, testing::Values(transport::tcp, transport::shared_memory),
                          [](const auto& info) { return to_string(info.param); });
 
 } // namespace
