@@ -162,7 +162,12 @@ auto async_make_communicator(
     CompletionToken&& token = boost::asio::default_completion_token_t<group::executor_type>()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code, communicator)>(
         [&g](auto h, const communicator_options& o) {
-            detail::make_communicator(g, o, std::move(h));
+            ucx::detail::start_on_executor(
+                g.get_executor(),
+                [g = &g](const communicator_options& o, auto h) {
+                    detail::make_communicator(*g, o, detail::communicator_handler(std::move(h)));
+                },
+                o, std::move(h));
         },
         token, options);
 }
@@ -182,7 +187,14 @@ auto async_init_rank(
     return boost::asio::async_initiate<CompletionToken, void(error_code, communicator)>(
         [](auto h, const boost::asio::any_io_executor& ex, int size, int rank,
            const ncclUniqueId& id, const communicator_options& o) {
-            detail::init_rank(ex, size, rank, id, o, std::move(h));
+            ucx::detail::start_on_executor(
+                ex,
+                [](const boost::asio::any_io_executor& ex, int size, int rank,
+                   const ncclUniqueId& id, const communicator_options& o, auto h) {
+                    detail::init_rank(ex, size, rank, id, o,
+                                      detail::communicator_handler(std::move(h)));
+                },
+                ex, size, rank, id, o, std::move(h));
         },
         token, ex, size, rank, id, options);
 }
@@ -208,8 +220,15 @@ auto async_wait_ready(
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
         [&comm](auto h, const boost::asio::any_io_executor& ex, std::chrono::milliseconds timeout,
                 std::chrono::microseconds poll_interval) {
-            detail::wait_ready(ex, &comm, comm.native_handle(), ncclInProgress, timeout,
-                               poll_interval, false, std::move(h));
+            ucx::detail::start_on_executor(
+                ex,
+                [comm = &comm, native = comm.native_handle()](
+                    const boost::asio::any_io_executor& ex, std::chrono::milliseconds timeout,
+                    std::chrono::microseconds poll_interval, auto h) {
+                    detail::wait_ready(ex, comm, native, ncclInProgress, timeout, poll_interval,
+                                       false, detail::done_handler(std::move(h)));
+                },
+                ex, timeout, poll_interval, std::move(h));
         },
         token, ex, timeout, poll_interval);
 }
@@ -226,8 +245,15 @@ auto async_close(
     CompletionToken&& token = boost::asio::default_completion_token_t<group::executor_type>()) {
     return boost::asio::async_initiate<CompletionToken, void(error_code)>(
         [&comm](auto h, const boost::asio::any_io_executor& ex, std::chrono::milliseconds timeout) {
-            detail::wait_ready(ex, nullptr, comm.release(), ncclSuccess, timeout,
-                               std::chrono::microseconds(500), true, std::move(h));
+            ucx::detail::start_on_executor(
+                ex,
+                [native = comm.release()](const boost::asio::any_io_executor& ex,
+                                          std::chrono::milliseconds timeout, auto h) {
+                    detail::wait_ready(ex, nullptr, native, ncclSuccess, timeout,
+                                       std::chrono::microseconds(500), true,
+                                       detail::done_handler(std::move(h)));
+                },
+                ex, timeout, std::move(h));
         },
         token, ex, timeout);
 }
