@@ -538,8 +538,15 @@ asio::awaitable<int> serve(ucx::context& ctx, ucx::worker& w, const settings& s)
         auto ep = co_await listener.async_accept(asio::use_awaitable);
         try {
             co_await serve_client(ctx, std::move(ep), s);
+        } catch (const boost::system::system_error& e) {
+            // Says what happened to the client, then UCX's words for it.
+            const char* what = e.code() == ucx::condition::peer_lost   ? "client lost (it died or "
+                                                                         "stopped answering)"
+                               : e.code() == ucx::condition::timed_out ? "client timed out"
+                                                                       : "client failed";
+            std::fprintf(stderr, "rma_file: %s, its transfer dropped: %s\n", what, e.what());
         } catch (const std::exception& e) {
-            std::fprintf(stderr, "rma_file: client failed: %s\n", e.what());
+            std::fprintf(stderr, "rma_file: client failed, its transfer dropped: %s\n", e.what());
         }
     }
     co_return 0;
