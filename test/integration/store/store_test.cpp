@@ -7,9 +7,9 @@
 #include "store_support.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/read.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
@@ -296,8 +296,8 @@ TEST_P(StoreTest, OperationsStartFromAnyThread) {
     auto cas = s.async_compare_set("a", value_type{}, value_type{std::byte{1}}, asio::use_future);
     auto check = s.async_check({"a", "missing"}, asio::use_future);
     auto pset = p.async_set("k", "v", asio::use_future);
-    const bool first = set_done && ready(get) && ready(add) && ready(cas) && ready(check) &&
-                       ready(pset);
+    const bool first =
+        set_done && ready(get) && ready(add) && ready(cas) && ready(check) && ready(pset);
     auto wait = s.async_wait({"job/k"}, asio::use_future);
     auto erase = s.async_erase("a", asio::use_future);
     const bool second = ready(wait) && ready(erase);
@@ -322,13 +322,12 @@ TEST_P(StoreTest, AStartStillOnItsWayWhenTheStoreGoesIsAborted) {
     // Started on a thread that does not run the executor: queued to it.
     // The store goes before the executor runs; the operation ends aborted.
     std::optional<error_code> got;
-    std::thread starter([&] {
-        store_->async_set("k", "v", [&](error_code ec) { got = ec; });
-    });
+    std::thread starter([&] { store_->async_set("k", "v", [&](error_code ec) { got = ec; }); });
     starter.join();
     EXPECT_FALSE(got);
     store_.reset();
-    ASSERT_TRUE(pump_until(ioc_, [&] { return got.has_value(); }, 5s));
+    ASSERT_TRUE(pump_until(
+        ioc_, [&] { return got.has_value(); }, 5s));
     EXPECT_EQ(*got, asio::error::operation_aborted);
 }
 
