@@ -206,6 +206,35 @@ connect_pair(asio::io_context& io, ucx::listener& server, ucx::worker& client) {
     return {std::move(connected->second), std::move(accepted->second)};
 }
 
+/// Runs `io` until the send (`s`) and the receive (`r`, `n` bytes into `in`)
+/// of `data` completed, then checks both and that `data` arrived whole.
+inline void expect_delivered(asio::io_context& io, const std::optional<ucx::error_code>& s,
+                             const std::optional<ucx::error_code>& r, const std::size_t& n,
+                             std::vector<char>& in, const std::vector<char>& data) {
+    ASSERT_TRUE(run_until(io, [&] { return s && r; }));
+    ASSERT_FALSE(*s) << s->message();
+    ASSERT_FALSE(*r) << r->message();
+    ASSERT_EQ(n, data.size());
+    in.resize(n);
+    EXPECT_EQ(in, data);
+}
+
+/// Sends `size` bytes (the pattern of `seed`) from `from` to `to` with
+/// per-endpoint messaging, running `io`, and checks what arrived.
+inline void exchange(asio::io_context& io, ucx::endpoint& from, ucx::endpoint& to, std::size_t size,
+                     std::uint32_t seed) {
+    const auto data = pattern(size, seed);
+    std::vector<char> in(size + 8);
+    std::optional<ucx::error_code> s, r;
+    std::size_t n = 0;
+    to.async_recv(asio::buffer(in), [&](ucx::error_code ec, std::size_t len) {
+        r = ec;
+        n = len;
+    });
+    from.async_send(asio::buffer(data), [&](ucx::error_code ec, std::size_t) { s = ec; });
+    expect_delivered(io, s, r, n, in, data);
+}
+
 /// Every completion token style a test body runs with.
 enum class style { callback, future, awaitable, deferred };
 

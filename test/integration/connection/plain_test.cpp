@@ -70,12 +70,7 @@ protected:
                             });
         ucx::async_tag_send(from, asio::buffer(data), tag,
                             [&](ucx::error_code ec, std::size_t) { s = ec; });
-        ASSERT_TRUE(run_until(io, [&] { return s && r; }));
-        ASSERT_FALSE(*s) << s->message();
-        ASSERT_FALSE(*r) << r->message();
-        ASSERT_EQ(n, size);
-        in.resize(n);
-        EXPECT_EQ(in, data);
+        expect_delivered(io, s, r, n, in, data);
     }
 };
 

@@ -36,23 +36,8 @@ protected:
     ucx::context ctx{options_for(GetParam().t, true)};
     ucx::worker worker{ctx, io, options()};
 
-    // Sends `size` bytes from `from` to `to` and checks them.
     void exchange(ucx::endpoint& from, ucx::endpoint& to, std::size_t size, std::uint32_t seed) {
-        const auto data = pattern(size, seed);
-        std::vector<char> in(size + 8);
-        std::optional<ucx::error_code> s, r;
-        std::size_t n = 0;
-        to.async_recv(asio::buffer(in), [&](ucx::error_code ec, std::size_t len) {
-            r = ec;
-            n = len;
-        });
-        from.async_send(asio::buffer(data), [&](ucx::error_code ec, std::size_t) { s = ec; });
-        ASSERT_TRUE(run_until(io, [&] { return s && r; }));
-        ASSERT_FALSE(*s) << s->message();
-        ASSERT_FALSE(*r) << r->message();
-        ASSERT_EQ(n, size);
-        in.resize(n);
-        EXPECT_EQ(in, data);
+        ucx_test::exchange(io, from, to, size, seed);
     }
 
     // Writes `size` bytes on `from`, reads them on `to`.

@@ -28,6 +28,26 @@ using ct = asio::cancellation_type;
 /// stays in UCX's hands until the peer posts a matching receive.
 constexpr std::size_t rendezvous_size = 16u << 20;
 
+/// Runs `start(use_awaitable) || timer` on `io` (the timer expiring after
+/// `limit`): the index of the winner, 0 for the operation, 1 for the timer
+/// (whose win cancels the operation with `terminal`).
+template <class Start>
+std::optional<std::size_t> race_with_timer(asio::io_context& io, Start start,
+                                           std::chrono::milliseconds limit) {
+    using namespace asio::experimental::awaitable_operators;
+    std::optional<std::size_t> winner;
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+            asio::steady_timer timer(io, limit);
+            auto r = co_await (start(asio::use_awaitable) || timer.async_wait(asio::use_awaitable));
+            winner = r.index();
+        },
+        asio::detached);
+    run_until(io, [&] { return winner.has_value(); });
+    return winner;
+}
+
 class send_cancellation : public testing::TestWithParam<transport> {
 protected:
     asio::io_context io;
@@ -125,19 +145,10 @@ TEST_P(send_cancellation, every_type_ends_a_send_before_it_reaches_ucx) {
 }
 
 TEST_P(send_cancellation, a_timer_bounds_a_tag_send_through_the_awaitable_or) {
-    using namespace asio::experimental::awaitable_operators;
-    std::optional<std::size_t> winner;
-    asio::co_spawn(
-        io,
-        [&]() -> asio::awaitable<void> {
-            asio::steady_timer timer(io, std::chrono::milliseconds(50));
-            auto r =
-                co_await (ucx::async_tag_send(client, asio::buffer(big), 5, asio::use_awaitable) ||
-                          timer.async_wait(asio::use_awaitable));
-            winner = r.index();
-        },
-        asio::detached);
-    ASSERT_TRUE(run_until(io, [&] { return winner.has_value(); }));
+    const auto winner = race_with_timer(
+        io, [&](auto token) { return ucx::async_tag_send(client, asio::buffer(big), 5, token); },
+        std::chrono::milliseconds(50));
+    ASSERT_TRUE(winner.has_value());
     EXPECT_EQ(*winner, 1u); // the timer won; the send was cancelled
     EXPECT_FALSE(client.is_open());
     ASSERT_TRUE(run_until(io, [&] { return client_worker.pending_operations() == 0; }));
@@ -309,39 +320,27 @@ TEST_P(stuck_peer, terminal_ends_an_active_message_it_never_takes_and_closes_the
 }
 
 TEST_P(stuck_peer, a_timer_bounds_an_active_message_through_the_awaitable_or) {
-    using namespace asio::experimental::awaitable_operators;
-    std::optional<std::size_t> winner;
-    asio::co_spawn(
+    const auto winner = race_with_timer(
         io,
-        [&]() -> asio::awaitable<void> {
-            asio::steady_timer timer(io, std::chrono::milliseconds(50));
-            auto r = co_await (ucx::async_am_send(client, 7, asio::const_buffer(),
-                                                  asio::buffer(big), asio::use_awaitable) ||
-                               timer.async_wait(asio::use_awaitable));
-            winner = r.index();
+        [&](auto token) {
+            return ucx::async_am_send(client, 7, asio::const_buffer(), asio::buffer(big), token);
         },
-        asio::detached);
-    ASSERT_TRUE(run_until(io, [&] { return winner.has_value(); }));
+        std::chrono::milliseconds(50));
+    ASSERT_TRUE(winner.has_value());
     EXPECT_EQ(*winner, 1u);
     EXPECT_FALSE(client.is_open());
     ASSERT_TRUE(run_until(io, [&] { return client_worker.pending_operations() == 0; }));
 }
 
 TEST_P(stuck_peer, a_timer_bounds_a_put_the_target_cannot_take) {
-    using namespace asio::experimental::awaitable_operators;
     std::vector<char> data(put_size, 'p');
-    std::optional<std::size_t> winner;
-    asio::co_spawn(
+    const auto winner = race_with_timer(
         io,
-        [&]() -> asio::awaitable<void> {
-            asio::steady_timer timer(io, std::chrono::milliseconds(200));
-            auto r = co_await (ucx::async_put(client, asio::buffer(data), key.address(), key,
-                                              asio::use_awaitable) ||
-                               timer.async_wait(asio::use_awaitable));
-            winner = r.index();
+        [&](auto token) {
+            return ucx::async_put(client, asio::buffer(data), key.address(), key, token);
         },
-        asio::detached);
-    ASSERT_TRUE(run_until(io, [&] { return winner.has_value(); }));
+        std::chrono::milliseconds(200));
+    ASSERT_TRUE(winner.has_value());
     if (GetParam() == transport::shared_memory) {
         // Over shared memory a put into memory UCX allocated is a copy into
         // the mapped segment: it needs nothing of the target, and completes.
