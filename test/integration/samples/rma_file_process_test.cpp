@@ -217,32 +217,38 @@ TEST(rma_file_errors, the_temporary_of_a_killed_pull_is_removed_by_the_next_one)
 }
 
 // Clients SIGKILLed in the middle of their transfers, pulls (the server is
-// the target of their gets) and pushes (the server gets from them) in turn:
-// the server reports each lost client and serves the next; a whole pull and
-// push after them match. Over TCP, UCX 1.13 aborted a server that was the
-// target of puts whose writer died (the reason a push is pulled by the
-// server), in 4 of 16 such kills.
+// the target of their gets) and pushes (the server gets from them) in turn,
+// over TCP: the server reports each lost client and serves the next; a whole
+// pull and push after them match. Over TCP, UCX 1.13 aborted a server that
+// was the target of puts whose writer died (the reason a push is pulled by
+// the server), in 4 of 16 such kills. Over shared memory the kills are not
+// repeated here: a process killed in the middle of a send over shared memory
+// can leave UCX 1.13's receiving worker deaf over it for good (connections.md,
+// Limitations, item 1), whatever the library does, and gets of small chunks
+// are such sends (UCX carries them as messages).
 class rma_file_kills : public testing::TestWithParam<transport> {};
 
 TEST_P(rma_file_kills, the_server_keeps_serving_while_clients_die_mid_transfer) {
     const std::string transport_arg = GetParam() == transport::tcp ? "tcp" : "shm";
     constexpr int kills = 8; // 4 pulls and 4 pushes
     temp_file source("kills_source"), pulled("kills_pulled"), pushed("kills_pushed");
-    write_random(source.path, std::size_t{16} << 20);
-    // Small chunks, one at a time: every transfer lasts long enough to be
-    // killed in the middle.
+    write_random(source.path, std::size_t{32} << 20);
+    // Small chunks, one at a time: a transfer lasts long enough to be killed
+    // in the middle (one that ended first is not counted, and tried again).
     child_process server({UCX_ASIO_RMA_FILE, "serve", "--port", "0", "--file", source.path, "--out",
-                          pushed.path, "--clients", std::to_string(kills + 2), "--chunk", "4096",
-                          "--parallel", "1", "--transport", transport_arg});
+                          pushed.path, "--chunk", "4096", "--parallel", "1", "--transport",
+                          transport_arg});
     std::string line;
     do
         line = server.read_line();
     while (!line.empty() && line.rfind("listening on ", 0) != 0);
     ASSERT_FALSE(line.empty()) << "the server did not start";
     const std::string port = line.substr(line.rfind(':') + 1);
-    for (int i = 0; i < kills; ++i) {
-        SCOPED_TRACE("kill " + std::to_string(i));
-        if (i % 2 == 0) {
+    int pulls_killed = 0, pushes_killed = 0;
+    for (int attempt = 0; pulls_killed + pushes_killed < kills && attempt < 4 * kills; ++attempt) {
+        SCOPED_TRACE("attempt " + std::to_string(attempt));
+        const auto delay = std::chrono::milliseconds(attempt % 5);
+        if (pulls_killed <= pushes_killed) {
             child_process client({UCX_ASIO_RMA_FILE, "pull", "--port", port, "--out", pulled.path,
                                   "--parallel", "1", "--chunk", "4096", "--quiet"});
             const std::string temp = pulled.path + ".part-" + std::to_string(client.pid());
@@ -250,10 +256,11 @@ TEST_P(rma_file_kills, the_server_keeps_serving_while_clients_die_mid_transfer) 
             while (!std::filesystem::exists(temp) && !client.exited() &&
                    std::chrono::steady_clock::now() < deadline)
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            ASSERT_TRUE(std::filesystem::exists(temp)) << "the pull did not start";
-            std::this_thread::sleep_for(std::chrono::milliseconds(10 * (i + 1)));
+            std::this_thread::sleep_for(delay);
             client.kill_now();
-            ASSERT_EQ(client.wait(), 128 + SIGKILL) << "the pull ended before the kill";
+            const int status = client.wait();
+            ASSERT_TRUE(status == 0 || status == 128 + SIGKILL) << "the pull failed: " << status;
+            pulls_killed += status != 0;
             std::filesystem::remove(temp);
         } else {
             child_process client(
@@ -263,11 +270,15 @@ TEST_P(rma_file_kills, the_server_keeps_serving_while_clients_die_mid_transfer) 
                 line = server.read_line();
             while (!line.empty() && line.rfind("receiving ", 0) != 0);
             ASSERT_FALSE(line.empty()) << "the server ended";
-            std::this_thread::sleep_for(std::chrono::milliseconds(10 * i));
+            std::this_thread::sleep_for(delay);
             client.kill_now();
-            ASSERT_EQ(client.wait(), 128 + SIGKILL) << "the push ended before the kill";
+            const int status = client.wait();
+            ASSERT_TRUE(status == 0 || status == 128 + SIGKILL) << "the push failed: " << status;
+            pushes_killed += status != 0;
         }
     }
+    EXPECT_EQ(pulls_killed, kills / 2);
+    EXPECT_EQ(pushes_killed, kills / 2);
     auto pull =
         run_client({UCX_ASIO_RMA_FILE, "pull", "--port", port, "--out", pulled.path, "--quiet"});
     EXPECT_EQ(pull.status, 0);
@@ -277,7 +288,9 @@ TEST_P(rma_file_kills, the_server_keeps_serving_while_clients_die_mid_transfer) 
     EXPECT_EQ(push.status, 0);
     EXPECT_TRUE(push.match);
     EXPECT_TRUE(same_content(source.path, pushed.path)) << "pushed file differs";
-    EXPECT_EQ(server.wait(), 0) << "the server did not serve every client";
+    EXPECT_FALSE(server.exited()) << "the server ended";
+    server.kill_now();
+    server.wait();
     // No temporary of the server's killed pushes is left.
     const auto dir = std::filesystem::path(pushed.path).parent_path();
     const auto stem = std::filesystem::path(pushed.path).filename().string() + ".part-";
@@ -285,8 +298,7 @@ TEST_P(rma_file_kills, the_server_keeps_serving_while_clients_die_mid_transfer) 
         EXPECT_NE(e.path().filename().string().rfind(stem, 0), 0u) << "left behind: " << e.path();
 }
 
-INSTANTIATE_TEST_SUITE_P(all, rma_file_kills,
-                         testing::Values(transport::tcp, transport::shared_memory),
+INSTANTIATE_TEST_SUITE_P(all, rma_file_kills, testing::Values(transport::tcp),
                          [](const testing::TestParamInfo<transport>& info) {
                              return to_string(info.param);
                          });
