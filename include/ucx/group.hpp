@@ -13,7 +13,6 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
-#include <boost/asio/dispatch.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -21,7 +20,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -118,7 +116,6 @@ boost::asio::any_io_executor group_executor(const group_impl& g) noexcept;
 worker_core& group_core(const group_impl& g) noexcept;
 void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept;
 std::chrono::milliseconds group_timeout(const group_impl& g) noexcept;
-
 } // namespace detail
 
 /// The largest tag of `group::async_send`, `group::async_recv` and
