@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <new>
 #include <span>
-#include <stdexcept>
 #include <string>
 
 #include <arpa/inet.h>
@@ -272,11 +271,15 @@ bool control_channel::keep_unclaimed(ucp_ep_h ep) noexcept {
     const auto& o = worker_.options();
     const auto wait =
         o.handshake_timeout.count() > 0 ? o.handshake_timeout : std::chrono::milliseconds(60000);
-    try {
-        if (unclaimed_.size() >= max_unclaimed)
-            throw std::length_error("unclaimed");
-        unclaimed_.push_back({ep, std::chrono::steady_clock::now() + wait});
-    } catch (...) {
+    bool kept = false;
+    if (unclaimed_.size() < max_unclaimed) {
+        try {
+            unclaimed_.push_back({ep, std::chrono::steady_clock::now() + wait});
+            kept = true;
+        } catch (...) {
+        }
+    }
+    if (!kept) {
         worker_.close_ucp_endpoint(ep, true);
         return false;
     }
@@ -312,15 +315,13 @@ void control_channel::self_connect_params(ucp_ep_params_t& params, error_code& e
             return;
         }
         // Bound to the loopback address, whatever UCX reports of it.
-        auto* bound = reinterpret_cast<sockaddr_in*>(&self_address_);
-        *bound = any;
-        bound->sin_port = reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port;
-        self_address_length_ = sizeof(sockaddr_in);
+        self_address_ = any;
+        self_address_.sin_port = reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port;
     }
     params.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
     params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&self_address_);
-    params.sockaddr.addrlen = self_address_length_;
+    params.sockaddr.addrlen = sizeof(self_address_);
     ec = {};
 }
 

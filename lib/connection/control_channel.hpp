@@ -16,7 +16,7 @@
 
 #include <ucp/api/ucp.h>
 
-#include <sys/socket.h>
+#include <netinet/in.h>
 
 #include <chrono>
 #include <cstddef>
@@ -212,8 +212,7 @@ private:
 
     /// The listener for connections of this worker to itself, and its address.
     ucp_listener_h self_listener_ = nullptr;
-    sockaddr_storage self_address_{};
-    socklen_t self_address_length_ = 0;
+    sockaddr_in self_address_{};
     std::vector<ucp_conn_request_h> self_requests_;
 };
 
