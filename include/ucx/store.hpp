@@ -38,7 +38,9 @@ namespace ucx {
 /// as the worker's: one started on a thread that runs the store's executor
 /// begins at once, one started elsewhere is dispatched to the executor with
 /// its arguments (the store's other members, `set_timeout` included, belong
-/// to the executor's thread). A store may have any number of operations in
+/// to the executor's thread); a cancellation emitted before a dispatched
+/// start reached the executor is kept and delivered once the operation has
+/// started. A store may have any number of operations in
 /// flight. Destroying the store (on its executor's thread) completes its
 /// pending operations, and those still on their way to the executor, with
 /// `asio::error::operation_aborted`.

@@ -9,9 +9,12 @@
 #include <ucx/detail/block_pool.hpp>
 #include <ucx/detail/operation.hpp>
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/dispatch.hpp>
 
@@ -20,6 +23,7 @@
 #include <atomic>
 
 #include <memory>
+#include <mutex>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -138,6 +142,104 @@ void dispatch_to_worker(worker_core& w, Run&& run) {
     });
 }
 
+/// Carries a cancellation across the dispatch of a start to another thread:
+/// the handler's slot is taken over at initiation, so that a cancellation
+/// emitted between the initiating call and the start (which connects the
+/// operation's own handler to the slot) is kept and delivered as soon as the
+/// operation has started, as Asio's contract wants.
+class cancellation_relay {
+public:
+    boost::asio::cancellation_slot slot() noexcept { return signal_.slot(); }
+    void emit(boost::asio::cancellation_type type) {
+        {
+            std::lock_guard lock(mutex_);
+            if (!started_) {
+                pending_ |= type;
+                return;
+            }
+        }
+        signal_.emit(type);
+    }
+    void started() {
+        boost::asio::cancellation_type type;
+        {
+            std::lock_guard lock(mutex_);
+            started_ = true;
+            type = std::exchange(pending_, boost::asio::cancellation_type::none);
+        }
+        if (type != boost::asio::cancellation_type::none)
+            signal_.emit(type);
+    }
+
+private:
+    std::mutex mutex_;
+    boost::asio::cancellation_signal signal_;
+    boost::asio::cancellation_type pending_ = boost::asio::cancellation_type::none;
+    bool started_ = false;
+};
+
+/// A handler whose cancellation slot is a relay's (none when the original
+/// handler had none); its other associations are the original handler's.
+/// It owns the relay, whose signal its slot belongs to.
+template <class Handler>
+struct relayed_handler {
+    using cancellation_slot_type = boost::asio::cancellation_slot;
+
+    std::shared_ptr<cancellation_relay> relay;
+    Handler handler;
+
+    cancellation_slot_type get_cancellation_slot() const noexcept {
+        return relay ? relay->slot() : cancellation_slot_type();
+    }
+    template <class... Args>
+    void operator()(Args&&... args) {
+        const auto keep = std::move(relay); // its signal outlives the call
+        std::move(handler)(std::forward<Args>(args)...);
+    }
+};
+
+template <class T>
+inline constexpr bool is_any_completion_handler = false;
+template <class... Signatures>
+inline constexpr bool
+    is_any_completion_handler<boost::asio::any_completion_handler<Signatures...>> = true;
+
+/// `h`, with its cancellation slot relayed through `relay` (made here when
+/// the slot is connected). A type-erased handler stays of its type.
+template <class Handler>
+auto relay_cancellation(Handler&& h, std::shared_ptr<cancellation_relay>& relay) {
+    using H = std::decay_t<Handler>;
+    auto slot = boost::asio::get_associated_cancellation_slot(h);
+    if (slot.is_connected()) {
+        relay = std::make_shared<cancellation_relay>();
+        slot.assign([r = relay](boost::asio::cancellation_type type) { r->emit(type); });
+    }
+    if constexpr (is_any_completion_handler<H>) {
+        if (!relay)
+            return H(std::forward<Handler>(h));
+        return H(relayed_handler<H>{relay, std::forward<Handler>(h)});
+    } else {
+        return relayed_handler<H>{relay, std::forward<Handler>(h)};
+    }
+}
+
+/// Decayed copies of `args`, the last one (the handler) with its
+/// cancellation relayed.
+template <class... Args>
+auto saved_for_dispatch(std::shared_ptr<cancellation_relay>& relay, Args&&... args) {
+    auto all = std::forward_as_tuple(std::forward<Args>(args)...);
+    constexpr std::size_t last = sizeof...(Args) - 1;
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return std::make_tuple(
+            std::decay_t<std::tuple_element_t<I, std::tuple<Args...>>>(
+                std::forward<std::tuple_element_t<I, std::tuple<Args...>>>(std::get<I>(all)))...,
+            relay_cancellation(
+                std::forward<std::tuple_element_t<last, std::tuple<Args...>>>(std::get<last>(all)),
+                relay));
+    }
+    (std::make_index_sequence<last>());
+}
+
 /// Calls `start(args...)` on the worker's executor, as the core's operations
 /// start: at once when the calling thread runs it (the arguments passed
 /// through, nothing copied), else dispatched to it with decayed copies
@@ -147,9 +249,12 @@ template <class Start, class... Args>
 void start_on_worker(worker_core& w, Start start, Args&&... args) {
     if (w.running_in_owner())
         return start(std::forward<Args>(args)...);
-    dispatch_to_worker(w, [start, saved = std::make_tuple(
-                                      std::decay_t<Args>(std::forward<Args>(args))...)]() mutable {
+    std::shared_ptr<cancellation_relay> relay;
+    auto saved = saved_for_dispatch(relay, std::forward<Args>(args)...);
+    dispatch_to_worker(w, [start, saved = std::move(saved), relay = std::move(relay)]() mutable {
         std::apply(start, std::move(saved));
+        if (relay)
+            relay->started();
     });
 }
 
@@ -163,10 +268,14 @@ void start_on_executor(const boost::asio::any_io_executor& ex, Start start, Args
     if (const auto* io = ex.target<boost::asio::io_context::executor_type>();
         io && io->running_in_this_thread())
         return start(std::forward<Args>(args)...);
-    boost::asio::dispatch(ex, [start, saved = std::make_tuple(std::decay_t<Args>(
-                                          std::forward<Args>(args))...)]() mutable {
-        std::apply(start, std::move(saved));
-    });
+    std::shared_ptr<cancellation_relay> relay;
+    auto saved = saved_for_dispatch(relay, std::forward<Args>(args)...);
+    boost::asio::dispatch(ex,
+                          [start, saved = std::move(saved), relay = std::move(relay)]() mutable {
+                              std::apply(start, std::move(saved));
+                              if (relay)
+                                  relay->started();
+                          });
 }
 
 /// Allocates the operation for `handler`, connects its cancellation slot, and
@@ -240,3 +349,21 @@ auto initiate(const std::shared_ptr<Target>& target, CompletionToken&& token, Su
 }
 
 } // namespace ucx::detail
+
+namespace boost::asio {
+/// `relayed_handler` has the associations of the handler it wraps, but for
+/// its cancellation slot (its own member).
+template <template <class, class> class Associator, class Handler, class DefaultCandidate>
+struct associator<Associator, ucx::detail::relayed_handler<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+    static typename Associator<Handler, DefaultCandidate>::type
+    get(const ucx::detail::relayed_handler<Handler>& h) noexcept {
+        return Associator<Handler, DefaultCandidate>::get(h.handler);
+    }
+    static auto get(const ucx::detail::relayed_handler<Handler>& h,
+                    const DefaultCandidate& c) noexcept
+        -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
+        return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+    }
+};
+} // namespace boost::asio

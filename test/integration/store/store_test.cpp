@@ -263,6 +263,27 @@ TEST_P(StoreTest, Cancellation) {
     sig1.emit(asio::cancellation_type::terminal);
 }
 
+// Started outside the executor's thread (here: while nothing runs it), an
+// operation reaches the executor later; a cancellation emitted before it got
+// there is not lost.
+TEST_P(StoreTest, ACancellationBeforeTheDispatchedStartIsKept) {
+    auto& s = *store_;
+    asio::cancellation_signal sig1, sig2;
+    std::optional<error_code> got1, got2;
+    s.async_get("missing", asio::bind_cancellation_slot(
+                               sig1.slot(), [&](error_code ec, value_type) { got1 = ec; }));
+    s.async_wait({"missing"},
+                 asio::bind_cancellation_slot(sig2.slot(), [&](error_code ec) { got2 = ec; }));
+    sig1.emit(asio::cancellation_type::terminal);
+    sig2.emit(asio::cancellation_type::partial);
+    ASSERT_TRUE(pump_until(
+        ioc_, [&] { return got1 && got2; }, 5s));
+    EXPECT_EQ(*got1, asio::error::operation_aborted);
+    EXPECT_EQ(*got2, asio::error::operation_aborted);
+    pump(ioc_, s.async_set("missing", "found", tuple_future));
+    EXPECT_EQ(text(std::get<1>(pump(ioc_, s.async_get("missing", tuple_future)))), "found");
+}
+
 TEST_P(StoreTest, DestroyAbortsPending) {
     std::optional<error_code> got1, got2;
     store_->async_get("missing", [&](error_code ec, value_type) { got1 = ec; });
