@@ -55,11 +55,10 @@ asio::awaitable<int> run(ucx::worker& worker, const settings& s) {
     for (std::size_t seq = 0; seq < s.count; ++seq) {
         fill(out, seq);
         const auto t0 = clock_type::now();
-        co_await ep.async_send(asio::buffer(out), static_cast<std::uint32_t>(seq),
-                               asio::use_awaitable);
+        co_await ep.async_send(asio::buffer(out), seq & ucx::endpoint_max_tag, asio::use_awaitable);
         auto [n, tag] = co_await ep.async_recv(asio::buffer(in), 0, 0, asio::use_awaitable);
         rtt_us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
-        if (n != s.size || tag != static_cast<std::uint32_t>(seq) ||
+        if (n != s.size || tag != (seq & ucx::endpoint_max_tag) ||
             !std::equal(out.begin(), out.end(), in.begin())) {
             std::fprintf(stderr, "echo_client: message %zu came back wrong\n", seq);
             co_return 1;

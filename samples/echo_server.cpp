@@ -55,14 +55,14 @@ private:
     void receive() {
         ep_.async_recv(
             asio::buffer(buffer_.get(), size_), 0, 0,
-            [self = shared_from_this()](ucx::error_code ec, std::size_t n, std::uint32_t tag) {
+            [self = shared_from_this()](ucx::error_code ec, std::size_t n, ucx::tag_t tag) {
                 if (ec)
                     return self->finish(ec);
                 self->echo(n, tag);
             });
     }
 
-    void echo(std::size_t n, std::uint32_t tag) {
+    void echo(std::size_t n, ucx::tag_t tag) {
         ep_.async_send(asio::buffer(buffer_.get(), n), tag,
                        [self = shared_from_this()](ucx::error_code ec, std::size_t) {
                            if (ec)

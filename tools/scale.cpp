@@ -137,7 +137,7 @@ private:
         }
         auto self = shared_from_this();
         ep_.async_recv(asio::buffer(in_), 0, 0,
-                       [self](ucx::error_code ec, std::size_t n, std::uint32_t tag) {
+                       [self](ucx::error_code ec, std::size_t n, ucx::tag_t tag) {
                            if (ec || n != self->out_.size() || tag != self->tag_ ||
                                !std::equal(self->out_.begin(), self->out_.end(), self->in_.begin()))
                                return self->fail(ec ? ec.message() : "wrong echo");

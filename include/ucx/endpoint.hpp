@@ -6,6 +6,7 @@
 #include <ucx/detail/initiate.hpp>
 #include <ucx/detail/results.hpp>
 #include <ucx/error.hpp>
+#include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>
 
@@ -33,9 +34,9 @@ inline const std::shared_ptr<endpoint_impl>& checked(const endpoint& ep);
 // Submit functions of the endpoint's operations (lib/messaging/tag.cpp,
 // lib/connection/endpoint.cpp); they run on the worker's executor.
 void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
-                   std::uint32_t tag) noexcept;
-void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
-                   std::uint32_t tag, std::uint32_t mask) noexcept;
+                   tag_t tag) noexcept;
+void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
+                   tag_t mask) noexcept;
 void endpoint_wait_error(endpoint_impl& ep, operation* op) noexcept;
 void endpoint_close(endpoint_impl& ep, endpoint_op* op) noexcept;
 /// Whether `ep` is usable (connected, not closed, not failed).
@@ -59,10 +60,24 @@ const std::shared_ptr<worker_impl>& endpoint_worker(const endpoint_impl& ep) noe
 /// (sends, its receives, `async_wait_error`) completes with the error, exactly
 /// once; later operations fail at once with the same error.
 ///
-/// Closing: `async_close` says goodbye to the peer, flushes and closes.
-/// `close()` and the destructor force-close: pending operations complete with
-/// `asio::error::operation_aborted`, later ones fail with
-/// `asio::error::bad_descriptor`. Closing twice is harmless.
+/// Closing, as on every object of the library that has a peer (and as on an
+/// Asio TCP socket):
+/// - `close()` ends the endpoint here at once and says goodbye to the peer
+///   in the background: pending receives and waits complete with
+///   `asio::error::operation_aborted`, sends already started still complete
+///   (the goodbye follows them), later operations fail with
+///   `asio::error::bad_descriptor`; the peer sees `asio::error::eof` after
+///   the messages sent before. A peer that stops answering meanwhile is
+///   force-closed after the worker's peer timeout.
+/// - `async_close` is the same close, completing when it has ended.
+/// - `abort()` closes at once without a goodbye: sends in flight complete
+///   with `operation_aborted` too, and the peer sees its connection reset
+///   (`errc::connection_reset`).
+/// Closing twice is harmless. An endpoint is a handle to its connection,
+/// which a message's `reply_endpoint()` may share: the destructor (or a move
+/// into it) releases the handle, and a connection that no handle and no
+/// operation holds any more is aborted, so call `close()` for the graceful
+/// end.
 ///
 /// Movable, not copyable.
 class endpoint {
@@ -101,8 +116,13 @@ public:
     /// `bad_descriptor` once closed here. Empty while open.
     error_code error() const noexcept;
 
-    /// Force-closes the endpoint. Idempotent.
+    /// Closes here at once and says goodbye to the peer in the background
+    /// (see the class's description). Idempotent.
     void close() noexcept;
+    /// Closes at once: every pending operation completes with
+    /// `asio::error::operation_aborted`, and the peer sees a reset.
+    /// Idempotent.
+    void abort() noexcept;
 
     /// The peer's socket address (connected endpoints only:
     /// `ucx::error::no_socket_address` for an endpoint made from a worker
@@ -122,7 +142,7 @@ public:
     /// Completion signature: `void(error_code, std::size_t bytes_sent)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
-    async_send(boost::asio::const_buffer data, std::uint32_t tag,
+    async_send(boost::asio::const_buffer data, tag_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return detail::initiate<void(error_code, std::size_t), detail::bytes_result<>>(
             detail::checked(*this), std::forward<CompletionToken>(token),
@@ -150,10 +170,9 @@ public:
     /// `void(error_code, std::size_t bytes_received, std::uint32_t sent_tag)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
-    async_recv(boost::asio::mutable_buffer data, std::uint32_t tag, std::uint32_t mask,
+    async_recv(boost::asio::mutable_buffer data, tag_t tag, tag_t mask,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return detail::initiate<void(error_code, std::size_t, std::uint32_t),
-                                detail::endpoint_recv_result>(
+        return detail::initiate<void(error_code, std::size_t, tag_t), detail::endpoint_recv_result>(
             detail::checked(*this), std::forward<CompletionToken>(token),
             [data, tag, mask](detail::endpoint_impl& ep, detail::tag_recv_op* op) {
                 detail::endpoint_recv(ep, op, data.data(), data.size(), tag, mask);

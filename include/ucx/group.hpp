@@ -7,10 +7,12 @@
 #include <ucx/error.hpp>
 #include <ucx/reduction.hpp>
 #include <ucx/store.hpp>
+#include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/buffer.hpp>
 
@@ -86,21 +88,32 @@ struct collective_args {
     bool direct_handler = false;
 };
 
+/// The handler of the deprecated `group::async_recv_any`, called with the
+/// order of `async_recv_from_any` (error, bytes, sender); it keeps the
+/// handler's associated executor, allocator and cancellation slot.
+template <class Handler>
+struct sender_first {
+    Handler handler;
+    void operator()(error_code ec, std::size_t bytes, int from) {
+        std::move(handler)(ec, from, bytes);
+    }
+};
+
 using group_done_handler = boost::asio::any_completion_handler<void(error_code)>;
 using group_bytes_handler = boost::asio::any_completion_handler<void(error_code, std::size_t)>;
 using group_new_handler = boost::asio::any_completion_handler<void(error_code, group)>;
-using group_from_handler = boost::asio::any_completion_handler<void(error_code, int, std::size_t)>;
+using group_from_handler = boost::asio::any_completion_handler<void(error_code, std::size_t, int)>;
 
 // The group's functions (lib/group/group.cpp). Each completes its handler once,
 // never inside the call.
 void group_join(const std::shared_ptr<worker_impl>& w, store& s, group_options options,
                 group_new_handler h);
 void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, std::size_t size,
-                std::uint32_t tag, group_bytes_handler h);
+                tag_t tag, group_bytes_handler h);
 void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
-                std::uint32_t tag, group_bytes_handler h);
-void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size,
-                    std::uint32_t tag, group_from_handler h);
+                tag_t tag, group_bytes_handler h);
+void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size, tag_t tag,
+                    group_from_handler h);
 void group_collective(const std::shared_ptr<group_impl>& g, collective_args&& args,
                       group_done_handler h);
 void group_split(const std::shared_ptr<group_impl>& g, int color, int key, group_new_handler h);
@@ -117,10 +130,6 @@ worker_core& group_core(const group_impl& g) noexcept;
 void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept;
 std::chrono::milliseconds group_timeout(const group_impl& g) noexcept;
 } // namespace detail
-
-/// The largest tag of `group::async_send`, `group::async_recv` and
-/// `group::async_recv_any`.
-inline constexpr std::uint32_t group_max_tag = (std::uint32_t{1} << 18) - 1;
 
 /// No rank in particular: the `from` that `group::async_recv_any` reports
 /// when it fails (as `MPI_ANY_SOURCE` names no rank).
@@ -161,8 +170,10 @@ inline constexpr int any_rank = -1;
 ///   cannot move device memory).
 ///
 /// Cancellation, through the handler's cancellation slot (emitted on the
-/// worker's executor's thread):
-/// - a receive by rank (`async_recv`, `async_recv_any`): every type; it
+/// worker's executor's thread; for an operation started on another thread,
+/// a cancellation emitted before its start reached the worker is kept and
+/// delivered once it has started):
+/// - a receive by rank (`async_recv`, `async_recv_from_any`): every type; it
 ///   completes with `operation_aborted` unless a message matched it first;
 /// - a send by rank: every type while it waits for its connection (a lazy
 ///   group) or has not reached UCX, unsent; once UCX holds it only
@@ -242,15 +253,14 @@ public:
     /// (a tag above `group_max_tag`), the group's failure.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
-    async_send(int to, boost::asio::const_buffer data, std::uint32_t tag,
+    async_send(int to, boost::asio::const_buffer data, tag_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl, int to,
-               boost::asio::const_buffer data, std::uint32_t tag) {
+               boost::asio::const_buffer data, tag_t tag) {
                 detail::start_on_worker(
                     detail::group_core(*impl),
-                    [](const auto& g, int to, boost::asio::const_buffer data, std::uint32_t tag,
-                       auto&& h) {
+                    [](const auto& g, int to, boost::asio::const_buffer data, tag_t tag, auto&& h) {
                         detail::group_send(g, to, data.data(), data.size(), tag, std::move(h));
                     },
                     impl, to, data, tag, std::move(h));
@@ -266,14 +276,14 @@ public:
     /// group and no message of it is left.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto
-    async_recv(int from, boost::asio::mutable_buffer data, std::uint32_t tag,
+    async_recv(int from, boost::asio::mutable_buffer data, tag_t tag,
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl, int from,
-               boost::asio::mutable_buffer data, std::uint32_t tag) {
+               boost::asio::mutable_buffer data, tag_t tag) {
                 detail::start_on_worker(
                     detail::group_core(*impl),
-                    [](const auto& g, int from, boost::asio::mutable_buffer data, std::uint32_t tag,
+                    [](const auto& g, int from, boost::asio::mutable_buffer data, tag_t tag,
                        auto&& h) {
                         detail::group_recv(g, from, data.data(), data.size(), tag, std::move(h));
                     },
@@ -291,7 +301,7 @@ public:
     ///   of a collective. Messages from one rank with one tag still arrive in
     ///   the order sent, and each is received once: by this receive or by
     ///   another receive that matches it (`async_recv` from its sender or
-    ///   `async_recv_any`), whichever was started first (an `async_recv`
+    ///   `async_recv_from_any`), whichever was started first (an `async_recv`
     ///   started before its connection is up counts from when it comes up).
     /// - A larger message than `data` fails the receive with
     ///   `errc::message_truncated` and is consumed (the group stays usable).
@@ -311,10 +321,12 @@ public:
     ///
     /// A separate operation rather than `async_recv(any_rank, ...)`: its
     /// completion reports the sender, which `async_recv`'s does not (as
-    /// Asio's `async_receive_from` beside `async_receive`).
+    /// Asio's `async_receive_from` beside `async_receive`). As every receive
+    /// of the library, it reports the error, then the bytes received, then
+    /// what it learnt of the message.
     ///
     /// Completion signature:
-    /// `void(error_code, int from, std::size_t bytes_received)`; `from` is
+    /// `void(error_code, std::size_t bytes_received, int from)`; `from` is
     /// the sender's rank in this group, `any_rank` on error.
     /// Errors: `asio::error::invalid_argument` (a tag above `group_max_tag`),
     /// `errc::message_truncated`, `asio::error::operation_aborted` (cancelled,
@@ -323,17 +335,40 @@ public:
     /// `ucx::error::group_failed` and `ucx::error::group_timeout` (the group
     /// failed).
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
-    auto async_recv_any(
-        boost::asio::mutable_buffer data, std::uint32_t tag,
+    auto async_recv_from_any(
+        boost::asio::mutable_buffer data, tag_t tag,
+        CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+        return boost::asio::async_initiate<CompletionToken, void(error_code, std::size_t, int)>(
+            [](auto h, const std::shared_ptr<detail::group_impl>& impl,
+               boost::asio::mutable_buffer data, tag_t tag) {
+                detail::start_on_worker(
+                    detail::group_core(*impl),
+                    [](const auto& g, boost::asio::mutable_buffer data, tag_t tag, auto&& h) {
+                        detail::group_recv_any(g, data.data(), data.size(), tag, std::move(h));
+                    },
+                    impl, data, tag, std::move(h));
+            },
+            token, checked(), data, tag);
+    }
+
+    /// Deprecated: `async_recv_from_any`, whose completion has the order of
+    /// every other receive. This one completes with
+    /// `void(error_code, int from, std::size_t bytes_received)`; otherwise
+    /// the same operation, with the same errors.
+    template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
+    [[deprecated("use async_recv_from_any, which completes with (error_code, bytes, from)")]] auto
+    async_recv_any(
+        boost::asio::mutable_buffer data, tag_t tag,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, int, std::size_t)>(
             [](auto h, const std::shared_ptr<detail::group_impl>& impl,
-               boost::asio::mutable_buffer data, std::uint32_t tag) {
+               boost::asio::mutable_buffer data, tag_t tag) {
                 detail::start_on_worker(
                     detail::group_core(*impl),
-                    [](const auto& g, boost::asio::mutable_buffer data, std::uint32_t tag,
-                       auto&& h) {
-                        detail::group_recv_any(g, data.data(), data.size(), tag, std::move(h));
+                    [](const auto& g, boost::asio::mutable_buffer data, tag_t tag, auto&& h) {
+                        detail::group_recv_any(
+                            g, data.data(), data.size(), tag,
+                            detail::sender_first<std::decay_t<decltype(h)>>{std::move(h)});
                     },
                     impl, data, tag, std::move(h));
             },
@@ -596,3 +631,19 @@ auto async_join(
 }
 
 } // namespace ucx
+
+namespace boost::asio {
+/// `sender_first` has the associations of the handler it wraps.
+template <template <class, class> class Associator, class Handler, class DefaultCandidate>
+struct associator<Associator, ucx::detail::sender_first<Handler>, DefaultCandidate>
+    : Associator<Handler, DefaultCandidate> {
+    static typename Associator<Handler, DefaultCandidate>::type
+    get(const ucx::detail::sender_first<Handler>& h) noexcept {
+        return Associator<Handler, DefaultCandidate>::get(h.handler);
+    }
+    static auto get(const ucx::detail::sender_first<Handler>& h, const DefaultCandidate& c) noexcept
+        -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
+        return Associator<Handler, DefaultCandidate>::get(h.handler, c);
+    }
+};
+} // namespace boost::asio

@@ -802,6 +802,27 @@ void endpoint_impl::close_gracefully(endpoint_op* op, std::uint64_t stream_bytes
     execute(fsm_.close_graceful(sends_in_flight_ > 0, stream_bytes, w.is_open()), op);
 }
 
+void endpoint_impl::close_in_background(std::uint64_t stream_bytes) noexcept {
+    if (error() == boost::asio::error::bad_descriptor ||
+        close_requested_.exchange(true, std::memory_order_acq_rel))
+        return; // closed here already
+    worker_impl& w = *worker_;
+    if (!w.is_open() || !ep_)
+        return force_close(boost::asio::error::operation_aborted);
+    // On the worker's executor, as every operation: at once on its thread,
+    // else dispatched after the operations started before. The handler owns
+    // the endpoint until the close has ended.
+    try {
+        start_operation<error_result<endpoint_op>>(
+            [keep = shared_from_this()](const error_code&) {}, w,
+            [self = shared_from_this(), stream_bytes](endpoint_op* op) {
+                self->close_gracefully(op, stream_bytes);
+            });
+    } catch (...) {
+        force_close(boost::asio::error::operation_aborted);
+    }
+}
+
 void endpoint_impl::finish_close() noexcept {
     execute(fsm_.sends_drained(worker_->is_open()));
 }
@@ -863,16 +884,23 @@ endpoint::executor_type endpoint::get_executor() const noexcept {
 }
 
 bool endpoint::is_open() const noexcept {
-    return impl_ && impl_->is_open();
+    return impl_ && impl_->is_open() && !impl_->close_requested();
 }
 
 error_code endpoint::error() const noexcept {
     if (!impl_)
         return boost::asio::error::bad_descriptor;
+    if (impl_->close_requested() && !impl_->error())
+        return boost::asio::error::bad_descriptor; // its close is on its way
     return impl_->error();
 }
 
 void endpoint::close() noexcept {
+    if (impl_)
+        impl_->close_in_background();
+}
+
+void endpoint::abort() noexcept {
     if (impl_)
         impl_->force_close(boost::asio::error::operation_aborted);
 }
@@ -938,7 +966,7 @@ void endpoint_close(endpoint_impl& ep, endpoint_op* op) noexcept {
     ep.close_gracefully(op);
 }
 bool endpoint_is_open(const endpoint_impl& ep) noexcept {
-    return ep.is_open();
+    return ep.is_open() && !ep.close_requested();
 }
 const std::shared_ptr<worker_impl>& endpoint_worker(const endpoint_impl& ep) noexcept {
     return ep.worker();

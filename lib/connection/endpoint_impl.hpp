@@ -3,6 +3,7 @@
 
 #include "connection/connection_fsm.hpp"
 
+#include <atomic>
 #include <ucx/detail/operation.hpp>
 #include <ucx/worker_address.hpp>
 
@@ -109,6 +110,13 @@ public:
     bool is_open() const noexcept { return ep_ != nullptr && fsm_.is_open(); }
     /// Why the endpoint is not usable; empty while it is (or still connecting).
     const error_code& error() const noexcept { return fsm_.error(); }
+    /// `close_in_background` was called: the handle reports the endpoint
+    /// closed from then on, though the close runs on the worker's executor
+    /// (dispatched there from another thread, in order with the operations
+    /// started before it).
+    bool close_requested() const noexcept {
+        return close_requested_.load(std::memory_order_acquire);
+    }
 
     // Operations (owner thread).
 
@@ -158,6 +166,11 @@ public:
     /// Graceful close; the goodbye tells the peer `stream_bytes` (what a
     /// ucx::stream wrote).
     void close_gracefully(endpoint_op* op, std::uint64_t stream_bytes = 0) noexcept;
+    /// The same close in the background, owned by an operation of its own
+    /// that keeps this endpoint alive until it ends (`endpoint::close()`,
+    /// `stream::close()`); an endpoint closed here already is left as it is,
+    /// one without a UCX endpoint (failed, worker closed) is force-closed.
+    void close_in_background(std::uint64_t stream_bytes = 0) noexcept;
 
     /// Force-closes: operations in flight complete with `ec` (or
     /// operation_aborted for a local close), later ones fail with `error()`.
@@ -284,6 +297,7 @@ private:
     bool registered_ = false;
     bool fabric_ = false;
     bool mapped_ = false;
+    std::atomic<bool> close_requested_{false};
     void watch_lifeline() noexcept;
     void close_lifeline() noexcept;
     std::unique_ptr<boost::asio::ip::tcp::socket> lifeline_;

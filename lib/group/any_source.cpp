@@ -31,16 +31,16 @@ using namespace group_wire;
 
 // --- receives from any rank ---
 
-void group_impl::recv_any(void* data, std::size_t size, std::uint32_t tag, group_from_handler h) {
+void group_impl::recv_any(void* data, std::size_t size, tag_t tag, group_from_handler h) {
     if (error_)
-        return post(std::move(h), error_, any_rank, std::size_t{0});
+        return post(std::move(h), error_, std::size_t{0}, any_rank);
     if (tag > group_max_tag)
-        return post(std::move(h), make_error_code(boost::asio::error::invalid_argument), any_rank,
-                    std::size_t{0});
+        return post(std::move(h), make_error_code(boost::asio::error::invalid_argument),
+                    std::size_t{0}, any_rank);
     auto r = std::make_shared<any_recv>(std::move(h));
     r->data = data;
     r->size = size;
-    r->tag = user_tag(id_, tag);
+    r->tag = user_tag(id_, static_cast<std::uint32_t>(tag));
     auto slot = boost::asio::get_associated_cancellation_slot(r->handler);
     if (slot.is_connected())
         slot.assign([weak = std::weak_ptr<any_recv>(r)](boost::asio::cancellation_type type) {
@@ -150,7 +150,7 @@ void group_impl::finish_any(const std::shared_ptr<any_recv>& r, error_code ec, i
     // Posted: this may run inside failed(), called from an initiating
     // function (abort) or from the fabric's failure.
     auto h = std::move(r->handler);
-    post(std::move(h), ec, from, n);
+    post(std::move(h), ec, n, from);
 }
 
 } // namespace ucx::detail

@@ -37,7 +37,7 @@ void send_abort(endpoint ep) {
     static const std::uint32_t word = 1;
     auto held = std::make_shared<endpoint>(std::move(ep));
     held->async_send(boost::asio::buffer(&word, sizeof(word)), abort_tag,
-                     [held](error_code, std::size_t) { held->close(); });
+                     [held](error_code, std::size_t) { held->abort(); });
 }
 
 void report(const fabric_action& a) {
@@ -161,12 +161,12 @@ void fabric::execute_one(const fabric_action& a, endpoint* fresh) {
         send_rank(*fresh, rank());
         return send_abort(std::move(*fresh));
     case t::close_new:
-        fresh->close();
+        fresh->abort();
         return;
     case t::send_abort:
         return send_abort(std::move(peers_[a.peer].ep));
     case t::close_force:
-        peers_[a.peer].ep.close();
+        peers_[a.peer].ep.abort();
         return;
     case t::close_graceful: // only a leave closes gracefully (it counts them)
         return;

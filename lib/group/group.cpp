@@ -170,7 +170,7 @@ void group_join(const std::shared_ptr<worker_impl>& w, store& s, group_options o
 namespace {
 
 /// Why a message to or from rank `peer` with `tag` cannot start, if it cannot.
-error_code check_message(const group_impl& g, int peer, std::uint32_t tag) {
+error_code check_message(const group_impl& g, int peer, tag_t tag) {
     if (g.error())
         return g.error();
     if (peer < 0 || peer >= g.size())
@@ -245,23 +245,25 @@ message_step completing(const std::shared_ptr<group_impl>& g, int peer, group_by
 } // namespace
 
 void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, std::size_t size,
-                std::uint32_t tag, group_bytes_handler h) {
+                tag_t tag, group_bytes_handler h) {
     if (auto ec = check_message(*g, to, tag))
         return g->post(std::move(h), ec, std::size_t{0});
     const int peer = g->member(to);
-    g->fab()->send(peer, data, size, user_tag(g->id(), tag), completing(g, peer, std::move(h)));
+    g->fab()->send(peer, data, size, user_tag(g->id(), static_cast<std::uint32_t>(tag)),
+                   completing(g, peer, std::move(h)));
 }
 
 void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
-                std::uint32_t tag, group_bytes_handler h) {
+                tag_t tag, group_bytes_handler h) {
     if (auto ec = check_message(*g, from, tag))
         return g->post(std::move(h), ec, std::size_t{0});
     const int peer = g->member(from);
-    g->fab()->recv(peer, data, size, user_tag(g->id(), tag), completing(g, peer, std::move(h)));
+    g->fab()->recv(peer, data, size, user_tag(g->id(), static_cast<std::uint32_t>(tag)),
+                   completing(g, peer, std::move(h)));
 }
 
-void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size,
-                    std::uint32_t tag, group_from_handler h) {
+void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size, tag_t tag,
+                    group_from_handler h) {
     g->recv_any(data, size, tag, std::move(h));
 }
 

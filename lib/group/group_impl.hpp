@@ -80,7 +80,7 @@ public:
             stop_any(r, ec);
     }
 
-    void recv_any(void* data, std::size_t size, std::uint32_t tag, group_from_handler h);
+    void recv_any(void* data, std::size_t size, tag_t tag, group_from_handler h);
     /// A member may have closed: once all others have, any-source receives end.
     void peer_left() override {
         if (!others_left())

@@ -28,19 +28,37 @@ void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag
         return;
     w.tag_recv(op, data, size, tag, mask);
 }
-void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
-                   std::uint32_t tag) noexcept {
-    if (device_staging* s = staging_of(*ep.worker());
-        s && staged_endpoint_send(*s, ep, op, data, size, tag)) [[unlikely]]
-        return;
-    ep.send(op, data, size, tag);
+namespace {
+/// Fails `op` of `ep` before it reaches UCX (a tag outside the endpoint's range).
+void fail_at_start(endpoint_impl& ep, auto* op, const error_code& ec) noexcept {
+    worker_impl& w = *ep.worker();
+    w.start(op);
+    op->endpoint = &ep;
+    w.complete(op, ec);
 }
-void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size,
-                   std::uint32_t tag, std::uint32_t mask) noexcept {
+} // namespace
+
+void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
+                   tag_t tag) noexcept {
+    if (tag > endpoint_max_tag) [[unlikely]]
+        return fail_at_start(ep, op, boost::asio::error::invalid_argument);
+    const auto t = static_cast<std::uint32_t>(tag);
     if (device_staging* s = staging_of(*ep.worker());
-        s && staged_endpoint_recv(*s, ep, op, data, size, tag, mask)) [[unlikely]]
+        s && staged_endpoint_send(*s, ep, op, data, size, t)) [[unlikely]]
         return;
-    ep.recv(op, data, size, tag, mask);
+    ep.send(op, data, size, t);
+}
+void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
+                   tag_t mask) noexcept {
+    if (tag > endpoint_max_tag) [[unlikely]]
+        return fail_at_start(ep, op, boost::asio::error::invalid_argument);
+    // The mask's bits above the endpoint's range match nothing a peer sends.
+    const auto t = static_cast<std::uint32_t>(tag);
+    const auto m = static_cast<std::uint32_t>(mask & endpoint_max_tag);
+    if (device_staging* s = staging_of(*ep.worker());
+        s && staged_endpoint_recv(*s, ep, op, data, size, t, m)) [[unlikely]]
+        return;
+    ep.recv(op, data, size, t, m);
 }
 
 } // namespace ucx::detail

@@ -55,7 +55,7 @@ remote_key::remote_key(const endpoint& ep, std::span<const std::byte> blob, erro
     if (ec)
         return;
     const auto& ep_impl = detail::access::get_impl(ep);
-    if (!ep_impl) {
+    if (!ep_impl || ep_impl->close_requested()) {
         ec = boost::asio::error::bad_descriptor;
         return;
     }

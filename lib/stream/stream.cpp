@@ -127,20 +127,8 @@ void stream_impl::close() noexcept {
         return;
     // Written data is still delivered: the waiting writes go now.
     resume_writes(true);
-    auto ep = shut_local();
-    worker_impl& w = *worker_;
-    if (!w.is_open() || !ep->native() || ep->error() == boost::asio::error::bad_descriptor)
-        return;
-    // The close runs in the background; the operation keeps the endpoint alive.
-    try {
-        start_operation<error_result<endpoint_op>>(
-            [ep](const error_code&) {}, w,
-            [ep, total = fsm_.bytes_written()](endpoint_op* op) {
-                ep->close_gracefully(op, total);
-            });
-    } catch (...) {
-        ep->force_close(boost::asio::error::operation_aborted);
-    }
+    // The close runs in the background; its operation keeps the endpoint alive.
+    shut_local()->close_in_background(fsm_.bytes_written());
 }
 
 void stream_impl::close(endpoint_op* op) noexcept {

@@ -32,8 +32,8 @@ struct tag_recv_result {
 struct endpoint_recv_result {
     using op_type = tag_recv_op;
     static auto extract(const error_code& ec, const tag_recv_op& op) {
-        return std::tuple<error_code, std::size_t, std::uint32_t>(
-            ec, ec ? 0 : op.bytes, ec ? 0 : static_cast<std::uint32_t>(op.sender_tag));
+        return std::tuple<error_code, std::size_t, tag_t>(
+            ec, ec ? 0 : op.bytes, ec ? 0 : (op.sender_tag & endpoint_max_tag));
     }
 };
 

@@ -137,7 +137,48 @@ TEST_P(connection, data_sent_before_a_graceful_close_arrives) {
     EXPECT_EQ(in, data);
 }
 
-TEST_P(connection, force_close_aborts_pending_and_fails_later_operations) {
+TEST_P(connection, close_ends_here_at_once_and_the_peer_reads_eof_after_the_messages) {
+    auto [client, accepted] = connect_pair();
+    std::vector<char> in(16);
+    const std::string sent = "sent before the close";
+    std::optional<ucx::error_code> r, w, s, later;
+    client.async_recv(asio::buffer(in), [&](ucx::error_code ec, std::size_t) { r = ec; });
+    client.async_wait_error([&](ucx::error_code ec) { w = ec; });
+    client.async_send(asio::buffer(sent), 3, [&](ucx::error_code ec, std::size_t) { s = ec; });
+    run_until(
+        io, [] { return false; }, std::chrono::milliseconds(10));
+    client.close();
+    client.close();
+    EXPECT_FALSE(client.is_open());
+    ASSERT_TRUE(run_until(io, [&] { return r && w && s; }));
+    EXPECT_EQ(*r, asio::error::operation_aborted);
+    EXPECT_EQ(*w, asio::error::operation_aborted);
+    EXPECT_FALSE(*s) << s->message(); // a send started before the close is delivered
+    client.async_send(asio::buffer(in), [&](ucx::error_code ec, std::size_t) { later = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return later.has_value(); }));
+    EXPECT_EQ(*later, asio::error::bad_descriptor);
+    // The peer gets the message, then eof: a goodbye, not a failure.
+    std::vector<char> got(64);
+    std::optional<ucx::error_code> m, end;
+    std::size_t n = 0;
+    ucx::tag_t tag = 0;
+    accepted.async_recv(asio::buffer(got), 0, 0,
+                        [&](ucx::error_code ec, std::size_t k, ucx::tag_t t) {
+                            m = ec;
+                            n = k;
+                            tag = t;
+                        });
+    ASSERT_TRUE(run_until(io, [&] { return m.has_value(); }));
+    ASSERT_FALSE(*m) << m->message();
+    EXPECT_EQ(std::string(got.data(), n), sent);
+    EXPECT_EQ(tag, 3u);
+    accepted.async_wait_error([&](ucx::error_code ec) { end = ec; });
+    ASSERT_TRUE(run_until(
+        io, [&] { return end.has_value(); }, std::chrono::seconds(30)));
+    EXPECT_EQ(*end, asio::error::eof);
+}
+
+TEST_P(connection, abort_aborts_pending_and_fails_later_operations) {
     auto [client, accepted] = connect_pair();
     std::vector<char> in(16);
     std::optional<ucx::error_code> r, w, later;
@@ -145,8 +186,9 @@ TEST_P(connection, force_close_aborts_pending_and_fails_later_operations) {
     client.async_wait_error([&](ucx::error_code ec) { w = ec; });
     run_until(
         io, [] { return false; }, std::chrono::milliseconds(10));
-    client.close();
-    client.close();
+    client.abort();
+    client.abort();
+    client.close(); // after an abort: nothing to do
     ASSERT_TRUE(run_until(io, [&] { return r && w; }));
     EXPECT_EQ(*r, asio::error::operation_aborted);
     EXPECT_EQ(*w, asio::error::operation_aborted);

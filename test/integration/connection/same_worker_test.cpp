@@ -99,12 +99,20 @@ TEST_P(same_worker, async_connect_reaches_a_listener_of_the_same_worker) {
     ASSERT_TRUE(client2.is_open());
     exchange(client2, accepted2, 64, seed++);
     exchange(accepted, client, 64, seed++);
-    // A force close is seen by the other end, which the first pair survives.
+    // An abort is seen by the other end as a failure, a close as eof; the
+    // first pair survives both.
     std::optional<ucx::error_code> failed;
     accepted2.async_wait_error([&](ucx::error_code ec) { failed = ec; });
-    client2.close();
+    client2.abort();
     ASSERT_TRUE(run_until(io, [&] { return failed.has_value(); }));
     EXPECT_TRUE(*failed) << "the peer's end must fail";
+    EXPECT_NE(*failed, asio::error::eof);
+    auto [client3, accepted3] = connect_pair(io, server, worker);
+    std::optional<ucx::error_code> ended;
+    accepted3.async_wait_error([&](ucx::error_code ec) { ended = ec; });
+    client3.close();
+    ASSERT_TRUE(run_until(io, [&] { return ended.has_value(); }));
+    EXPECT_EQ(*ended, asio::error::eof);
     exchange(client, accepted, 64, seed++);
 }
 

@@ -7,7 +7,7 @@
 //   1, 1000 and 300000 elements), broadcast from rank 1 (1 MiB + 3 B),
 //   allgather, alltoall, reduce to rank 2, gather, barrier, all on device
 //   buffers, then again with some ranks on device and others on host buffers;
-// - a group's messages by rank (async_send, async_recv, async_recv_any) from
+// - a group's messages by rank (async_send, async_recv, async_recv_from_any) from
 //   and into device memory, small and large, in order.
 // Every check copies the device memory back to the host (cudaMemcpy) and
 // compares it with the expected bytes, computed on the host (the reductions'
@@ -562,7 +562,7 @@ TEST_P(cuda_device_group, collectives_with_device_and_host_buffers_mixed) {
 }
 
 // Messages by rank from and into device memory: from one rank (async_recv)
-// and from any rank (async_recv_any), small and large; and several in a row
+// and from any rank (async_recv_from_any), small and large; and several in a row
 // from one rank arrive in the order sent.
 TEST_P(cuda_device_group, messages_by_rank_with_device_buffers) {
     std::uint32_t seed = 500;
@@ -584,11 +584,11 @@ TEST_P(cuda_device_group, messages_by_rank_with_device_buffers) {
             got0 = result{ec, n};
         });
         // 2 -> 0, device to device (from any rank).
-        r->groups[0].async_recv_any(any0.buffer(), 5,
-                                    [&](ucx::error_code ec, int who, std::size_t n) {
-                                        got_any = result{ec, n};
-                                        from = who;
-                                    });
+        r->groups[0].async_recv_from_any(any0.buffer(), 5,
+                                         [&](ucx::error_code ec, std::size_t n, int who) {
+                                             got_any = result{ec, n};
+                                             from = who;
+                                         });
         // 0 -> 2, device to host.
         r->groups[2].async_recv(0, into2.buffer(), 6, [&](ucx::error_code ec, std::size_t n) {
             got2 = result{ec, n};
@@ -641,11 +641,11 @@ TEST_P(cuda_device_group, messages_by_rank_with_device_buffers) {
                                 });
     for (std::size_t i = 0; i < n; ++i) {
         if (i % 3 == 2)
-            r->groups[2].async_recv_any(in[i]->buffer(), 8,
-                                        [&, i](ucx::error_code ec, int who, std::size_t bytes) {
-                                            received[i] = result{ec, bytes};
-                                            senders[i] = who;
-                                        });
+            r->groups[2].async_recv_from_any(
+                in[i]->buffer(), 8, [&, i](ucx::error_code ec, std::size_t bytes, int who) {
+                    received[i] = result{ec, bytes};
+                    senders[i] = who;
+                });
         else
             r->groups[2].async_recv(1, in[i]->buffer(), 8,
                                     [&, i](ucx::error_code ec, std::size_t bytes) {
