@@ -212,7 +212,9 @@ enum class condition : int {
     /// (`error::wrong_worker`, `context_closed`, `empty_address`,
     /// `malformed_address`, `misaligned_address`, `invalid_am_id`,
     /// `header_too_large`, `invalid_region`, `invalid_option`,
-    /// `unknown_option`, `null_allocator`, `invalid_rank`).
+    /// `unknown_option`, `null_allocator`, `invalid_rank`), and
+    /// `asio::error::invalid_argument` (a tag outside its operation's range,
+    /// buffers whose sizes do not fit).
     invalid_argument,
     /// The operation cannot be done here: `errc::unsupported`,
     /// `errc::not_implemented`, `error::feature_not_enabled`,

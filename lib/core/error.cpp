@@ -215,6 +215,9 @@ public:
                 return code == boost::asio::error::timed_out;
             case condition::cancelled:
                 return code == boost::asio::error::operation_aborted;
+            case condition::invalid_argument:
+                // A tag outside its operation's range, buffers that do not fit.
+                return code == boost::asio::error::invalid_argument;
             default:
                 return false;
             }

@@ -178,6 +178,38 @@ TEST_P(connection, close_ends_here_at_once_and_the_peer_reads_eof_after_the_mess
     EXPECT_EQ(*end, asio::error::eof);
 }
 
+TEST_P(connection, tags_are_ucx_tag_t_within_the_endpoints_range) {
+    auto [client, accepted] = connect_pair();
+    const std::string m = "the largest tag";
+    std::vector<char> in(64);
+    std::optional<ucx::error_code> s, r, bad_send, bad_recv;
+    std::size_t n = 0;
+    ucx::tag_t got = 0;
+    accepted.async_recv(asio::buffer(in), ucx::endpoint_max_tag, ucx::tag_mask_full,
+                        [&](ucx::error_code ec, std::size_t k, ucx::tag_t t) {
+                            r = ec;
+                            n = k;
+                            got = t;
+                        });
+    client.async_send(asio::buffer(m), ucx::endpoint_max_tag,
+                      [&](ucx::error_code ec, std::size_t) { s = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return s && r; }));
+    ASSERT_FALSE(*r) << r->message();
+    EXPECT_EQ(std::string(in.data(), n), m);
+    EXPECT_EQ(got, ucx::endpoint_max_tag);
+    // Past the range: refused, not cut to the low 32 bits; the endpoint stays usable.
+    client.async_send(asio::buffer(m), ucx::endpoint_max_tag + 1,
+                      [&](ucx::error_code ec, std::size_t) { bad_send = ec; });
+    accepted.async_recv(asio::buffer(in), ucx::tag_t{1} << 40, ucx::tag_mask_full,
+                        [&](ucx::error_code ec, std::size_t, ucx::tag_t) { bad_recv = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return bad_send && bad_recv; }));
+    EXPECT_EQ(*bad_send, asio::error::invalid_argument);
+    EXPECT_EQ(*bad_recv, asio::error::invalid_argument);
+    EXPECT_EQ(*bad_send, ucx::condition::invalid_argument);
+    EXPECT_TRUE(client.is_open());
+    EXPECT_TRUE(accepted.is_open());
+}
+
 TEST_P(connection, abort_aborts_pending_and_fails_later_operations) {
     auto [client, accepted] = connect_pair();
     std::vector<char> in(16);

@@ -363,6 +363,8 @@ TEST(ConditionCategory, GathersTheCodesOfEveryCategoryThatMeanOneThing) {
     EXPECT_TRUE(ucx::make_error_code(UCS_ERR_CANCELED) == ucx::condition::cancelled);
     EXPECT_TRUE(ucx::error_code(ucx::errc::canceled) == ucx::condition::cancelled);
     EXPECT_TRUE(ucx::error_code(ucx::error::store_value_too_large) == ucx::condition::too_large);
+    EXPECT_TRUE(ucx::error_code(aerr::invalid_argument) == ucx::condition::invalid_argument);
+    EXPECT_TRUE(ucx::error_code(ucx::error::invalid_rank) == ucx::condition::invalid_argument);
 
     // Not the others.
     EXPECT_FALSE(ucx::error_code(aerr::eof) == ucx::condition::peer_lost);
