@@ -1,7 +1,8 @@
 # Installs the build tree into a scratch prefix, then builds and runs the
-# consumer project against it with find_package(ucx_asio).
+# consumer project against it with find_package(ucx_asio), and the same
+# consumer with the flags of pkg-config's ucx-asio.pc (with CXX_COMPILER).
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... [-DUCX_PC_DIR=...]
-#         -P install_and_consume.cmake
+#         [-DCXX_COMPILER=...] [-DWITH_NCCL=ON] -P install_and_consume.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
@@ -27,6 +28,62 @@ run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/test/install/consumer" -B "${WORK_DIR}/bu
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 run("${WORK_DIR}/build/consumer")
+if(WITH_NCCL)
+  # The nccl component is there where the library has it.
+  file(WRITE "${WORK_DIR}/nccl-consumer/CMakeLists.txt"
+    "cmake_minimum_required(VERSION 3.25)\nproject(c LANGUAGES CXX)\n"
+    "find_package(ucx_asio REQUIRED COMPONENTS asio nccl)\n")
+  run(${CMAKE_COMMAND} -S "${WORK_DIR}/nccl-consumer" -B "${WORK_DIR}/build-nccl"
+      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+else()
+  # ... and missing, with find_package failing, where it does not.
+  file(WRITE "${WORK_DIR}/nccl-consumer/CMakeLists.txt"
+    "cmake_minimum_required(VERSION 3.25)\nproject(c LANGUAGES CXX)\n"
+    "find_package(ucx_asio REQUIRED COMPONENTS nccl)\n")
+  execute_process(COMMAND ${CMAKE_COMMAND} -S "${WORK_DIR}/nccl-consumer"
+      -B "${WORK_DIR}/build-nccl" -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+    RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "find_package(ucx_asio COMPONENTS nccl) succeeded without ucx::asio_nccl")
+  endif()
+endif()
+
+# pkg-config: the installed ucx-asio.pc (found next to the library, whatever
+# the libdir) builds and links the same consumer, which then runs.
+if(CXX_COMPILER)
+  file(GLOB_RECURSE pc_files "${WORK_DIR}/prefix/*/ucx-asio.pc")
+  list(LENGTH pc_files n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "expected one installed ucx-asio.pc, found: ${pc_files}")
+  endif()
+  get_filename_component(pc_dir "${pc_files}" DIRECTORY)
+  set(ENV{PKG_CONFIG_PATH} "${pc_dir}:$ENV{PKG_CONFIG_PATH}")
+  execute_process(COMMAND pkg-config --cflags --libs ucx-asio RESULT_VARIABLE rc
+    OUTPUT_VARIABLE pc_flags ERROR_VARIABLE pc_err OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config --cflags --libs ucx-asio failed: ${pc_err}")
+  endif()
+  message(STATUS "pkg-config ucx-asio: ${pc_flags}")
+  separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+  run(${CXX_COMPILER} -std=c++20 -O1 "${SOURCE_DIR}/test/install/consumer/main.cpp" ${pc_flags}
+      -o "${WORK_DIR}/consumer-pc")
+  run("${WORK_DIR}/consumer-pc")
+  if(WITH_NCCL)
+    execute_process(COMMAND pkg-config --cflags --libs ucx-asio-nccl RESULT_VARIABLE rc
+      OUTPUT_VARIABLE nccl_flags ERROR_VARIABLE pc_err OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "pkg-config --cflags --libs ucx-asio-nccl failed: ${pc_err}")
+    endif()
+    separate_arguments(nccl_flags UNIX_COMMAND "${nccl_flags}")
+    # Links, and says whether NCCL can be loaded here (no GPU needed).
+    file(WRITE "${WORK_DIR}/nccl-consumer/main.cpp"
+      "#include <ucx/nccl.hpp>\n#include <cstdio>\n"
+      "int main() { std::printf(\"NCCL: %s\\n\", ucx::nccl::load_library().message().c_str()); }\n")
+    run(${CXX_COMPILER} -std=c++20 "${WORK_DIR}/nccl-consumer/main.cpp" ${nccl_flags} ${pc_flags}
+        -o "${WORK_DIR}/nccl-consumer-pc")
+    run("${WORK_DIR}/nccl-consumer-pc")
+  endif()
+endif()
 
 # A consumer whose pkg-config finds another UCX than the library was built
 # with is told so at configure time (the package is not found, with why).
