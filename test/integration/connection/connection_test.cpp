@@ -145,8 +145,8 @@ TEST_P(connection, close_ends_here_at_once_and_the_peer_reads_eof_after_the_mess
     client.async_recv(asio::buffer(in), [&](ucx::error_code ec, std::size_t) { r = ec; });
     client.async_wait_error([&](ucx::error_code ec) { w = ec; });
     client.async_send(asio::buffer(sent), 3, [&](ucx::error_code ec, std::size_t) { s = ec; });
-    run_until(
-        io, [] { return false; }, std::chrono::milliseconds(10));
+    // Started off the worker's thread, they are dispatched to it, and the
+    // close after them, in order.
     client.close();
     client.close();
     EXPECT_FALSE(client.is_open());
@@ -216,11 +216,12 @@ TEST_P(connection, abort_aborts_pending_and_fails_later_operations) {
     std::optional<ucx::error_code> r, w, later;
     client.async_recv(asio::buffer(in), [&](ucx::error_code ec, std::size_t) { r = ec; });
     client.async_wait_error([&](ucx::error_code ec) { w = ec; });
-    run_until(
-        io, [] { return false; }, std::chrono::milliseconds(10));
-    client.abort();
-    client.abort();
-    client.close(); // after an abort: nothing to do
+    // On the worker's thread, after the operations' dispatched starts.
+    asio::post(io, [&] {
+        client.abort();
+        client.abort();
+        client.close(); // after an abort: nothing to do
+    });
     ASSERT_TRUE(run_until(io, [&] { return r && w; }));
     EXPECT_EQ(*r, asio::error::operation_aborted);
     EXPECT_EQ(*w, asio::error::operation_aborted);
