@@ -19,6 +19,7 @@ packages=(
   slurm-wlm munge # the launch tests' single-node Slurm cluster (started by the test)
   python3 # the layer rule's check (test/layers)
   python3-torch # the store tests against torch.distributed's TCPStore
+  libyaml-cpp-dev # Dask's YAML configuration files (ucx::dask_configuration)
 )
 
 sudo=""

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ucx {
 
@@ -86,10 +87,12 @@ const environment_variable* find_library_variable(std::string_view name) noexcep
 /// | `create_cuda_context` | boolean | `cuda.create_context` |
 /// | `cuda_device` | a device number | `cuda.device` |
 /// | `cuda_pool_size` | bytes, optional unit `k`, `m`, `g` (binary) | `cuda.pool_size` |
-/// | `environment__NAME` | any text | `config["NAME"]`: UCX setting `UCX_NAME` |
+/// | `environment__NAME` | any text | `config["NAME"]`: UCX setting `UCX_NAME` (`-` as `_`) |
 ///
 /// A boolean is `true`/`false`, `yes`/`no`, `on`/`off` or `1`/`0` (any
-/// case). Returns `error::unknown_option` for a name not in the table and
+/// case). Returns `error::unknown_option` for a name not in the table or an
+/// `environment__NAME` whose `UCX_NAME` is not a setting of the UCX library
+/// loaded (a misspelt setting would have no effect), and
 /// `error::invalid_option` for a value the option does not take; `options`
 /// is then unchanged.
 error_code set_context_option(context_options& options, std::string_view name,
@@ -121,11 +124,58 @@ void apply_environment(context_options& options, error_code& ec,
 void apply_configuration_file(context_options& options, const std::string& path, error_code& ec,
                               std::string* failed = nullptr);
 
+/// Applies Dask's configuration of UCX, with the meaning distributed-ucxx
+/// (and dask-cuda) give it: the YAML `files` in order, then the process's
+/// `DASK_*` variables over them, as Dask merges its configuration
+/// (docs/guide/configuration.md has every key).
+///
+/// Read: the sections `distributed-ucxx` and, for a key absent or null
+/// there, the former `distributed.comm.ucx` and the oldest `ucx`; and
+/// `distributed-ucxx.rmm.pool-size`, else `distributed.rmm.pool-size`. The
+/// variables are Dask's: `DASK_DISTRIBUTED_UCXX__TCP=True`,
+/// `DASK_DISTRIBUTED__COMM__UCX__NVLINK=true`, `DASK_UCX__CUDA_COPY=1`,
+/// `DASK_DISTRIBUTED_UCXX__ENVIRONMENT__RNDV_THRESH=8k`,
+/// `DASK_DISTRIBUTED__RMM__POOL_SIZE=1GB` (lower-cased, `__` nests, `_` and
+/// `-` the same, values read as Python literals). The rest of a file (other
+/// Dask settings) is not looked at.
+///
+/// Meaning: `tcp`, `nvlink`, `infiniband` make `UCX_TLS` the list of exactly
+/// those transports (`[rc,]tcp[,cuda_copy][,cuda_ipc]`) and
+/// `UCX_SOCKADDR_TLS_PRIORITY` `rdmacm` or `tcp`; `environment: {some-name:
+/// v}` sets `UCX_SOME_NAME=v`; a `UCX_*` variable of the environment wins
+/// over both; `create-cuda-context: true`, or a CUDA transport in `UCX_TLS`,
+/// sets `cuda.create_context`; `rmm.pool-size` (1GB is 10^9) sets
+/// `cuda.pool_size`; the oldest section's `net-devices` sets `net_devices`.
+///
+/// Errors (`failed` then names the file and line, or the variable, and the
+/// key; `options` is unchanged): a file's open error
+/// (`errc::no_such_file_or_directory`, ...); `error::invalid_option` for a
+/// file that is not YAML or a value a key does not take (`tcp: maybe`,
+/// `pool-size: 1XB`); `error::unknown_option` for a key these sections do
+/// not have (`distributed-ucxx.tpc`) or an `environment` entry that is not a
+/// setting of the UCX library loaded (`rndv-tresh`). Keys that have no
+/// effect here (`multi-buffer: true`, `connect-timeout`, `reuse-endpoints`,
+/// a setting the environment overrides) are logged as warnings and, when
+/// `notes` is given, added to it, one `WHERE: KEY: why` each.
+void apply_dask_configuration(context_options& options, std::span<const std::string> files,
+                              error_code& ec, std::string* failed = nullptr,
+                              std::vector<std::string>* notes = nullptr);
+
+/// Whether the configuration file at `path` is YAML (Dask's) rather than
+/// `name = value` lines: its name ends in `.yaml` or `.yml`, or its first
+/// line that is neither blank nor a comment has no `=`.
+bool is_yaml_configuration_file(const std::string& path);
+
 /// The options of a context configured from outside the program: the
-/// defaults, then the file at `path` (when not empty), then the environment
-/// variables with `prefix`, each overriding the one before. Throws
-/// `boost::system::system_error` naming the setting that failed.
+/// defaults, then the file at `path` (when not empty: Dask's YAML, see
+/// `is_yaml_configuration_file`, or `name = value` lines), then Dask's
+/// `DASK_*` variables (`apply_dask_configuration`, merged with a YAML file
+/// as Dask merges them), then the environment variables with `prefix`, each
+/// overriding the one before. Throws `boost::system::system_error` naming
+/// the setting that failed. `notes`, when given, gains the Dask keys that had
+/// no effect.
 context_options configured_context_options(const std::string& path = {},
-                                           std::string_view prefix = default_environment_prefix);
+                                           std::string_view prefix = default_environment_prefix,
+                                           std::vector<std::string>* notes = nullptr);
 
 } // namespace ucx

@@ -120,7 +120,9 @@ struct context_options {
     /// environment sets `UCX_KEEPALIVE_INTERVAL`.
     bool ucx_keepalive = false;
     /// Arbitrary UCX settings, by name without the `UCX_` prefix
-    /// (e.g. {"RNDV_THRESH", "64k"}); they override the environment.
+    /// (e.g. {"RNDV_THRESH", "64k"}); they override the environment. A name
+    /// that is not a setting of the UCX library loaded fails the context
+    /// with `ucx::error::unknown_option` (it would have no effect).
     std::map<std::string, std::string> config{};
     /// Size hint for the number of endpoints (0: UCX's default).
     std::size_t estimated_endpoints = 0;
@@ -152,8 +154,9 @@ public:
     /// Creates a context with default options. Throws `boost::system::system_error`.
     context();
     /// Creates a context with the given options. Throws `boost::system::system_error`:
-    /// `ucx::error::invalid_option` for an option out of its bounds, UCX's
-    /// status when UCX refuses the configuration.
+    /// `ucx::error::invalid_option` for an option out of its bounds,
+    /// `ucx::error::unknown_option` for a `config` name UCX does not have,
+    /// UCX's status when UCX refuses the configuration.
     explicit context(const context_options& options);
     /// Creates a context with the given options; reports failure through `ec`.
     context(const context_options& options, error_code& ec);

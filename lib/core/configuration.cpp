@@ -1,5 +1,7 @@
 #include <ucx/configuration.hpp>
 
+#include "core/ucx_settings.hpp"
+
 #include <boost/system/system_error.hpp>
 
 #include <algorithm>
@@ -83,12 +85,12 @@ error_code set_context_option(context_options& options, std::string_view name,
                               std::string_view value) {
     const std::string key = lower(trim(name));
     if (key.rfind(environment_prefix, 0) == 0) {
-        // The UCX setting keeps its own spelling (UCX's names are upper case).
-        std::string setting(trim(name).substr(environment_prefix.size()));
-        if (setting.empty())
+        // UCX's spelling: upper case, `_` for `-`. A name UCX does not know
+        // would have no effect.
+        const std::string setting =
+            detail::ucx_setting_name(trim(name).substr(environment_prefix.size()));
+        if (!detail::is_ucx_setting(setting))
             return error::unknown_option;
-        std::transform(setting.begin(), setting.end(), setting.begin(),
-                       [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
         options.config[setting] = std::string(trim(value));
         return {};
     }
@@ -233,15 +235,23 @@ void apply_configuration_file(context_options& options, const std::string& path,
     options = std::move(out);
 }
 
-context_options configured_context_options(const std::string& path, std::string_view prefix) {
+context_options configured_context_options(const std::string& path, std::string_view prefix,
+                                           std::vector<std::string>* notes) {
     context_options options;
     error_code ec;
     std::string failed;
-    if (!path.empty()) {
+    const bool yaml = !path.empty() && is_yaml_configuration_file(path);
+    if (!path.empty() && !yaml) {
         apply_configuration_file(options, path, ec, &failed);
         if (ec)
             throw boost::system::system_error(ec, "ucx configuration file " + failed);
     }
+    // Dask's file and variables, merged as Dask merges them.
+    const std::string files[] = {path};
+    apply_dask_configuration(options, std::span<const std::string>(files, yaml ? 1 : 0), ec,
+                             &failed, notes);
+    if (ec)
+        throw boost::system::system_error(ec, "ucx configuration from Dask's " + failed);
     apply_environment(options, ec, prefix, &failed);
     if (ec)
         throw boost::system::system_error(ec, "ucx configuration from the environment " + failed);

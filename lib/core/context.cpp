@@ -3,6 +3,7 @@
 #include <ucx/memory_type.hpp>
 
 #include "core/context_impl.hpp"
+#include "core/ucx_settings.hpp"
 
 #include <boost/system/system_error.hpp>
 
@@ -140,6 +141,18 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
         else if (const char* e = std::getenv("UCX_TCP_AF_PRIO"))
             prio = e;
         tcp_prefers_ipv6_ = prio.rfind("inet6", 0) == 0;
+    }
+    // A name UCX does not know would be kept aside by ucp_config_modify and
+    // have no effect.
+    for (const auto& [name, value] : options.config) {
+        if (!is_ucx_setting(name)) {
+            log::write(log::severity::error, "context_options::config: UCX_" +
+                                                 ucx_setting_name(name) +
+                                                 " is not a setting of the UCX library loaded (" +
+                                                 ucx_runtime_version().to_string() + ")");
+            ec = make_error_code(error::unknown_option);
+            return;
+        }
     }
     ucp_config_t* raw = nullptr;
     if (ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw); st != UCS_OK) {
