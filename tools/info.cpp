@@ -16,10 +16,12 @@
 // Prints, in sections:
 // - versions: the UCX running and the one the library was built against
 //   (a mismatch is a warning);
-// - configuration: the context options built from the configuration file and
-//   the environment (PREFIX + name, "UCXASIO_" by default; see
-//   docs/guide/context-and-worker.md), the UCX settings they turn into, and the
-//   effective values of UCX's main settings;
+// - configuration: the context options built from the configuration file
+//   (`name = value` lines, or Dask's YAML) and the environment (Dask's DASK_*
+//   variables, then PREFIX + name, "UCXASIO_" by default; see
+//   docs/guide/configuration.md), the Dask keys that have no effect here (as
+//   warnings), the UCX settings they turn into, and the effective values of
+//   UCX's main settings;
 // - resources: the transports and devices the context found (UCX's own
 //   listing);
 // - connection: a test connection, to HOST:PORT (a ucx-asio listener of that
@@ -73,6 +75,8 @@ void print_options(const ucx::context_options& o) {
                 "multi_threaded=%s\n",
                 yes_no(o.shared_memory_error_handling).c_str(), o.shared_memory_segment_size,
                 yes_no(o.multi_threaded).c_str());
+    std::printf("  create_cuda_context=%s cuda_device=%d cuda_pool_size=%zu\n",
+                yes_no(o.cuda.create_context).c_str(), o.cuda.device, o.cuda.pool_size);
     for (const auto& [name, value] : o.config)
         std::printf("  environment: %s=%s\n", name.c_str(), value.c_str());
 }
@@ -192,13 +196,17 @@ int main(int argc, char** argv) {
     std::printf("== configuration (file: %s, environment prefix: %s)\n",
                 config_file.empty() ? "none" : config_file.c_str(), prefix.c_str());
     ucx::context_options options;
+    std::vector<std::string> notes;
     try {
-        options = ucx::configured_context_options(config_file, prefix);
+        options = ucx::configured_context_options(config_file, prefix, &notes);
     } catch (const boost::system::system_error& e) {
         std::printf("ERROR: %s\n", e.what());
         return 2;
     }
     print_options(options);
+    // Dask's keys that have no effect here, each with its reason.
+    for (const std::string& n : notes)
+        warn("Dask configuration: " + n);
     // The library's other variables (its registry): read elsewhere, not options.
     for (const ucx::environment_variable& v : ucx::library_environment)
         if (const char* value = std::getenv(std::string(v.name).c_str()))

@@ -98,6 +98,38 @@ TEST(info_tool, reads_a_configuration_file_and_names_a_bad_setting) {
     EXPECT_TRUE(contains(r.output, "usage:")) << r.output;
 }
 
+TEST(info_tool, shows_the_ucx_settings_of_a_dask_configuration) {
+    const std::string path = "/tmp/ucx-asio-info-test-" + std::to_string(getpid()) + ".yaml";
+    {
+        std::ofstream f(path);
+        f << "distributed-ucxx:\n  tcp: true\n  multi-buffer: true\n  environment:\n"
+             "    rndv-thresh: 16k\n  rmm:\n    pool-size: 1GB\n";
+    }
+    // The positive transport list of distributed-ucxx, the setting, Dask's
+    // size; what has no effect is a warning; the context takes the settings.
+    run_result r = run_info({"DASK_DISTRIBUTED_UCXX__ENVIRONMENT__MAX_RNDV_RAILS=1"},
+                            {"--config", path, "--no-connection"});
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_TRUE(contains(r.output, "UCX_TLS=tcp\n")) << r.output;
+    EXPECT_TRUE(contains(r.output, "UCX_SOCKADDR_TLS_PRIORITY=tcp")) << r.output;
+    EXPECT_TRUE(contains(r.output, "UCX_RNDV_THRESH=16k")) << r.output;
+    EXPECT_TRUE(contains(r.output, "UCX_MAX_RNDV_RAILS=1")) << r.output;
+    EXPECT_TRUE(contains(r.output, "cuda_pool_size=1000000000")) << r.output;
+    EXPECT_TRUE(contains(r.output, "WARNING: Dask configuration: " + path +
+                                       ":3: distributed-ucxx.multi-buffer: no effect"))
+        << r.output;
+    EXPECT_FALSE(contains(r.output, "ERROR")) << r.output;
+    // A misspelt UCX setting is named, with the variable that holds it.
+    r = run_info({"DASK_DISTRIBUTED_UCXX__ENVIRONMENT__RNDV_TRESH=8k"},
+                 {"--config", path, "--no-connection"});
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_TRUE(contains(r.output, "DASK_DISTRIBUTED_UCXX__ENVIRONMENT__RNDV_TRESH=8k: "
+                                   "distributed-ucxx.environment.rndv-tresh: UCX_RNDV_TRESH is "
+                                   "not a setting"))
+        << r.output;
+    std::remove(path.c_str());
+}
+
 TEST(info_tool, connects_to_another_process) {
     child_process server({"/usr/bin/env", "UCX_NET_DEVICES=lo", UCX_ASIO_ECHO_SERVER, "--address",
                           "127.0.0.1", "--port", "0"});
