@@ -14,7 +14,8 @@
 // the exit status.
 //
 // Prints, in sections:
-// - versions: the UCX running and the one the library was built against
+// - versions: this library's, the UCX running and the one the library was
+//   built against
 //   (a mismatch is a warning);
 // - configuration: the context options built from the configuration file
 //   (`name = value` lines, or Dask's YAML) and the environment (Dask's DASK_*
@@ -186,6 +187,8 @@ int main(int argc, char** argv) {
         return usage();
 
     std::printf("== versions\n");
+    std::printf("  ucx-asio: %d.%d.%d\n", ucx::library_version() / 10000,
+                ucx::library_version() / 100 % 100, ucx::library_version() % 100);
     const auto running = ucx::ucx_runtime_version(), built = ucx::ucx_build_version();
     std::printf("  UCX running: %s\n  UCX built against: %s\n", running.to_string().c_str(),
                 built.to_string().c_str());

@@ -27,5 +27,6 @@
 #include <ucx/tag_type.hpp>
 #include <ucx/tcp_store.hpp>
 #include <ucx/ucxio.hpp>
+#include <ucx/version.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>

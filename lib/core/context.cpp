@@ -1,6 +1,7 @@
 #include <ucx/context.hpp>
 #include <ucx/log.hpp>
 #include <ucx/memory_type.hpp>
+#include <ucx/version.hpp>
 
 #include "core/context_impl.hpp"
 #include "core/ucx_settings.hpp"
@@ -295,6 +296,10 @@ std::optional<std::string> context::config_value(const std::string& name) const 
 
 std::string ucx_version::to_string() const {
     return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
+int library_version() noexcept {
+    return UCX_ASIO_VERSION;
 }
 
 ucx_version ucx_build_version() noexcept {

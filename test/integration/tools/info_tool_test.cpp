@@ -4,6 +4,8 @@
 // of peer error mode, and a clear error for a bad setting.
 #include "child_process.hpp"
 
+#include <ucx/version.hpp>
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -55,6 +57,10 @@ bool contains(const std::string& s, const std::string& what) {
 TEST(info_tool, prints_versions_configuration_resources_and_a_loopback_connection) {
     const run_result r = run_info({}, {});
     EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "ucx-asio: " + std::to_string(UCX_ASIO_VERSION_MAJOR) + "." +
+                                       std::to_string(UCX_ASIO_VERSION_MINOR) + "." +
+                                       std::to_string(UCX_ASIO_VERSION_PATCH) + "\n"))
+        << r.output;
     EXPECT_TRUE(contains(r.output, "UCX running: 1.")) << r.output;
     EXPECT_TRUE(contains(r.output, "UCX built against: 1.")) << r.output;
     EXPECT_TRUE(contains(r.output, "UCX_MM_ERROR_HANDLING=y")) << r.output;

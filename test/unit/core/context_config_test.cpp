@@ -1,6 +1,7 @@
 // Unit tests of ucx::make_config_settings (pure) and of the settings a real
 // ucx::context ends up with (creating a context needs no network traffic).
 #include <ucx/context.hpp>
+#include <ucx/version.hpp>
 
 #include <boost/system/system_error.hpp>
 #include <gtest/gtest.h>
@@ -349,4 +350,17 @@ TEST(UcxVersion, BuildAndRuntimeVersionsAreKnownAndCompare) {
     EXPECT_EQ((ucx::ucx_version{1, 13, 1}).to_string(), "1.13.1");
     EXPECT_LT((ucx::ucx_version{1, 13, 1}), (ucx::ucx_version{1, 14, 0}));
     EXPECT_LT((ucx::ucx_version{1, 9, 9}), (ucx::ucx_version{1, 13, 0}));
+}
+
+TEST(LibraryVersion, TheLibraryIsTheReleaseItsHeadersSay) {
+    EXPECT_EQ(ucx::library_version(), UCX_ASIO_VERSION);
+    EXPECT_EQ(UCX_ASIO_VERSION,
+              UCX_ASIO_VERSION_MAJOR * 10000 + UCX_ASIO_VERSION_MINOR * 100 +
+                  UCX_ASIO_VERSION_PATCH);
+    // The build's own version (CMake's, read from the header) is the same.
+    EXPECT_STREQ(UCX_ASIO_TEST_PROJECT_VERSION,
+                 (std::to_string(UCX_ASIO_VERSION_MAJOR) + "." +
+                  std::to_string(UCX_ASIO_VERSION_MINOR) + "." +
+                  std::to_string(UCX_ASIO_VERSION_PATCH))
+                     .c_str());
 }
