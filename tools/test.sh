@@ -2,7 +2,7 @@
 # Sets up the machine, builds ucx-asio and runs the whole test suite with ctest.
 #
 #   tools/test.sh [--sanitize | --thread-sanitizer] [--line-tables | --no-debug-info] [--unity]
-#                 [--build-dir DIR]
+#                 [--unoptimized-tests] [--build-dir DIR]
 #
 # --sanitize builds with AddressSanitizer and UndefinedBehaviorSanitizer, with clang
 # (default directory build-asan instead of build); --thread-sanitizer with
@@ -14,6 +14,10 @@
 # its file and line (GoogleTest's own), a crash's stack trace the functions.
 # --unity compiles the library's sources a batch at a time (UCX_ASIO_UNITY_BUILD,
 # CMake's unity build): they take about half the compiler time.
+# --unoptimized-tests builds the code only the tests run at -O0
+# (UCX_ASIO_TEST_OPTIMIZATION_LEVEL; the library keeps its level): a test file
+# compiles in four fifths of the time of -O1 (stream_test.cpp: 26 s against
+# 32 s); the thread-sanitizer build always does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +26,7 @@ sanitize=""
 line_tables=""
 no_debug_info=""
 unity=OFF
+test_level=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize="address,undefined" ;;
@@ -29,8 +34,9 @@ while [ $# -gt 0 ]; do
     --line-tables) line_tables=1 ;;
     --no-debug-info) no_debug_info=1 ;;
     --unity) unity=ON ;;
+    --unoptimized-tests) test_level=(-DUCX_ASIO_TEST_OPTIMIZATION_LEVEL=-O0) ;;
     --build-dir) build_dir="$2"; shift ;;
-    *) echo "usage: $0 [--sanitize | --thread-sanitizer] [--line-tables | --no-debug-info] [--unity] [--build-dir DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--sanitize | --thread-sanitizer] [--line-tables | --no-debug-info] [--unity] [--unoptimized-tests] [--build-dir DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -89,7 +95,7 @@ if command -v ld.lld > /dev/null; then
 fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DUCX_ASIO_SANITIZE="$sanitize" "${compiler[@]}" \
   -DUCX_ASIO_UNITY_BUILD="$unity" -DCMAKE_CXX_FLAGS="$extra_flags" "${debug_flags[@]}" \
-  "${linker_flags[@]}" "${nccl_flags[@]}"
+  "${linker_flags[@]}" "${nccl_flags[@]}" "${test_level[@]}"
 cmake --build "$build_dir"
 
 # UCX's TCP transport stays on loopback; every test process gets it from ctest too.
