@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -48,8 +49,12 @@ setting_names read_setting_names() {
     unsigned count = 0;
     if (uct_query_components(&components, &count) == UCS_OK)
         uct_release_component_list(components);
-    ucs_config_global_list_entry_t* entry = nullptr;
-    ucs_list_for_each(entry, &ucs_config_global_list, list) {
+    // The list links the entries' `list` members (UCX's own iteration macro
+    // computes offsets from a null pointer, which UBSan reports).
+    for (const ucs_list_link_t* link = ucs_config_global_list.next;
+         link != nullptr && link != &ucs_config_global_list; link = link->next) {
+        const auto* entry = reinterpret_cast<const ucs_config_global_list_entry_t*>(
+            reinterpret_cast<const char*>(link) - offsetof(ucs_config_global_list_entry_t, list));
         if (entry->table == nullptr)
             continue;
         if (entry->prefix != nullptr && entry->prefix[0] != '\0')
