@@ -1,6 +1,7 @@
 #include <ucx/configuration.hpp>
 
 #include "core/ucx_settings.hpp"
+#include "util/text.hpp"
 
 #include <boost/system/system_error.hpp>
 
@@ -19,20 +20,8 @@ namespace ucx {
 
 namespace {
 
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
-
-std::string_view trim(std::string_view s) noexcept {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
-        s.remove_prefix(1);
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
-        s.remove_suffix(1);
-    return s;
-}
+using detail::lower;
+using detail::trim;
 
 std::optional<bool> parse_bool(std::string_view value) {
     const std::string v = lower(trim(value));

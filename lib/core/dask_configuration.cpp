@@ -3,6 +3,7 @@
 
 #include "core/dask_configuration.hpp"
 #include "core/ucx_settings.hpp"
+#include "util/text.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -54,21 +55,6 @@ extern char** environ;
 namespace ucx::detail {
 
 namespace {
-
-std::string lower(std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-}
-
-std::string_view trim(std::string_view s) noexcept {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
-        s.remove_prefix(1);
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
-        s.remove_suffix(1);
-    return s;
-}
 
 bool parse_integer(std::string_view s, long long& out) {
     if (!s.empty() && s.front() == '+')
@@ -438,19 +424,15 @@ error_code translate_dask(const dask_value& tree, context_options& options,
                 return error::unknown_option;
             }
     }
-    if (const dask_value* rmm = find(tree, {"distributed", "rmm"});
-        rmm != nullptr && rmm->type == dask_value::kind::map) {
+    // The pool size's sections hold it alone.
+    for (const auto& [top, name] : {std::pair{"distributed", "distributed.rmm"},
+                                    std::pair{"distributed-ucxx", "distributed-ucxx.rmm"}}) {
+        const dask_value* rmm = find(tree, {top, "rmm"});
+        if (rmm == nullptr || rmm->type != dask_value::kind::map)
+            continue;
         for (const auto& [key, value] : rmm->entries)
             if (key != "pool-size") {
-                failed = value.origin + ": " + dotted("distributed.rmm", key);
-                return error::unknown_option;
-            }
-    }
-    if (const dask_value* rmm = find(tree, {"distributed-ucxx", "rmm"});
-        rmm != nullptr && rmm->type == dask_value::kind::map) {
-        for (const auto& [key, value] : rmm->entries)
-            if (key != "pool-size") {
-                failed = value.origin + ": " + dotted("distributed-ucxx.rmm", key);
+                failed = value.origin + ": " + dotted(name, key);
                 return error::unknown_option;
             }
     }
@@ -643,20 +625,14 @@ bool read_dask_file(detail::dask_value& tree, const std::string& path, error_cod
 bool is_yaml_configuration_file(const std::string& path) {
     const auto dot = path.rfind('.');
     if (dot != std::string::npos) {
-        std::string ext = path.substr(dot);
-        std::transform(ext.begin(), ext.end(), ext.begin(),
-                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        const std::string ext = detail::lower(path.substr(dot));
         if (ext == ".yaml" || ext == ".yml")
             return true;
     }
     std::ifstream in(path);
     std::string line;
     while (std::getline(in, line)) {
-        const std::string_view l = [](std::string_view s) {
-            while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
-                s.remove_prefix(1);
-            return s;
-        }(line);
+        const std::string_view l = detail::trim(line);
         if (l.empty() || l.front() == '#')
             continue;
         return l.find('=') == std::string_view::npos;
@@ -687,12 +663,7 @@ void apply_dask_configuration(context_options& options, std::span<const std::str
         std::string_view rest = var.substr(dask_prefix.size(), eq - dask_prefix.size());
         while (true) {
             const auto sep = rest.find("__");
-            path.push_back(detail::dask_canonical_key([](std::string_view s) {
-                std::string o(s);
-                std::transform(o.begin(), o.end(), o.begin(),
-                               [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-                return o;
-            }(rest.substr(0, sep))));
+            path.push_back(detail::dask_canonical_key(detail::lower(rest.substr(0, sep))));
             if (sep == std::string_view::npos)
                 break;
             rest.remove_prefix(sep + 2);

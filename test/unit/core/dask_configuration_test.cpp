@@ -217,59 +217,74 @@ TEST_F(DaskConfiguration, TheReadmesVariablesInBothSchemas) {
 }
 
 TEST_F(DaskConfiguration, DaskCudasDocumentedVariables) {
-    {
-        // docs/source/examples/ucx.rst, the scheduler with manual transports.
+    struct row {
+        const char* where;
+        std::vector<std::pair<const char*, const char*>> vars;
+        const char* tls; // null: not set, UCX chooses
+        const char* priority;
+        bool cuda_context;
+        std::size_t pool_size;
+        std::vector<std::string> net_devices;
+    };
+    const row rows[] = {
+        {"docs/source/examples/ucx.rst, the scheduler with manual transports",
+         {{"DASK_DISTRIBUTED_UCXX__CUDA_COPY", "True"},
+          {"DASK_DISTRIBUTED_UCXX__TCP", "True"},
+          {"DASK_DISTRIBUTED_UCXX__NVLINK", "True"},
+          {"DASK_DISTRIBUTED_UCXX__INFINIBAND", "True"},
+          {"DASK_DISTRIBUTED_UCXX__RDMACM", "True"},
+          {"DASK_DISTRIBUTED_UCXX__RMM__POOL_SIZE", "1GB"}},
+         "rc,tcp,cuda_copy,cuda_ipc",
+         "rdmacm",
+         true,
+         1'000'000'000,
+         {}},
+        {"the same page, automatic transports",
+         {{"DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT", "True"},
+          {"DASK_DISTRIBUTED_UCXX__RMM__POOL_SIZE", "1GB"}},
+         nullptr,
+         nullptr,
+         true,
+         1'000'000'000,
+         {}},
+        {"examples/ucx/dask_cuda_worker.sh and the docs before distributed-ucxx",
+         {{"DASK_DISTRIBUTED__COMM__UCX__CREATE_CUDA_CONTEXT", "True"},
+          {"DASK_DISTRIBUTED__COMM__UCX__CUDA_COPY", "True"},
+          {"DASK_DISTRIBUTED__COMM__UCX__TCP", "True"},
+          {"DASK_DISTRIBUTED__COMM__UCX__INFINIBAND", "True"},
+          {"DASK_DISTRIBUTED__RMM__POOL_SIZE", "5000M"}},
+         "rc,tcp,cuda_copy",
+         "tcp",
+         true,
+         5'000'000'000,
+         {}},
+        {"the oldest section, of Distributed's first UCX releases",
+         {{"DASK_UCX__TCP", "True"},
+          {"DASK_UCX__CUDA_COPY", "True"},
+          {"DASK_UCX__NET_DEVICES", "lo"}},
+         "tcp,cuda_copy",
+         "tcp",
+         true,
+         0,
+         {"lo"}},
+    };
+    for (const row& r : rows) {
+        SCOPED_TRACE(r.where);
         scoped_env vars;
-        vars.set("DASK_DISTRIBUTED_UCXX__CUDA_COPY", "True");
-        vars.set("DASK_DISTRIBUTED_UCXX__TCP", "True");
-        vars.set("DASK_DISTRIBUTED_UCXX__NVLINK", "True");
-        vars.set("DASK_DISTRIBUTED_UCXX__INFINIBAND", "True");
-        vars.set("DASK_DISTRIBUTED_UCXX__RDMACM", "True");
-        vars.set("DASK_DISTRIBUTED_UCXX__RMM__POOL_SIZE", "1GB");
+        for (const auto& [name, value] : r.vars)
+            vars.set(name, value);
         const applied a = apply({});
         ASSERT_FALSE(a.ec) << a.failed;
         const auto s = settings_of(a.options);
-        EXPECT_EQ(s.at("TLS"), "rc,tcp,cuda_copy,cuda_ipc");
-        EXPECT_EQ(s.at("SOCKADDR_TLS_PRIORITY"), "rdmacm");
-        EXPECT_TRUE(a.options.cuda.create_context);
-        EXPECT_EQ(a.options.cuda.pool_size, 1'000'000'000u);
-    }
-    {
-        // The same page, automatic transports: UCX chooses.
-        scoped_env vars;
-        vars.set("DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT", "True");
-        vars.set("DASK_DISTRIBUTED_UCXX__RMM__POOL_SIZE", "1GB");
-        const applied a = apply({});
-        ASSERT_FALSE(a.ec) << a.failed;
-        EXPECT_FALSE(settings_of(a.options).contains("TLS"));
-        EXPECT_TRUE(a.options.cuda.create_context);
-        EXPECT_EQ(a.options.cuda.pool_size, 1'000'000'000u);
-    }
-    {
-        // examples/ucx/dask_cuda_worker.sh and the docs before distributed-ucxx.
-        scoped_env vars;
-        vars.set("DASK_DISTRIBUTED__COMM__UCX__CREATE_CUDA_CONTEXT", "True");
-        vars.set("DASK_DISTRIBUTED__COMM__UCX__CUDA_COPY", "True");
-        vars.set("DASK_DISTRIBUTED__COMM__UCX__TCP", "True");
-        vars.set("DASK_DISTRIBUTED__COMM__UCX__INFINIBAND", "True");
-        vars.set("DASK_DISTRIBUTED__RMM__POOL_SIZE", "5000M");
-        const applied a = apply({});
-        ASSERT_FALSE(a.ec) << a.failed;
-        const auto s = settings_of(a.options);
-        EXPECT_EQ(s.at("TLS"), "rc,tcp,cuda_copy");
-        EXPECT_EQ(s.at("SOCKADDR_TLS_PRIORITY"), "tcp");
-        EXPECT_EQ(a.options.cuda.pool_size, 5'000'000'000u);
-    }
-    {
-        // The oldest section, of Distributed's first UCX releases.
-        scoped_env vars;
-        vars.set("DASK_UCX__TCP", "True");
-        vars.set("DASK_UCX__CUDA_COPY", "True");
-        vars.set("DASK_UCX__NET_DEVICES", "lo");
-        const applied a = apply({});
-        ASSERT_FALSE(a.ec) << a.failed;
-        EXPECT_EQ(settings_of(a.options).at("TLS"), "tcp,cuda_copy");
-        EXPECT_EQ(a.options.net_devices, std::vector<std::string>{"lo"});
+        if (r.tls) {
+            EXPECT_EQ(s.at("TLS"), r.tls);
+            EXPECT_EQ(s.at("SOCKADDR_TLS_PRIORITY"), r.priority);
+        } else {
+            EXPECT_FALSE(s.contains("TLS"));
+        }
+        EXPECT_EQ(a.options.cuda.create_context, r.cuda_context);
+        EXPECT_EQ(a.options.cuda.pool_size, r.pool_size);
+        EXPECT_EQ(a.options.net_devices, r.net_devices);
     }
 }
 
