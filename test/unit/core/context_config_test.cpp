@@ -354,13 +354,11 @@ TEST(UcxVersion, BuildAndRuntimeVersionsAreKnownAndCompare) {
 
 TEST(LibraryVersion, TheLibraryIsTheReleaseItsHeadersSay) {
     EXPECT_EQ(ucx::library_version(), UCX_ASIO_VERSION);
-    EXPECT_EQ(UCX_ASIO_VERSION,
-              UCX_ASIO_VERSION_MAJOR * 10000 + UCX_ASIO_VERSION_MINOR * 100 +
-                  UCX_ASIO_VERSION_PATCH);
+    EXPECT_EQ(UCX_ASIO_VERSION, UCX_ASIO_VERSION_MAJOR * 10000 + UCX_ASIO_VERSION_MINOR * 100 +
+                                    UCX_ASIO_VERSION_PATCH);
     // The build's own version (CMake's, read from the header) is the same.
-    EXPECT_STREQ(UCX_ASIO_TEST_PROJECT_VERSION,
-                 (std::to_string(UCX_ASIO_VERSION_MAJOR) + "." +
-                  std::to_string(UCX_ASIO_VERSION_MINOR) + "." +
-                  std::to_string(UCX_ASIO_VERSION_PATCH))
-                     .c_str());
+    EXPECT_STREQ(UCX_ASIO_TEST_PROJECT_VERSION, (std::to_string(UCX_ASIO_VERSION_MAJOR) + "." +
+                                                 std::to_string(UCX_ASIO_VERSION_MINOR) + "." +
+                                                 std::to_string(UCX_ASIO_VERSION_PATCH))
+                                                    .c_str());
 }
