@@ -11,7 +11,7 @@
 #
 #   deb_package_test.sh SOURCE_DIR WORK_DIR
 #
-# With UCX_ASIO_TEST_DEB set, tests that package instead of building one.
+# With LIBUCX_ASIO_DEB set, tests that package instead of building one.
 #
 # Exits 77 (skipped, with the reason) where the machine cannot: not root (a
 # mount namespace and chroot), or no dpkg, apt-get, unshare or cpack.
@@ -32,12 +32,12 @@ rm -rf "$work"
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 
-if [ -n "${UCX_ASIO_TEST_DEB:-}" ]; then
+if [ -n "${LIBUCX_ASIO_DEB:-}" ]; then
   # A package built before from this tree (.ci/run builds it in its stage
   # without CUDA, with tools/package-deb.sh).
-  deb=$UCX_ASIO_TEST_DEB
+  deb=$LIBUCX_ASIO_DEB
   echo "== the package built before: $deb"
-  [ -f "$deb" ] || { echo "FAIL: UCX_ASIO_TEST_DEB=$deb is not a file"; exit 1; }
+  [ -f "$deb" ] || { echo "FAIL: LIBUCX_ASIO_DEB=$deb is not a file"; exit 1; }
 else
   echo "== building the package"
   deb=$("$src/tools/package-deb.sh" --build-dir "$work/build" "$work/out" | tail -1)
