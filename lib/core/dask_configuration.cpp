@@ -490,8 +490,6 @@ error_code translate_dask(const dask_value& tree, context_options& options,
                 failed = value.origin + ": " + entry.name + " (not a single value)";
                 return error::invalid_option;
             }
-            if (value.type == dask_value::kind::null)
-                continue;
             if (!is_ucx_setting(setting)) {
                 failed = value.origin + ": " + entry.name + ": UCX_" + setting +
                          " is not a setting of the UCX library loaded (" +
