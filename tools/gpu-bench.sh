@@ -4,28 +4,33 @@
 # ucx_perftest -m cuda where UCX has CUDA transports, and beside the
 # cudaMemcpy ceiling of staging through host memory (printed by each run).
 #
-#   tools/gpu-bench.sh [--build-dir DIR] [--iters N]
+#   tools/gpu-bench.sh [--build-dir DIR | --perf PROGRAM] [--iters N]
 #
-# Needs a built ucx-asio-perf (default build directory: build-perf, else
-# build) and a CUDA device; exits 77 with the reason where there is none.
+# Needs a built ucx-asio-perf (--perf names it; else in the build directory,
+# by default build-perf, else build) and a CUDA device; exits 77 with the
+# reason where there is none.
 # Every process runs with UCX_NET_DEVICES=lo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=""
+perf=""
 iters=100
 while [ $# -gt 0 ]; do
   case $1 in
     --build-dir) build=$2; shift 2 ;;
+    --perf) perf=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
-    *) echo "usage: $0 [--build-dir DIR] [--iters N]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build-dir DIR | --perf PROGRAM] [--iters N]" >&2; exit 2 ;;
   esac
 done
-if [ -z "$build" ]; then
-  build=build-perf
-  [ -x "$build/tools/ucx-asio-perf" ] || build=build
+if [ -z "$perf" ]; then
+  if [ -z "$build" ]; then
+    build=build-perf
+    [ -x "$build/tools/ucx-asio-perf" ] || build=build
+  fi
+  perf=$build/tools/ucx-asio-perf
 fi
-perf=$build/tools/ucx-asio-perf
 [ -x "$perf" ] || { echo "gpu-bench: $perf not built" >&2; exit 2; }
 
 export UCX_NET_DEVICES=lo
@@ -49,12 +54,15 @@ for size in 1m 64m; do
     set +e
     # UCX may print warnings on standard output too: the CSV line is kept.
     out=$("$perf" --local --memory cuda --test "$test" --size "$size" --iters "$n" \
-      --window "$window" --format csv --no-header)
+      --window "$window" --format csv --no-header 2>&1)
     rc=$?
     line=$(grep -E '^library,' <<<"$out" | tail -1)
     set -e
-    if [ $rc -eq 77 ]; then exit 77; fi
-    [ $rc -eq 0 ] || { echo "gpu-bench: $test $size failed" >&2; exit 1; }
+    if [ $rc -eq 77 ]; then
+      echo "gpu-bench: skipped: $(grep -v '^$' <<<"$out" | tail -1)"
+      exit 77
+    fi
+    [ $rc -eq 0 ] || { echo "$out" >&2; echo "gpu-bench: $test $size failed" >&2; exit 1; }
     lib=$(cut -d, -f11 <<<"$line")
     ceiling=$(cut -d, -f16 <<<"$line")
     pt="-"

@@ -4,23 +4,17 @@
 #include "connection/door.hpp"
 #include "connection/endpoint_impl.hpp"
 #include "engine/worker_impl.hpp"
+#include "util/random.hpp"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
-#include <random>
-
 namespace ucx::detail {
 
 door_nonce make_door_nonce() {
-    static thread_local std::random_device device;
     door_nonce n{};
-    for (std::size_t i = 0; i < n.size(); i += 4) {
-        const auto v = static_cast<std::uint32_t>(device());
-        for (std::size_t k = 0; k < 4; ++k)
-            n[i + k] = static_cast<std::byte>(v >> (8 * k));
-    }
+    random_bytes(n.data(), n.size());
     return n;
 }
 

@@ -10,6 +10,7 @@
 #include "engine/worker_component.hpp"
 #include "engine/worker_service.hpp"
 #include "util/guarded_timer.hpp"
+#include "util/random.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/io_context.hpp>
@@ -306,7 +307,7 @@ private:
     std::vector<worker_service*> service_slots_;
     std::shared_ptr<worker_component> staging_;
     std::vector<worker_resource*> resources_;
-    std::mt19937_64 rng_{std::random_device{}()};
+    std::mt19937_64 rng_{random_u64()};
     bool arm_error_logged_ = false;
 };
 

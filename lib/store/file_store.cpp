@@ -2,6 +2,7 @@
 #include <ucx/file_store.hpp>
 
 #include "store/store_rules.hpp"
+#include "util/random.hpp"
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -112,7 +113,7 @@ error_code read_file(const std::filesystem::path& p, std::size_t max, store::val
 error_code write_file(const std::filesystem::path& dir, const std::filesystem::path& p,
                       const store::value_type& value) {
     static std::atomic<unsigned> counter{0};
-    thread_local std::mt19937_64 rng{std::random_device{}()};
+    thread_local std::mt19937_64 rng{detail::random_u64()};
     const auto tmp = dir / (".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++) +
                             "." + std::to_string(rng()));
     error_code ec;

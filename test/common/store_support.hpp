@@ -13,13 +13,13 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <future>
 #include <memory>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -72,11 +72,12 @@ inline bool pump_until(boost::asio::io_context& ioc, const std::function<bool()>
 }
 
 /// A new directory under the system's temporary directory, named `prefix`,
-/// the process id and a random number.
+/// the process id, a counter and the clock.
 inline std::filesystem::path temp_dir(const std::string& prefix) {
-    std::random_device rd;
+    static std::atomic<unsigned> counter{0};
     auto p = std::filesystem::temp_directory_path() /
-             (prefix + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+             (prefix + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
     std::filesystem::create_directories(p);
     return p;
 }
