@@ -14,8 +14,8 @@
 #   run.sh             runs every step (OUT_DIR/run.sh --help)
 #   MANIFEST           versions, the glibc the programs need, the size
 #   bin/               unit_core, unit_internals, integration_gpu,
-#                      integration_messaging, nccl_communicator (the tests
-#                      with device buffers), ucx-asio-perf, ucx-asio-info,
+#                      nccl_communicator (the tests with device buffers),
+#                      ucx-asio-perf, ucx-asio-info,
 #                      ucx-asio-gpu-group, gpu-group.sh, gpu-bench.sh
 #   lib/               what they load besides the C library and libgcc_s
 #                      (which every Linux has): UCX (and the
@@ -47,13 +47,13 @@ if command -v ld.lld > /dev/null; then
   linker=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld)
 fi
 mkdir -p "$build_dir"
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_WITH_CUDA=ON \
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DUCX_ASIO_WITH_CUDA=ON \
   -DUCX_ASIO_WITH_PMIX=OFF -DUCX_ASIO_STATIC_RUNTIME=ON -DUCX_ASIO_UNITY_BUILD=ON \
   -DUCX_ASIO_BUILD_SAMPLES=OFF "${linker[@]}" > "$build_dir/configure.log" ||
   { cat "$build_dir/configure.log" >&2; exit 1; }
 nccl=$(sed -n 's/^UCX_ASIO_WITH_NCCL:BOOL=//p' "$build_dir/CMakeCache.txt")
-tests=(unit/unit_core unit/unit_internals integration/integration_gpu
-  integration/integration_messaging)
+tests=(unit/unit_core unit/unit_internals integration/integration_gpu)
 [ "$nccl" = ON ] && tests+=(nccl/nccl_communicator)
 tools=(ucx-asio-perf ucx-asio-info ucx-asio-gpu-group)
 targets=("${tools[@]}")

@@ -138,8 +138,6 @@ else
   step unit_core no 300 "$bin/unit_core"
   step unit_internals no 300 "$bin/unit_internals"
   step integration_gpu yes 300 "$bin/integration_gpu"
-  step am_into_device_memory yes 300 "$bin/integration_messaging" \
-    --gtest_filter='*am_transport.cuda_receive_memory*'
   if [ -x "$bin/nccl_communicator" ]; then
     step nccl_communicator yes 300 "$bin/nccl_communicator" --gtest_filter='nccl.*'
     step nccl_missing_library no 120 env UCXASIO_NCCL_LIBRARY=/nonexistent/libnccl.so.2 \
