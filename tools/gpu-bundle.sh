@@ -4,12 +4,14 @@
 # which runs them all with a time limit per step and writes one results file
 # (docs/guide/gpu.md, "the GPU bundle").
 #
-#   tools/gpu-bundle.sh [--build-dir DIR] OUT_DIR
+#   tools/gpu-bundle.sh [--build-dir DIR | --use-build DIR] OUT_DIR
 #
 # Builds (Release, CUDA on, NCCL where nccl.h is found, no PMIx) in DIR
 # (default build-gpu-bundle) with Boost, yaml-cpp and the C++ standard
-# library linked into each program (UCX_ASIO_STATIC_RUNTIME), then fills
-# OUT_DIR (emptied first):
+# library linked into each program (UCX_ASIO_STATIC_RUNTIME). --use-build
+# takes the programs of a build configured already with UCX_ASIO_WITH_CUDA
+# and UCX_ASIO_STATIC_RUNTIME on (.ci/run: its test build), building there
+# only what is missing. Then fills OUT_DIR (emptied first):
 #
 #   run.sh             runs every step (OUT_DIR/run.sh --help)
 #   MANIFEST           versions, the glibc the programs need, the size
@@ -20,19 +22,22 @@
 #   lib/               what they load besides the C library and libgcc_s
 #                      (which every Linux has): UCX (and the
 #                      transports of lib/ucx/ whose own libraries are here
-#                      too), libnuma, the CUDA runtime
+#                      too), libnuma, the CUDA runtime, and PMIx with what
+#                      it loads where the build has the PMIx store
 #
 # Fails when the result is over 64 MiB, or when a program needs a library
 # that is neither bundled nor part of the C library. Prints the size.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-usage() { echo "usage: $0 [--build-dir DIR] OUT_DIR" >&2; exit 2; }
+usage() { echo "usage: $0 [--build-dir DIR | --use-build DIR] OUT_DIR" >&2; exit 2; }
 build_dir=build-gpu-bundle
+use_build=no
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) [ $# -ge 2 ] || usage; build_dir=$2; shift ;;
+    --use-build) [ $# -ge 2 ] || usage; build_dir=$2; use_build=yes; shift ;;
     -*) usage ;;
     *) [ -z "$out" ] || usage; out=$1 ;;
   esac
@@ -46,12 +51,21 @@ linker=()
 if command -v ld.lld > /dev/null; then
   linker=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld)
 fi
-mkdir -p "$build_dir"
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DUCX_ASIO_WITH_CUDA=ON \
-  -DUCX_ASIO_WITH_PMIX=OFF -DUCX_ASIO_STATIC_RUNTIME=ON -DUCX_ASIO_UNITY_BUILD=ON \
-  -DUCX_ASIO_BUILD_SAMPLES=OFF "${linker[@]}" > "$build_dir/configure.log" ||
-  { cat "$build_dir/configure.log" >&2; exit 1; }
+if [ $use_build = yes ]; then
+  for option in UCX_ASIO_WITH_CUDA UCX_ASIO_STATIC_RUNTIME; do
+    if ! grep -q "^$option:BOOL=ON$" "$build_dir/CMakeCache.txt" 2> /dev/null; then
+      echo "gpu-bundle: $build_dir is not a build configured with $option=ON" >&2
+      exit 1
+    fi
+  done
+else
+  mkdir -p "$build_dir"
+  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DUCX_ASIO_WITH_CUDA=ON \
+    -DUCX_ASIO_WITH_PMIX=OFF -DUCX_ASIO_STATIC_RUNTIME=ON -DUCX_ASIO_UNITY_BUILD=ON \
+    -DUCX_ASIO_BUILD_SAMPLES=OFF "${linker[@]}" > "$build_dir/configure.log" ||
+    { cat "$build_dir/configure.log" >&2; exit 1; }
+fi
 nccl=$(sed -n 's/^UCX_ASIO_WITH_NCCL:BOOL=//p' "$build_dir/CMakeCache.txt")
 tests=(unit/unit_core unit/unit_internals integration/integration_gpu)
 [ "$nccl" = ON ] && tests+=(nccl/nccl_communicator)

@@ -2,7 +2,7 @@
 # Sets up the machine, builds ucx-asio and runs the whole test suite with ctest.
 #
 #   tools/test.sh [--sanitize | --thread-sanitizer] [--line-tables | --no-debug-info] [--unity]
-#                 [--unoptimized-tests] [--build-dir DIR]
+#                 [--unoptimized-tests] [--static-runtime] [--build-dir DIR]
 #
 # --sanitize builds with AddressSanitizer and UndefinedBehaviorSanitizer, with clang
 # (default directory build-asan instead of build); --thread-sanitizer with
@@ -18,6 +18,9 @@
 # (UCX_ASIO_TEST_OPTIMIZATION_LEVEL; the library keeps its level): a test file
 # compiles in four fifths of the time of -O1 (stream_test.cpp: 26 s against
 # 32 s); the thread-sanitizer build always does.
+# --static-runtime links Boost, yaml-cpp and the C++ standard library into
+# the programs (UCX_ASIO_STATIC_RUNTIME), so that tools/gpu-bundle.sh
+# --use-build can make the GPU bundle of this build (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +30,7 @@ line_tables=""
 no_debug_info=""
 unity=OFF
 test_level=()
+static_runtime=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize="address,undefined" ;;
@@ -35,8 +39,9 @@ while [ $# -gt 0 ]; do
     --no-debug-info) no_debug_info=1 ;;
     --unity) unity=ON ;;
     --unoptimized-tests) test_level=(-DUCX_ASIO_TEST_OPTIMIZATION_LEVEL=-O0) ;;
+    --static-runtime) static_runtime=(-DUCX_ASIO_STATIC_RUNTIME=ON) ;;
     --build-dir) build_dir="$2"; shift ;;
-    *) echo "usage: $0 [--sanitize | --thread-sanitizer] [--line-tables | --no-debug-info] [--unity] [--unoptimized-tests] [--build-dir DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--sanitize | --thread-sanitizer] [--line-tables | --no-debug-info] [--unity] [--unoptimized-tests] [--static-runtime] [--build-dir DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -95,7 +100,7 @@ if command -v ld.lld > /dev/null; then
 fi
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DUCX_ASIO_SANITIZE="$sanitize" "${compiler[@]}" \
   -DUCX_ASIO_UNITY_BUILD="$unity" -DCMAKE_CXX_FLAGS="$extra_flags" "${debug_flags[@]}" \
-  "${linker_flags[@]}" "${nccl_flags[@]}" "${test_level[@]}"
+  "${linker_flags[@]}" "${nccl_flags[@]}" "${test_level[@]}" "${static_runtime[@]}"
 cmake --build "$build_dir"
 
 # UCX's TCP transport stays on loopback; every test process gets it from ctest too.
