@@ -35,7 +35,10 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <cuda_runtime_api.h>
@@ -44,6 +47,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -234,20 +238,21 @@ awaitable<void> collectives(ucx::group& g, job& j) {
         const int next = (r + 1) % n, prev = (r + n - 1) % n;
         buffer out(cuda, bytes), in(cuda, bytes);
         out.store(bytes_of(r, bytes));
-        std::optional<std::pair<ucx::error_code, std::size_t>> sent;
-        g.async_send(next, out.bytes(), 7,
-                     [&](ucx::error_code ec, std::size_t n) { sent.emplace(ec, n); });
-        auto [ec, got] =
-            co_await g.async_recv(prev, in.mutable_bytes(), 7, asio::as_tuple(use_awaitable));
-        if (ec)
-            throw std::runtime_error("receive from rank " + std::to_string(prev) + ": " +
-                                     ec.message());
-        j.check(got == bytes && in.load<char>() == bytes_of(prev, bytes),
-                "message of " + std::to_string(bytes) + " bytes from rank " + std::to_string(prev));
-        co_await g.async_barrier(use_awaitable); // every send has completed by now
-        if (!sent || sent->first)
+        // Both in flight at once; both complete before the buffers go.
+        auto [order, send_ec, sent, recv_ec, got] =
+            co_await asio::experimental::make_parallel_group(
+                g.async_send(next, out.bytes(), 7, asio::deferred),
+                g.async_recv(prev, in.mutable_bytes(), 7, asio::deferred))
+                .async_wait(asio::experimental::wait_for_all(), use_awaitable);
+        (void)order;
+        if (send_ec)
             throw std::runtime_error("send to rank " + std::to_string(next) + ": " +
-                                     (sent ? sent->first.message() : "not complete"));
+                                     send_ec.message());
+        if (recv_ec)
+            throw std::runtime_error("receive from rank " + std::to_string(prev) + ": " +
+                                     recv_ec.message());
+        j.check(sent == bytes && got == bytes && in.load<char>() == bytes_of(prev, bytes),
+                "message of " + std::to_string(bytes) + " bytes from rank " + std::to_string(prev));
     }
 }
 
@@ -287,6 +292,8 @@ awaitable<void> nccl_allreduce(ucx::group& g, job& j, int devices) {
     cudaStream_t stream = nullptr;
     if (cudaStreamCreate(&stream) != cudaSuccess)
         throw std::runtime_error("cudaStreamCreate failed");
+    const std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_guard(
+        stream, &cudaStreamDestroy);
     const ncclResult_t started = all_reduce(din.data(), dout.data(), count, ncclFloat32, ncclSum,
                                             comm.native_handle(), stream);
     if (started != ncclSuccess && started != ncclInProgress)
@@ -296,9 +303,25 @@ awaitable<void> nccl_allreduce(ucx::group& g, job& j, int devices) {
         std::chrono::microseconds(200), asio::as_tuple(use_awaitable));
     if (wait_ec)
         throw std::runtime_error("ncclAllReduce: " + wait_ec.message());
-    if (cudaStreamSynchronize(stream) != cudaSuccess)
-        throw std::runtime_error("cudaStreamSynchronize failed");
-    cudaStreamDestroy(stream);
+    // The kernel ends when every rank has run its part: polled on the event
+    // loop with the deadline; past it, NCCL is aborted (its kernel stops)
+    // before the buffers go.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(j.cfg.timeout_s);
+    asio::steady_timer timer(g.get_executor());
+    for (;;) {
+        const cudaError_t q = cudaStreamQuery(stream);
+        if (q == cudaSuccess)
+            break;
+        if (q != cudaErrorNotReady || std::chrono::steady_clock::now() > deadline) {
+            comm.abort();
+            throw std::runtime_error(q != cudaErrorNotReady
+                                         ? std::string("the NCCL allreduce failed: ") +
+                                               cudaGetErrorString(q)
+                                         : "the NCCL allreduce did not end within the deadline");
+        }
+        timer.expires_after(std::chrono::microseconds(200));
+        co_await timer.async_wait(use_awaitable);
+    }
     std::printf("rank %d of %d: NCCL %d from %s, %d ranks\n", j.rank, j.size,
                 ucx::nccl::library_version(), ucx::nccl::library_path().c_str(), members);
     j.check(dout.load<float>() == want, "NCCL allreduce float sum of " + std::to_string(count));
