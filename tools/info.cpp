@@ -27,7 +27,8 @@
 //   listing);
 // - connection: a test connection, to HOST:PORT (a ucx-asio listener of that
 //   method) or, by default, between two workers of this process over the
-//   loopback address, with the lanes UCX chose for it. Both ends of a
+//   loopback address, with the lanes UCX chose for it (UCX's text, then
+//   endpoint::lanes(): number, transport/device, uses). Both ends of a
 //   loopback connection share this host: if the lanes carry no shared-memory
 //   transport while the context allows one, the tool warns (UCX leaves shared
 //   memory out of peer error mode unless its error handling is on, and then
@@ -96,10 +97,11 @@ std::string lanes_of(ucp_ep_h ep) {
     return s;
 }
 
-bool has_shared_memory_lane(const std::string& lanes) {
-    for (const char* t : {"posix/", "sysv/", "xpmem/", "cma/", "knem/"})
-        if (lanes.find(t) != std::string::npos)
-            return true;
+bool has_shared_memory_lane(const std::vector<ucx::endpoint_lane>& lanes) {
+    for (const auto& lane : lanes)
+        for (const char* t : {"posix", "sysv", "xpmem", "cma", "knem"})
+            if (lane.transport == t)
+                return true;
     return false;
 }
 
@@ -286,8 +288,21 @@ int main(int argc, char** argv) {
     std::printf(
         "  connected in %.1f ms\n",
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    const std::string lanes = lanes_of(connected->second.native_handle());
-    std::printf("%s", lanes.c_str());
+    std::printf("%s", lanes_of(connected->second.native_handle()).c_str());
+    ucx::error_code lanes_ec;
+    const std::vector<ucx::endpoint_lane> lanes = connected->second.lanes(lanes_ec);
+    if (lanes_ec) {
+        std::printf("ERROR: the connection's lanes: %s\n", lanes_ec.message().c_str());
+        return 2;
+    }
+    std::printf("  lanes:\n");
+    for (const auto& lane : lanes) {
+        std::printf("    %d: %s/%s", lane.index, lane.transport.c_str(),
+                    lane.device.empty() ? "-" : lane.device.c_str());
+        for (const auto& use : lane.uses)
+            std::printf(" %s", use.c_str());
+        std::printf("\n");
+    }
     const bool local_peer =
         connect_to.empty() || host == "127.0.0.1" || host == "::1" || host == "localhost";
     if (local_peer && options.transports.shared_memory && !has_shared_memory_lane(lanes))

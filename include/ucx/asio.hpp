@@ -9,6 +9,7 @@
 #include <ucx/connect.hpp>
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>
+#include <ucx/endpoint_lane.hpp>
 #include <ucx/error.hpp>
 #include <ucx/file_store.hpp>
 #include <ucx/group.hpp>

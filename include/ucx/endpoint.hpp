@@ -5,6 +5,7 @@
 #include <ucx/detail/checked.hpp>
 #include <ucx/detail/initiate.hpp>
 #include <ucx/detail/results.hpp>
+#include <ucx/endpoint_lane.hpp>
 #include <ucx/error.hpp>
 #include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
@@ -22,6 +23,7 @@
 #include <memory>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 namespace ucx {
 
@@ -132,6 +134,19 @@ public:
     /// This side's socket address (connected endpoints only; errors as above).
     boost::asio::ip::tcp::endpoint local_endpoint() const;
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
+
+    /// The lanes UCX chose for this endpoint: which transports and devices
+    /// carry its traffic, and what for (`endpoint_lane`), as UCX reports them
+    /// (`ucp_ep_print_info`). A connection's lanes are final once its connect
+    /// or accept handler has run; before, they are those UCX has so far (the
+    /// connection manager's, a wire-up lane). Call it where the worker's
+    /// other calls are made (the worker's thread, or any thread of a
+    /// `multi_threaded` context). Errors: `asio::error::bad_descriptor` for
+    /// an endpoint never connected or closed here, the peer's failure or
+    /// `asio::error::eof` for one that is no longer open (`error()`),
+    /// `boost::system::errc::not_enough_memory`.
+    std::vector<endpoint_lane> lanes() const;
+    std::vector<endpoint_lane> lanes(error_code& ec) const;
 
     /// Sends `data` to this endpoint's peer, where only a receive on the
     /// matching endpoint (`async_recv`) gets it, tagged with a 32-bit `tag`.

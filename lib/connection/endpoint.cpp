@@ -5,6 +5,7 @@
 
 #include "connection/control_channel.hpp"
 #include "connection/endpoint_impl.hpp"
+#include "connection/lanes.hpp"
 #include "connection/listener_impl.hpp"
 #include "core/created.hpp"
 #include "engine/request_param.hpp"
@@ -17,6 +18,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -935,6 +938,36 @@ boost::asio::ip::tcp::endpoint endpoint::local_endpoint(error_code& ec) const {
 boost::asio::ip::tcp::endpoint endpoint::local_endpoint() const {
     return detail::throw_on_error("ucx::endpoint::local_endpoint",
                                   [&](error_code& ec) { return local_endpoint(ec); });
+}
+
+std::vector<endpoint_lane> endpoint::lanes(error_code& ec) const {
+    if (!impl_ || !impl_->native()) {
+        ec = boost::asio::error::bad_descriptor;
+        return {};
+    }
+    if (!is_open()) {
+        ec = error();
+        if (!ec)
+            ec = boost::asio::error::bad_descriptor;
+        return {};
+    }
+    char* buf = nullptr;
+    std::size_t len = 0;
+    FILE* f = ::open_memstream(&buf, &len);
+    if (!f) {
+        ec = make_error_code(boost::system::errc::not_enough_memory);
+        return {};
+    }
+    ucp_ep_print_info(impl_->native(), f);
+    std::fclose(f);
+    const std::unique_ptr<char, decltype(&std::free)> text(buf, &std::free);
+    ec = {};
+    return detail::parse_lanes(std::string_view(buf, len));
+}
+
+std::vector<endpoint_lane> endpoint::lanes() const {
+    return detail::throw_on_error("ucx::endpoint::lanes",
+                                  [&](error_code& ec) { return lanes(ec); });
 }
 
 ucp_ep_h endpoint::native_handle() const noexcept {

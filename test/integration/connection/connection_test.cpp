@@ -51,6 +51,49 @@ TEST_P(connection, connect_accept_and_exchange_both_ways) {
     }
 }
 
+// endpoint::lanes() says what UCX prints for the endpoint, on both sides: the
+// transport under test carries the active messages, and every lane's
+// transport and device are in UCX's own text.
+TEST_P(connection, lanes_name_the_transports_ucx_chose) {
+    auto [client, accepted] = connect_pair();
+    for (ucx::endpoint* ep : {&client, &accepted}) {
+        const std::string text = endpoint_lanes(ep->native_handle());
+        ucx::error_code ec;
+        const std::vector<ucx::endpoint_lane> lanes = ep->lanes(ec);
+        ASSERT_FALSE(ec) << ec.message();
+        ASSERT_FALSE(lanes.empty()) << text;
+        const ucx::endpoint_lane* am = nullptr;
+        for (const auto& lane : lanes) {
+            SCOPED_TRACE(text);
+            EXPECT_GE(lane.index, 0);
+            EXPECT_FALSE(lane.transport.empty());
+            if (!lane.device.empty()) {
+                EXPECT_NE(text.find(lane.transport + "/" + lane.device), std::string::npos);
+            }
+            if (std::find(lane.uses.begin(), lane.uses.end(), "am") != lane.uses.end())
+                am = &lane;
+        }
+        ASSERT_NE(am, nullptr) << "no lane carries active messages:\n" << text;
+        if (GetParam() == transport::shared_memory) {
+            EXPECT_TRUE(am->transport == "posix" || am->transport == "sysv") << text;
+            EXPECT_EQ(am->device, "memory");
+        } else {
+            EXPECT_EQ(am->transport, "tcp") << text;
+            EXPECT_EQ(am->device, "lo");
+        }
+        EXPECT_EQ(ep->lanes(), lanes); // the throwing form
+    }
+    // No lanes once closed, or for an endpoint never connected.
+    client.close();
+    ucx::error_code ec;
+    EXPECT_TRUE(client.lanes(ec).empty());
+    EXPECT_EQ(ec, asio::error::bad_descriptor);
+    ucx::endpoint never;
+    EXPECT_TRUE(never.lanes(ec).empty());
+    EXPECT_EQ(ec, asio::error::bad_descriptor);
+    EXPECT_THROW(never.lanes(), boost::system::system_error);
+}
+
 TEST_P(connection, accept_and_connect_with_every_completion_style) {
     const std::string port = std::to_string(server.local_endpoint().port());
     std::uint32_t seed = 50;

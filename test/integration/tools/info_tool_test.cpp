@@ -67,8 +67,12 @@ TEST(info_tool, prints_versions_configuration_resources_and_a_loopback_connectio
     EXPECT_TRUE(contains(r.output, "NET_DEVICES=lo")) << r.output;
     EXPECT_TRUE(contains(r.output, "tcp/lo")) << r.output; // a resource
     EXPECT_TRUE(contains(r.output, "connected in")) << r.output;
-    // Both ends on this host: the lanes use shared memory.
+    // Both ends on this host: the lanes use shared memory; endpoint::lanes()
+    // reads them (its list: "  lanes:", then "    N: transport/device uses").
     EXPECT_TRUE(contains(r.output, "sysv/memory") || contains(r.output, "posix/memory"))
+        << r.output;
+    EXPECT_TRUE(contains(r.output, "  lanes:\n    0: ")) << r.output;
+    EXPECT_TRUE(contains(r.output, "/memory am") || contains(r.output, "/memory amo#0 am"))
         << r.output;
     EXPECT_FALSE(contains(r.output, "WARNING")) << r.output;
 }
@@ -80,6 +84,7 @@ TEST(info_tool, warns_when_peer_error_mode_leaves_shared_memory_out) {
                                    "memory"))
         << r.output;
     EXPECT_TRUE(contains(r.output, "tcp/lo.0")) << r.output; // the lane it fell back to
+    EXPECT_TRUE(contains(r.output, "    0: tcp/lo am")) << r.output;
 }
 
 TEST(info_tool, reads_a_configuration_file_and_names_a_bad_setting) {
