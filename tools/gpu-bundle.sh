@@ -145,9 +145,7 @@ done
 glibc=$(find "$out/bin" "$out/lib" -type f ! -name '*.sh' -exec objdump -T {} + 2>/dev/null |
   grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
 ucx_version=$(pkg-config --modversion ucx)
-cuda_version=$(sed -n 's/^CMAKE_CUDA_COMPILER_VERSION:.*=//p;s/^CUDAToolkit_VERSION:.*=//p' \
-  "$build_dir/CMakeCache.txt" | head -1)
-[ -n "$cuda_version" ] || cuda_version=$(ls "$out"/lib/libcudart.so.* | sed 's/.*\.so\.//')
+cuda_version=$(ls "$out"/lib/libcudart.so.* | sed 's/.*\.so\.//')
 library_version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build_dir/CMakeCache.txt")
 revision=$(git -C "$root" describe --always --dirty 2> /dev/null || echo unknown)
 size=$(du -sb "$out" | cut -f1)

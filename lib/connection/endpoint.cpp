@@ -11,6 +11,7 @@
 #include "engine/request_param.hpp"
 #include "engine/worker_impl.hpp"
 #include "gpu/device_staging.hpp"
+#include "util/printed.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/system/system_error.hpp>
@@ -18,8 +19,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -951,18 +950,13 @@ std::vector<endpoint_lane> endpoint::lanes(error_code& ec) const {
             ec = boost::asio::error::bad_descriptor;
         return {};
     }
-    char* buf = nullptr;
-    std::size_t len = 0;
-    FILE* f = ::open_memstream(&buf, &len);
-    if (!f) {
+    const auto text = detail::printed([&](FILE* f) { ucp_ep_print_info(impl_->native(), f); });
+    if (!text) {
         ec = make_error_code(boost::system::errc::not_enough_memory);
         return {};
     }
-    ucp_ep_print_info(impl_->native(), f);
-    std::fclose(f);
-    const std::unique_ptr<char, decltype(&std::free)> text(buf, &std::free);
     ec = {};
-    return detail::parse_lanes(std::string_view(buf, len));
+    return detail::parse_lanes(*text);
 }
 
 std::vector<endpoint_lane> endpoint::lanes() const {

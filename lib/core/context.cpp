@@ -5,6 +5,7 @@
 
 #include "core/context_impl.hpp"
 #include "core/ucx_settings.hpp"
+#include "util/printed.hpp"
 
 #include <boost/system/system_error.hpp>
 
@@ -216,14 +217,9 @@ context_impl::context_impl(const context_options& options, error_code& ec) {
     if (ucp_context_query(handle_, &attr) == UCS_OK)
         ucx_cuda_memory_ = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 
-    char* buf = nullptr;
-    std::size_t len = 0;
-    if (FILE* f = open_memstream(&buf, &len)) {
-        ucp_config_print(config.get(), f, nullptr, UCS_CONFIG_PRINT_CONFIG);
-        std::fclose(f);
-        printed_config_.assign(buf, len);
-        std::free(buf);
-    }
+    printed_config_ = detail::printed([&](FILE* f) {
+                          ucp_config_print(config.get(), f, nullptr, UCS_CONFIG_PRINT_CONFIG);
+                      }).value_or(std::string());
     // UCX 1.16 and later, with their protocol layer on (PROTO_ENABLE, the
     // default), have no atomic protocol for endpoints in peer error mode
     // (every endpoint of this library): an atomic is cancelled with "cannot

@@ -1,4 +1,5 @@
 #include "core/ucx_settings.hpp"
+#include "util/printed.hpp"
 
 #include <ucp/api/ucp.h>
 #include <ucs/config/parser.h>
@@ -66,17 +67,14 @@ setting_names read_setting_names() {
     ucp_config_t* config = nullptr;
     if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK)
         return out;
-    char* text = nullptr;
-    std::size_t size = 0;
-    if (FILE* stream = open_memstream(&text, &size)) {
-        ucp_config_print(config, stream, nullptr,
-                         static_cast<ucs_config_print_flags_t>(UCS_CONFIG_PRINT_CONFIG |
-                                                               UCS_CONFIG_PRINT_HIDDEN));
-        std::fclose(stream);
-    }
+    const std::string text =
+        printed([&](FILE* stream) {
+            ucp_config_print(config, stream, nullptr,
+                             static_cast<ucs_config_print_flags_t>(UCS_CONFIG_PRINT_CONFIG |
+                                                                   UCS_CONFIG_PRINT_HIDDEN));
+        }).value_or(std::string());
     ucp_config_release(config);
-    const std::unique_ptr<char, decltype(&std::free)> owned(text, &std::free);
-    std::string_view rest(text != nullptr ? text : "", size);
+    std::string_view rest(text);
     while (!rest.empty()) {
         const auto end = rest.find('\n');
         const std::string_view line = rest.substr(0, end);
