@@ -3,11 +3,17 @@
 //
 //   echo_server [--address 127.0.0.1] [--port 0] [--progress event|poll|hybrid]
 //               [--max-size BYTES] [--threads N] [--backlog N] [--quiet]
+//               [--metrics ADDRESS:PORT] [--latency-histograms]
 //
 // With --threads N, N threads each run an io_context with a worker and a
 // listener on the same port (listener_options::reuse_port): the kernel
 // spreads the clients across them, and each client is served on the thread
 // whose listener took it.
+//
+// With --metrics, it serves its workers' metrics for Prometheus at
+// http://ADDRESS:PORT/metrics (port 0: one the system picks), and prints
+// "metrics on http://ADDRESS:PORT/metrics"; --latency-histograms adds the
+// operations' latencies.
 //
 // Prints "listening on ADDRESS:PORT" once ready; SIGINT/SIGTERM stop it.
 #include "sample_args.hpp"
@@ -135,12 +141,18 @@ int main(int argc, char** argv) {
     bool quiet = false;
     std::size_t threads = 1;
     ucx::listener_options lo;
+    std::string metrics_at;
     for (int i = 1; i < argc; i += 2) {
         const std::string arg = argv[i], value = i + 1 < argc ? argv[i + 1] : "";
         if (arg == "--quiet") {
             quiet = true;
             --i;
-        } else if (arg == "--address")
+        } else if (arg == "--latency-histograms") {
+            options.latency_histograms = true;
+            --i;
+        } else if (arg == "--metrics" && value.rfind(':') != std::string::npos)
+            metrics_at = value;
+        else if (arg == "--address")
             address = value;
         else if (arg == "--port")
             port = static_cast<unsigned short>(sample::number(value));
@@ -155,7 +167,8 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr,
                          "usage: %s [--address A] [--port P] [--progress MODE] "
-                         "[--max-size BYTES] [--threads N] [--backlog N] [--quiet]\n",
+                         "[--max-size BYTES] [--threads N] [--backlog N] [--quiet] "
+                         "[--metrics ADDRESS:PORT] [--latency-histograms]\n",
                          argv[0]);
             return 2;
         }
@@ -173,8 +186,24 @@ int main(int argc, char** argv) {
             port = s.srv->listener().local_endpoint().port();
             s.srv->accept();
         }
+        // The metrics of every shard's worker, served from the first shard's thread.
+        std::optional<ucx::metrics_exporter> exporter;
+        if (!metrics_at.empty()) {
+            const auto colon = metrics_at.rfind(':');
+            exporter.emplace(shards[0]->io, asio::ip::tcp::endpoint(
+                                                asio::ip::make_address(metrics_at.substr(0, colon)),
+                                                static_cast<unsigned short>(
+                                                    sample::number(metrics_at.substr(colon + 1)))));
+            for (std::size_t i = 0; i < threads; ++i)
+                exporter->add(*shards[i]->worker, "shard" + std::to_string(i));
+            const auto at = exporter->local_endpoint();
+            std::printf("metrics on http://%s:%u/metrics\n", at.address().to_string().c_str(),
+                        at.port());
+        }
         asio::signal_set signals(shards[0]->io, SIGINT, SIGTERM);
         signals.async_wait([&](ucx::error_code, int) {
+            if (exporter)
+                exporter->close();
             // Each shard closes on its own thread.
             for (auto& s : shards)
                 asio::post(s->io, [&s = *s] {

@@ -29,6 +29,10 @@
 //   --peer-timeout MS  the worker's peer timeout (default 5000)
 //   --name NAME      the group's name in the store (default group_allreduce)
 //   --lazy           connections on first use (group_options::lazy_connections)
+//   --metrics ADDRESS:PORT  serve the worker's metrics to Prometheus while the
+//                    job runs, labelled with the rank, at
+//                    http://ADDRESS:(PORT + local rank)/metrics (PORT 0: a
+//                    port the system picks); each rank prints where
 //
 // Prints one line per rank: "rank R of N: allreduce of COUNT floats ok, sum S",
 // and "rank R: store: ..." (which store, from which variables) on stderr.
@@ -45,6 +49,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -68,6 +73,7 @@ struct settings {
     int peer_timeout_ms = 5000;
     std::string name = "group_allreduce";
     bool lazy = false;
+    std::string metrics_at;
 };
 
 int failures = 0;
@@ -223,6 +229,8 @@ int main(int argc, char** argv) {
             cfg.name = argv[++i];
         else if (a == "--lazy")
             cfg.lazy = true;
+        else if (a == "--metrics" && i + 1 < argc && std::strchr(argv[i + 1], ':'))
+            cfg.metrics_at = argv[++i];
         else {
             std::fprintf(stderr, "group_allreduce: unknown option %s\n", a.c_str());
             return 2;
@@ -248,6 +256,31 @@ int main(int argc, char** argv) {
     ucx::worker_options wo;
     wo.peer_timeout = std::chrono::milliseconds(cfg.peer_timeout_ms);
     ucx::worker w(ctx, io, wo);
+    std::optional<ucx::metrics_exporter> exporter;
+    if (!cfg.metrics_at.empty()) {
+        const auto colon = cfg.metrics_at.rfind(':');
+        const auto base = std::strtoul(cfg.metrics_at.c_str() + colon + 1, nullptr, 10);
+        const auto port =
+            base == 0 ? 0 : base + static_cast<unsigned long>(std::max(env.local_rank, 0));
+        ucx::metrics_exporter_options mo;
+        mo.labels = {{"rank", std::to_string(env.rank)}};
+        try {
+            exporter.emplace(
+                io,
+                asio::ip::tcp::endpoint(asio::ip::make_address(cfg.metrics_at.substr(0, colon)),
+                                        static_cast<unsigned short>(port)),
+                mo);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "group_allreduce: rank %d: --metrics %s: %s\n", env.rank,
+                         cfg.metrics_at.c_str(), e.what());
+            return 2;
+        }
+        exporter->add(w, "main");
+        const auto at = exporter->local_endpoint();
+        std::printf("rank %d: metrics on http://%s:%u/metrics\n", env.rank,
+                    at.address().to_string().c_str(), at.port());
+        std::fflush(stdout);
+    }
     ucx::launch_store store;
     std::exception_ptr error;
     asio::co_spawn(
@@ -268,6 +301,8 @@ int main(int argc, char** argv) {
         [&](std::exception_ptr e) {
             error = e;
             store.close(); // a TCP store's connections would keep io.run() going
+            if (exporter)
+                exporter->close(); // and so would the exporter's listening socket
         });
     io.run();
     if (ec) {

@@ -154,6 +154,7 @@ one_round() {
   ap lib_lat8_poll "" -t tag_lat -s 8 --progress poll -n "$L"
   ap lib_lat8_hybrid "" -t tag_lat -s 8 --progress hybrid -n "$L"
   ap lib_lat8_poll_co "" -t tag_lat -s 8 --progress poll --style coroutine -n "$L"
+  ap lib_lat8_poll_hist "" -t tag_lat -s 8 --progress poll --latency-histograms -n "$L"
   ap ucp_lat8_poll "" --transport ucp -t tag_lat -s 8 --progress poll -n "$L"
   # event mode: the thread sleeps between messages
   pipe_floor
@@ -166,6 +167,7 @@ one_round() {
   pt pt_mr8_noeh "$lib_env_noeh" -t tag_bw -s 8 -n "$M" -w "$(n 200000)" -O 64
   ap lib_mr8_poll "" -t tag_bw -s 8 --progress poll --window 64 -n "$M"
   ap lib_mr8_hybrid "" -t tag_bw -s 8 --progress hybrid --window 64 -n "$M"
+  ap lib_mr8_poll_hist "" -t tag_bw -s 8 --progress poll --window 64 --latency-histograms -n "$M"
   ap ucp_mr8_poll "" --transport ucp -t tag_bw -s 8 --progress poll --window 64 -n "$M"
   # 1 MiB and 16 MiB tag bandwidth
   pt pt_bw1m "$lib_env" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
@@ -341,6 +343,10 @@ table="$out/targets.md"
   done
   r=$(ratio "$(mr lib_mr8_poll)" "$(mr pt_mr8)")
   row "8 B tag message rate, window 64: library / ucx_perftest tag_bw" "$(mr lib_mr8_poll) / $(mr pt_mr8) msg/s" "$r" ">=" 0.5
+  r=$(ratio "$(lat lib_lat8_poll_hist)" "$(lat lib_lat8_poll)")
+  row "8 B tag latency, poll: latency histograms on / off (metrics counters always on)" "$(lat lib_lat8_poll_hist) / $(lat lib_lat8_poll) µs" "$r" "<=" 1.05
+  r=$(ratio "$(mr lib_mr8_poll_hist)" "$(mr lib_mr8_poll)")
+  row "8 B tag message rate: latency histograms on / off" "$(mr lib_mr8_poll_hist) / $(mr lib_mr8_poll) msg/s" "$r" ">=" 0.95
   r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m)")
   row "1 MiB tag bandwidth: library / ucx_perftest tag_bw" "$(bw lib_bw1m_poll) / $(bw pt_bw1m) MiB/s" "$r" ">=" 0.95
   r=$(ratio "$(bw lib_bw16m_poll)" "$(bw pt_bw16m)")

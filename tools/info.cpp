@@ -33,6 +33,8 @@
 //   transport while the context allows one, the tool warns (UCX leaves shared
 //   memory out of peer error mode unless its error handling is on, and then
 //   moves intra-node traffic over TCP).
+// - atomics: with UCX 1.16 and later (and its protocol layer on, the default)
+//   the tool warns that atomics fail endpoints in peer error mode.
 //
 // Exit status: 0; 1 when a warning was printed; 2 for a bad command line or
 // configuration, or a failed test connection.
@@ -241,6 +243,12 @@ int main(int argc, char** argv) {
                 yes_no(ucx::built_with_cuda()).c_str(), ucx::cuda_device_count(),
                 yes_no(ctx.ucx_supports_cuda_memory()).c_str(),
                 yes_no(ctx.cuda().create_context).c_str(), ctx.cuda().device, ctx.cuda().pool_size);
+
+    if (!ctx.supports_atomics())
+        warn("this UCX (" + running.to_string() +
+             ") has no atomic protocol for endpoints in peer error mode (every endpoint of "
+             "this library): an atomic fails its endpoint. Use puts and gets, or run with "
+             "UCX_PROTO_ENABLE=n (which UCX 1.22 answers with other failures)");
 
     std::printf("== resources (UCX's listing)\n");
     std::fflush(stdout);

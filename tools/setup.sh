@@ -20,6 +20,7 @@ packages=(
   python3 # the layer rule's check (test/layers)
   python3-torch # the store tests against torch.distributed's TCPStore
   libyaml-cpp-dev # Dask's YAML configuration files (ucx::dask_configuration)
+  prometheus # the metrics tests: a real Prometheus server scrapes a sample, promtool checks the text
 )
 
 sudo=""

@@ -18,6 +18,8 @@
 #include <ucx/log.hpp>
 #include <ucx/memory_region.hpp>
 #include <ucx/memory_type.hpp>
+#include <ucx/metrics.hpp>
+#include <ucx/metrics_exporter.hpp>
 #include <ucx/progress_mode.hpp>
 #include <ucx/reduction.hpp>
 #include <ucx/remote_key.hpp>

@@ -5,6 +5,7 @@
 #include <ucx/detail/access.hpp>
 #include <ucx/detail/checked.hpp>
 #include <ucx/error.hpp>
+#include <ucx/metrics.hpp>
 #include <ucx/progress_mode.hpp>
 #include <ucx/worker_address.hpp>
 
@@ -131,6 +132,11 @@ struct worker_options {
     /// fails the other with `ucx::error::authentication_failed`. A listener's
     /// `listener_options::secret` overrides it.
     std::string secret;
+    /// Measure how long each operation takes, by kind, for
+    /// `worker::metrics()` (`worker_metrics::latency`): two reads of the
+    /// steady clock per operation. The counts of operations, bytes and errors
+    /// are kept in any case.
+    bool latency_histograms = false;
 };
 
 /// Counters of a worker's progress engine (for diagnostics and tests).
@@ -220,8 +226,18 @@ public:
     /// Whether the worker is open.
     bool is_open() const noexcept;
 
-    /// The engine's counters.
+    /// The engine's counters. Safe to call from any thread.
     worker_stats stats() const noexcept;
+
+    /// A snapshot of the worker's metrics: the engine's counters, and the
+    /// operations started, completed and failed by kind, with their bytes,
+    /// errors and (with `worker_options::latency_histograms`) latencies
+    /// (docs/guide/metrics.md). Safe to call from any thread, also while the
+    /// worker runs on another; each value is one the counter had, not all
+    /// from the same instant. A closed or moved-from worker reports the
+    /// counts it had (none for a moved-from one). Throws `std::bad_alloc`
+    /// only.
+    worker_metrics metrics() const;
 
     /// Number of operations in flight.
     std::size_t pending_operations() const noexcept;

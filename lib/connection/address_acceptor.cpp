@@ -155,6 +155,7 @@ worker_address address_acceptor_address(const address_acceptor_impl& a) {
     return a.worker()->address();
 }
 void address_acceptor_accept(address_acceptor_impl& a, endpoint_op* op) noexcept {
+    op->kind = operation_kind::accept;
     a.accept(op);
 }
 

@@ -72,6 +72,7 @@ void connect_resolved(const std::shared_ptr<worker_impl>& w, endpoint_op* op, co
 
 void connect_by_name(worker_impl& w, endpoint_op* op, const std::string& host,
                      const std::string& service) {
+    op->kind = operation_kind::connect;
     auto self = w.shared_from_this();
     auto resolver = std::make_shared<boost::asio::ip::tcp::resolver>(w.get_executor());
     resolver->async_resolve(
@@ -83,10 +84,12 @@ void connect_by_name(worker_impl& w, endpoint_op* op, const std::string& host,
 
 void connect_to_endpoint(worker_impl& w, endpoint_op* op,
                          const boost::asio::ip::tcp::endpoint& to) noexcept {
+    op->kind = operation_kind::connect;
     connect_endpoint(w.shared_from_this(), op, to);
 }
 
 void connect_to_address(worker_impl& w, endpoint_op* op, const worker_address& to) noexcept {
+    op->kind = operation_kind::connect;
     if (auto ep = connecting_endpoint(w.shared_from_this(), op))
         ep->connect_address(to, op);
 }

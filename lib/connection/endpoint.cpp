@@ -990,6 +990,7 @@ void endpoint_wait_error(endpoint_impl& ep, operation* op) noexcept {
     ep.wait_error(op);
 }
 void endpoint_close(endpoint_impl& ep, endpoint_op* op) noexcept {
+    op->kind = operation_kind::close;
     ep.close_gracefully(op);
 }
 bool endpoint_is_open(const endpoint_impl& ep) noexcept {

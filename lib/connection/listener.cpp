@@ -507,6 +507,7 @@ worker_core& core_of(const listener_impl& l) noexcept {
     return *l.worker();
 }
 void listener_accept(listener_impl& l, endpoint_op* op) noexcept {
+    op->kind = operation_kind::accept;
     l.accept(op);
 }
 

@@ -51,11 +51,11 @@ inline unsigned worker_impl::progress_ucp() noexcept {
 }
 
 inline bool worker_impl::work_pending() const noexcept {
-    return in_flight_count_ + internal_requests_ > 0;
+    return in_flight_count_.load() + internal_requests_ > 0;
 }
 
 inline bool worker_impl::awaited_work_pending() const noexcept {
-    return in_flight_count_ - background_count_ + internal_requests_ > 0;
+    return in_flight_count_.load() - background_count_ + internal_requests_ > 0;
 }
 
 // The UCX side of the progress engine: what run_progress_pass calls.
@@ -124,7 +124,7 @@ struct engine_backend {
 worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
                          const worker_options& options)
     : worker_core(ex), context_(std::move(ctx)), options_(options), efd_(ex), safety_timer_(ex),
-      backoff_timer_(ex), fsm_(make_progress_config(options)) {}
+      backoff_timer_(ex), fsm_(make_progress_config(options)), ops_(options.latency_histograms) {}
 
 worker_impl::~worker_impl() {
     shutdown();
@@ -196,6 +196,44 @@ worker_address worker_impl::address() const {
     return address_;
 }
 
+// ---- counters ----
+
+worker_stats worker_impl::stats() const noexcept {
+    worker_stats s;
+    s.passes = stats_.passes;
+    s.progress_calls = stats_.progress_calls;
+    s.arms = stats_.arms;
+    s.arm_busy = stats_.arm_busy;
+    s.wakeups = stats_.wakeups;
+    s.yields = stats_.yields;
+    s.cpu_yields = stats_.cpu_yields;
+    s.backoffs = stats_.backoffs;
+    s.parks = stats_.parks;
+    s.safety_timer_passes = stats_.safety_timer_passes;
+    s.completions = stats_.completions;
+    if (const worker_component* staging = staging_.get())
+        staging->add_stats(s);
+    return s;
+}
+
+void worker_impl::metrics(worker_metrics& m) const {
+    const worker_stats s = stats();
+    m.passes = s.passes;
+    m.progress_calls = s.progress_calls;
+    m.arms = s.arms;
+    m.arm_busy = s.arm_busy;
+    m.wakeups = s.wakeups;
+    m.yields = s.yields;
+    m.cpu_yields = s.cpu_yields;
+    m.backoffs = s.backoffs;
+    m.parks = s.parks;
+    m.safety_timer_passes = s.safety_timer_passes;
+    m.staged_operations = s.staged_operations;
+    m.staged_bytes = s.staged_bytes;
+    m.in_flight = in_flight_count_.load();
+    ops_.snapshot(m);
+}
+
 // ---- operations ----
 
 void worker_impl::start(operation* op) noexcept {
@@ -206,6 +244,9 @@ void worker_impl::start(operation* op) noexcept {
     in_flight_list::push_front(in_flight_head_, op);
     ++in_flight_count_;
     background_count_ += op->background;
+    ops_.started(op->kind);
+    if (ops_.measures_latency()) [[unlikely]]
+        op->started_at = std::chrono::steady_clock::now().time_since_epoch().count();
     if (!safety_timer_armed_)
         start_safety_timer();
 }
@@ -217,6 +258,15 @@ void worker_impl::unlink(operation* op) noexcept {
     in_flight_list::erase(in_flight_head_, op);
     --in_flight_count_;
     background_count_ -= op->background;
+    // Every started operation leaves the list once, here, with its result
+    // set (by UCX's callback, the library, or shutdown).
+    const operation_kind kind = op->kind;
+    ops_.ended(kind, op->result_code(),
+               counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0);
+    if (ops_.measures_latency()) [[unlikely]]
+        ops_.took(kind, std::chrono::nanoseconds(
+                            std::chrono::steady_clock::now().time_since_epoch().count() -
+                            op->started_at));
 }
 
 void worker_impl::finished(operation* op) noexcept {
@@ -683,7 +733,7 @@ void worker_impl::shutdown() {
         ucp_worker_progress(worker_);
     if (in_flight_count_ > 0) {
         log::write(log::severity::error,
-                   "worker shutdown: " + std::to_string(in_flight_count_) +
+                   "worker shutdown: " + std::to_string(in_flight_count_.load()) +
                        " requests did not complete in time; completing them as aborted");
         while (in_flight_head_) {
             operation* op = in_flight_head_;
@@ -755,10 +805,14 @@ bool worker::is_open() const noexcept {
 worker_stats worker::stats() const noexcept {
     if (!impl_)
         return worker_stats{};
-    worker_stats s = impl_->stats();
-    if (const detail::worker_component* staging = impl_->staging())
-        staging->add_stats(s);
-    return s;
+    return impl_->stats();
+}
+
+worker_metrics worker::metrics() const {
+    worker_metrics m;
+    if (impl_)
+        impl_->metrics(m);
+    return m;
 }
 
 std::size_t worker::pending_operations() const noexcept {

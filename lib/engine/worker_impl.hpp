@@ -5,6 +5,7 @@
 #include <ucx/detail/operation.hpp>
 #include <ucx/worker.hpp>
 
+#include "engine/engine_metrics.hpp"
 #include "engine/progress_fsm.hpp"
 #include "engine/spin_group.hpp"
 #include "engine/worker_component.hpp"
@@ -57,8 +58,14 @@ public:
     const context_impl& context() const noexcept { return *context_; }
     const worker_options& options() const noexcept { return options_; }
     bool is_open() const noexcept { return worker_ != nullptr && !stopping_; }
-    const worker_stats& stats() const noexcept { return stats_; }
-    std::size_t pending() const noexcept { return in_flight_count_; }
+    /// The engine's counters (any thread).
+    worker_stats stats() const noexcept;
+    /// The engine's and the operations' counters (any thread).
+    void metrics(worker_metrics& m) const;
+    /// The operations' counters (owner thread, to count what only a feature
+    /// sees).
+    operation_counters& operation_metrics() noexcept { return ops_; }
+    std::size_t pending() const noexcept { return in_flight_count_.load(); }
 
     // --- operations (owner thread only) ---
 
@@ -279,7 +286,8 @@ private:
     boost::asio::io_context* work_context_ = nullptr;
     /// The wait's count was taken back (nothing needs the worker).
     bool uncounted_ = false;
-    worker_stats stats_{};
+    progress_counters stats_;
+    operation_counters ops_;
     unsigned wait_generation_ = 0;
     bool stopping_ = false;
     /// Streams connected with no read pending.
@@ -289,7 +297,7 @@ private:
     endpoint_canceller cancel_endpoint_ = nullptr;
 
     operation* in_flight_head_ = nullptr;
-    std::size_t in_flight_count_ = 0;
+    counter in_flight_count_;
     /// Of those, the `background` ones.
     std::size_t background_count_ = 0;
     operation* done_head_ = nullptr;

@@ -254,8 +254,8 @@ private:
     /// Per key, its sends not yet handed to their transfers, in the order
     /// they were made (only while one of them is staged).
     std::unordered_map<const void*, std::deque<std::shared_ptr<entry>>> send_queues_;
-    std::size_t staged_ = 0;
-    std::size_t staged_bytes_ = 0;
+    counter staged_;
+    counter staged_bytes_;
     bool attached_ = false;
     /// Held by the callbacks of `copy_through`, which may outlive this.
     std::shared_ptr<device_staging*> self_ = std::make_shared<device_staging*>(this);

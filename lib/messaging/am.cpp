@@ -379,6 +379,8 @@ void am_registry::hand_over(id_state& s, std::size_t index, am_message_state* m)
     am_recv_op* op = s.waiting[index];
     s.waiting.erase(s.waiting.begin() + static_cast<std::ptrdiff_t>(index));
     op->message = m;
+    if (!m->error)
+        worker_->operation_metrics().add_bytes(operation_kind::am_recv, m->length);
     worker_->complete(op, m->error);
 }
 
@@ -718,6 +720,7 @@ void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void
 void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
              std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
              unsigned flags) noexcept {
+    op->kind = operation_kind::am_send;
     // The header copy follows the IOV array in the operation's storage, and
     // stays there until the send completes.
     auto* header_copy = reinterpret_cast<std::byte*>(const_cast<ucp_dt_iov_t*>(buffers) + count);
@@ -914,9 +917,11 @@ am_queue_stats am_queue(const worker& w, unsigned id) {
 namespace ucx::detail {
 
 void am_recv(worker_impl& w, am_recv_op* op, unsigned id) noexcept {
+    op->kind = operation_kind::am_recv;
     am_recv_on(w, op, id, nullptr);
 }
 void am_recv(endpoint_impl& ep, am_recv_op* op, unsigned id) noexcept {
+    op->kind = operation_kind::am_recv;
     am_recv_on(*ep.worker(), op, id, &ep);
 }
 

@@ -16,6 +16,7 @@ namespace ucx::detail {
 
 void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
               tag_t tag) noexcept {
+    op->kind = operation_kind::tag_send;
     if (device_staging* s = staging_of(*ep.worker());
         s && staged_tag_send(*s, ep, op, data, size, tag)) [[unlikely]]
         return;
@@ -23,6 +24,7 @@ void tag_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t 
 }
 void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
               tag_t mask) noexcept {
+    op->kind = operation_kind::tag_recv;
     if (device_staging* s = staging_of(w); s && staged_tag_recv(*s, op, data, size, tag, mask))
         [[unlikely]]
         return;
@@ -40,6 +42,7 @@ void fail_at_start(endpoint_impl& ep, auto* op, const error_code& ec) noexcept {
 
 void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::size_t size,
                    tag_t tag) noexcept {
+    op->kind = operation_kind::tag_send;
     if (tag > endpoint_max_tag) [[unlikely]]
         return fail_at_start(ep, op, boost::asio::error::invalid_argument);
     const auto t = static_cast<std::uint32_t>(tag);
@@ -50,6 +53,7 @@ void endpoint_send(endpoint_impl& ep, transfer_op* op, const void* data, std::si
 }
 void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t size, tag_t tag,
                    tag_t mask) noexcept {
+    op->kind = operation_kind::tag_recv;
     if (tag > endpoint_max_tag) [[unlikely]]
         return fail_at_start(ep, op, boost::asio::error::invalid_argument);
     // The mask's bits above the endpoint's range match nothing a peer sends.

@@ -60,6 +60,7 @@ void transfer(endpoint_impl& ep, rma_op* op, Buffer data, std::size_t size,
 
 void rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
+    op->kind = operation_kind::put;
     if (device_staging* s = staging_of(*ep.worker());
         s && staged_rma(*s, ep, op, const_cast<void*>(data), size, remote_address, key, true))
         [[unlikely]]
@@ -69,6 +70,7 @@ void rma_put(endpoint_impl& ep, rma_op* op, const void* data, std::size_t size,
 
 void rma_get(endpoint_impl& ep, rma_op* op, void* data, std::size_t size,
              std::uint64_t remote_address, const key_ptr& key) noexcept {
+    op->kind = operation_kind::get;
     if (device_staging* s = staging_of(*ep.worker());
         s && staged_rma(*s, ep, op, data, size, remote_address, key, false)) [[unlikely]]
         return;
@@ -106,6 +108,7 @@ void rma_flush(worker_impl& w, operation* op) noexcept {
 void rma_atomic(endpoint_impl& ep, atomic_op* op, ucp_atomic_op_t opcode, std::uint64_t operand,
                 std::size_t size, bool fetch, std::uint64_t remote_address,
                 const key_ptr& key) noexcept {
+    op->kind = operation_kind::atomic;
     if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
         return;
     if (remote_address % size != 0)

@@ -46,12 +46,14 @@ std::size_t prepare(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint
 
 void ucxio_read(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint64_t offset, void* data,
                 std::size_t size) noexcept {
+    op->kind = operation_kind::get;
     if (std::size_t n = prepare(ep, op, key, offset, size, false))
         rma_get(ep, op, data, n, key->address() + offset, key);
 }
 
 void ucxio_write(endpoint_impl& ep, rma_op* op, const key_ptr& key, std::uint64_t offset,
                  const void* data, std::size_t size) noexcept {
+    op->kind = operation_kind::put;
     if (std::size_t n = prepare(ep, op, key, offset, size, true))
         rma_put(ep, op, data, n, key->address() + offset, key);
 }

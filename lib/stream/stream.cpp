@@ -689,6 +689,7 @@ void stream_close(stream_impl& s) noexcept {
     s.close();
 }
 void stream_close(stream_impl& s, endpoint_op* op) noexcept {
+    op->kind = operation_kind::close;
     s.close(op);
 }
 void stream_abort(stream_impl& s) noexcept {
@@ -717,9 +718,11 @@ std::uint64_t stream_bytes_read(const stream_impl& s) noexcept {
 }
 void stream_read(stream_impl& s, transfer_op* op, const boost::asio::mutable_buffer* bufs,
                  std::size_t n) noexcept {
+    op->kind = operation_kind::stream_read;
     s.read(op, bufs, n);
 }
 void stream_write(stream_impl& s, stream_write_op* op) noexcept {
+    op->kind = operation_kind::stream_write;
     s.write(op);
 }
 

@@ -30,6 +30,7 @@ LAYERS = {
     "rma": 5,
     "group": 6,
     "nccl": 7,
+    "metrics": 7,
 }
 
 # (including file, included header) pairs that break the rule: none.

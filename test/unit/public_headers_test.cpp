@@ -22,6 +22,7 @@ class am_registry;
 class context_impl;
 class remote_key_impl;
 class progress_fsm;
+class metrics_exporter_impl;
 struct am_message_state;
 struct control_message;
 } // namespace ucx::detail
@@ -42,6 +43,7 @@ static_assert(!complete<ucx::detail::am_registry>);
 static_assert(!complete<ucx::detail::context_impl>);
 static_assert(!complete<ucx::detail::remote_key_impl>);
 static_assert(!complete<ucx::detail::progress_fsm>);
+static_assert(!complete<ucx::detail::metrics_exporter_impl>);
 static_assert(!complete<ucx::detail::am_message_state>);
 static_assert(!complete<ucx::detail::control_message>);
 // The check itself works: a public class is complete.

@@ -57,6 +57,7 @@ ucx::worker_options worker_options_for(const settings& s) {
     o.spin_duration = std::chrono::microseconds(s.spin_us);
     if (s.max_steps != 0)
         o.max_steps_per_handler = s.max_steps;
+    o.latency_histograms = s.latency_histograms;
     return o;
 }
 

@@ -178,6 +178,8 @@ std::string parse(int argc, const char* const* argv, settings& s) {
             s.count_allocations = true;
         } else if (arg == "--ucx-defaults") {
             s.ucx_defaults = true;
+        } else if (arg == "--latency-histograms") {
+            s.latency_histograms = true;
         } else if (arg == "--connect") {
             if (!value(v) || (v != "address" && v != "sockaddr"))
                 return "--connect takes address or sockaddr";
@@ -277,6 +279,8 @@ std::string wire_form(const settings& s) {
         out << " --check";
     if (s.ucx_defaults)
         out << " --ucx-defaults";
+    if (s.latency_histograms)
+        out << " --latency-histograms";
     if (s.sockaddr_connect)
         out << " --connect sockaddr";
     if (s.count_allocations)
@@ -333,6 +337,8 @@ const char* usage() {
            "  --spin-us N            hybrid mode: spin before sleeping (20)\n"
            "  --max-steps N          library: progress steps per handler before yielding\n"
            "                         (worker_options::max_steps_per_handler; 0: its default)\n"
+           "  --latency-histograms   library: measure each operation's latency\n"
+           "                         (worker_options::latency_histograms)\n"
            "  --print-config         print the UCX settings the library applies by default\n"
            "Every UCX setting comes from the environment (UCX_TLS, UCX_NET_DEVICES, ...).\n";
 }

@@ -63,6 +63,7 @@ struct settings {
     bool sockaddr_connect = false;
     unsigned spin_us = 20;  ///< hybrid mode: spin before sleeping
     unsigned max_steps = 0; ///< library: worker_options::max_steps_per_handler (0: its default)
+    bool latency_histograms = false; ///< library: worker_options::latency_histograms
 
     // Process roles (not sent).
     bool server = false;

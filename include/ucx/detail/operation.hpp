@@ -11,6 +11,7 @@
 
 #include <ucx/detail/block_pool.hpp>
 #include <ucx/error.hpp>
+#include <ucx/metrics.hpp>
 
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -99,10 +100,17 @@ public:
     bool ignore_peer_errors = false;
     /// A send counted in its endpoint's sends in flight.
     bool counted_send = false;
+    /// What it does, for the worker's metrics (set by the function that
+    /// starts it; the library's own waits stay `other`).
+    operation_kind kind = operation_kind::other;
     /// A send the library held back (a device buffer being staged) that was
     /// made before its endpoint's graceful close began: the close, which
     /// waits for it, lets it through.
     bool held_send = false;
+
+    /// When it started (steady clock, nanoseconds), where the worker
+    /// measures latencies (`worker_options::latency_histograms`).
+    std::int64_t started_at = 0;
 
     // Intrusive links: in-flight list, then completion queue.
     operation* next = nullptr;
@@ -141,6 +149,15 @@ struct transfer_op : operation {
     /// host memory that failed after part of it went through).
     bool partial_on_error = false;
 };
+
+/// Whether operations of kind `k` are `transfer_op`s whose `bytes` say what
+/// they moved (every kind that moves bytes but active-message receives,
+/// whose data the registry counts).
+constexpr bool counts_transfer_bytes(operation_kind k) noexcept {
+    return k == operation_kind::tag_send || k == operation_kind::tag_recv ||
+           k == operation_kind::am_send || k == operation_kind::stream_write ||
+           k == operation_kind::stream_read || k == operation_kind::put || k == operation_kind::get;
+}
 
 /// A tag receive (worker-wide or per endpoint): the size and tag received.
 struct tag_recv_op : transfer_op {

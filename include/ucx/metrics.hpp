@@ -1,0 +1,111 @@
+// Metrics: what a worker did, as plain values (see docs/guide/metrics.md).
+#pragma once
+
+#include <boost/system/error_code.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace ucx {
+
+/// What an operation does, as the metrics count it.
+enum class operation_kind : std::uint8_t {
+    other,        ///< the library's own waits (an endpoint's error watch, ...)
+    tag_send,     ///< `async_tag_send`, `endpoint::async_send`
+    tag_recv,     ///< `async_tag_recv`, `endpoint::async_receive`
+    am_send,      ///< `async_am_send`
+    am_recv,      ///< `async_am_receive`
+    stream_write, ///< `basic_stream::async_write_some`
+    stream_read,  ///< `basic_stream::async_read_some`
+    put,          ///< `async_put`, `ucxio::async_write_at`
+    get,          ///< `async_get`, `ucxio::async_read_at`
+    atomic,       ///< `async_atomic_*`
+    connect,      ///< `async_connect`
+    accept,       ///< `listener::async_accept`, `acceptor::async_accept`
+    close,        ///< `endpoint::async_close`, `basic_stream::async_close`
+};
+
+/// Number of `operation_kind` values.
+inline constexpr std::size_t operation_kind_count = 13;
+
+/// The kind's name as the metrics label it ("tag_send", ...).
+std::string_view to_string(operation_kind k) noexcept;
+
+/// Whether operations of kind `k` move bytes out of this process (sends,
+/// writes, puts) rather than into it (receives, reads, gets).
+constexpr bool sends_bytes(operation_kind k) noexcept {
+    return k == operation_kind::tag_send || k == operation_kind::am_send ||
+           k == operation_kind::stream_write || k == operation_kind::put;
+}
+
+/// Counts of one kind of operation.
+struct operation_counts {
+    std::uint64_t started = 0;   ///< handed to the worker
+    std::uint64_t completed = 0; ///< delivered to their handler, failed or not
+    std::uint64_t failed = 0;    ///< of those, with an error (cancellations included)
+    /// Bytes moved by the operations that succeeded (a receive counts what
+    /// arrived, not its buffer's size).
+    std::uint64_t bytes = 0;
+};
+
+/// How long operations took, from their start to the end of their UCX
+/// request (or the library's completion), in buckets whose upper bounds
+/// double from 1 µs (`upper_bound(i)`); the last one has no bound.
+struct latency_histogram {
+    static constexpr std::size_t bucket_count = 24;
+    /// Upper bound of bucket `i` (`i + 1 < bucket_count`): 2^i µs.
+    static constexpr std::chrono::nanoseconds upper_bound(std::size_t i) noexcept {
+        return std::chrono::nanoseconds(std::int64_t(1000) << i);
+    }
+    /// Operations per bucket (not cumulative).
+    std::array<std::uint64_t, bucket_count> buckets{};
+    std::uint64_t count = 0;        ///< operations measured
+    std::chrono::nanoseconds sum{}; ///< their total time
+};
+
+/// Completions with one error code.
+struct error_count {
+    boost::system::error_code code;
+    std::uint64_t count = 0;
+};
+
+/// A snapshot of one worker's metrics: plain values, taken from any thread
+/// (`worker::metrics()`). Counters only grow while the worker lives.
+struct worker_metrics {
+    /// Progress engine (as `worker::stats()`).
+    std::uint64_t passes = 0;
+    std::uint64_t progress_calls = 0;
+    std::uint64_t arms = 0;
+    std::uint64_t arm_busy = 0;
+    std::uint64_t wakeups = 0;
+    std::uint64_t yields = 0;
+    std::uint64_t cpu_yields = 0;
+    std::uint64_t backoffs = 0;
+    std::uint64_t parks = 0;
+    std::uint64_t safety_timer_passes = 0;
+    /// Operations whose device buffer went through pinned host memory, and their bytes.
+    std::uint64_t staged_operations = 0;
+    std::uint64_t staged_bytes = 0;
+    /// Operations in flight now.
+    std::uint64_t in_flight = 0;
+    /// By `operation_kind` (index with `static_cast<std::size_t>(kind)`).
+    std::array<operation_counts, operation_kind_count> operations{};
+    /// Failed completions by error code, the 16 most frequent codes first
+    /// seen; the rest are counted in `other_errors`.
+    std::vector<error_count> errors;
+    std::uint64_t other_errors = 0;
+    /// Whether latencies are measured (`worker_options::latency_histograms`).
+    bool has_latency = false;
+    /// By `operation_kind`; empty unless `has_latency`.
+    std::array<latency_histogram, operation_kind_count> latency{};
+
+    const operation_counts& of(operation_kind k) const noexcept {
+        return operations[static_cast<std::size_t>(k)];
+    }
+};
+
+} // namespace ucx

@@ -1,0 +1,106 @@
+// Internal: the counters of a worker's engine and of its operations, written
+// by the worker's thread, read from any thread (`worker::metrics()`).
+#pragma once
+
+#include <ucx/metrics.hpp>
+#include <ucx/worker.hpp>
+
+#include "util/counter.hpp"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace ucx::detail {
+
+/// The progress engine's counters (see `ucx::worker_stats`).
+struct progress_counters {
+    counter passes;
+    counter progress_calls;
+    counter arms;
+    counter arm_busy;
+    counter wakeups;
+    counter yields;
+    counter cpu_yields;
+    counter backoffs;
+    counter parks;
+    counter safety_timer_passes;
+    counter completions;
+};
+
+/// The operations' counters, by kind: what starts and ends in the engine's
+/// in-flight list, counted where an operation enters and leaves it (every
+/// operation leaves it once, however it ends).
+class operation_counters {
+public:
+    explicit operation_counters(bool measure_latency) noexcept : latency_(measure_latency) {}
+
+    bool measures_latency() const noexcept { return latency_; }
+
+    void started(operation_kind k) noexcept { ++of(k).started; }
+    /// An operation of kind `k` ended with `ec`, having moved `bytes` (counted
+    /// on success), after `took` (counted when latencies are measured).
+    void ended(operation_kind k, const boost::system::error_code& ec,
+               std::uint64_t bytes) noexcept {
+        kind_counters& c = of(k);
+        ++c.completed;
+        if (ec) [[unlikely]] {
+            ++c.failed;
+            count_error(ec);
+        } else {
+            c.bytes += bytes;
+        }
+    }
+    void took(operation_kind k, std::chrono::nanoseconds d) noexcept;
+    /// Bytes of a kind counted outside the operation (an active message's
+    /// data, handed to its receive by the registry).
+    void add_bytes(operation_kind k, std::uint64_t n) noexcept { of(k).bytes += n; }
+
+    /// Fills `m`'s operation fields (from any thread).
+    void snapshot(worker_metrics& m) const;
+
+    /// Most distinct error codes kept.
+    static constexpr std::size_t error_slots = 16;
+
+private:
+    struct kind_counters {
+        counter started, completed, failed, bytes;
+    };
+    struct histogram {
+        std::array<counter, latency_histogram::bucket_count> buckets;
+        counter count, sum_ns;
+    };
+    struct error_slot {
+        std::atomic<const boost::system::error_category*> category{nullptr};
+        std::atomic<int> value{0};
+        counter count;
+    };
+
+    kind_counters& of(operation_kind k) noexcept { return kinds_[static_cast<std::size_t>(k)]; }
+    void count_error(const boost::system::error_code& ec) noexcept;
+
+    bool latency_;
+    std::array<kind_counters, operation_kind_count> kinds_{};
+    std::array<histogram, operation_kind_count> histograms_{};
+    std::array<error_slot, error_slots> errors_{};
+    /// Slots in use (published with release after the slot is filled).
+    std::atomic<std::size_t> error_slots_used_{0};
+    counter other_errors_;
+};
+
+/// The histogram bucket of a duration (see `latency_histogram`).
+inline std::size_t latency_bucket(std::chrono::nanoseconds d) noexcept {
+    const std::int64_t ns = d.count();
+    if (ns <= 1000)
+        return 0;
+    std::uint64_t q = static_cast<std::uint64_t>(ns - 1) / 1000;
+    std::size_t i = 0;
+    while (q != 0) {
+        q >>= 1;
+        ++i;
+    }
+    return i < latency_histogram::bucket_count ? i : latency_histogram::bucket_count - 1;
+}
+
+} // namespace ucx::detail

@@ -1,0 +1,286 @@
+#include "metrics/exposition.hpp"
+
+#include <charconv>
+#include <cstdint>
+
+namespace ucx {
+
+std::string_view to_string(operation_kind k) noexcept {
+    switch (k) {
+    case operation_kind::other:
+        return "other";
+    case operation_kind::tag_send:
+        return "tag_send";
+    case operation_kind::tag_recv:
+        return "tag_recv";
+    case operation_kind::am_send:
+        return "am_send";
+    case operation_kind::am_recv:
+        return "am_recv";
+    case operation_kind::stream_write:
+        return "stream_write";
+    case operation_kind::stream_read:
+        return "stream_read";
+    case operation_kind::put:
+        return "put";
+    case operation_kind::get:
+        return "get";
+    case operation_kind::atomic:
+        return "atomic";
+    case operation_kind::connect:
+        return "connect";
+    case operation_kind::accept:
+        return "accept";
+    case operation_kind::close:
+        return "close";
+    }
+    return "unknown";
+}
+
+} // namespace ucx
+
+namespace ucx::detail {
+
+bool valid_label_name(std::string_view name) noexcept {
+    if (name.empty() || name.starts_with("__"))
+        return false;
+    for (std::size_t i = 0; i < name.size(); ++i) {
+        const char c = name[i];
+        const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+        if (!letter && !(i > 0 && c >= '0' && c <= '9'))
+            return false;
+    }
+    return true;
+}
+
+void append_label_value(std::string& out, std::string_view value) {
+    for (char c : value) {
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '"')
+            out += "\\\"";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
+    }
+}
+
+std::string render_labels(std::span<const std::pair<std::string, std::string>> labels) {
+    std::string out;
+    for (const auto& [name, value] : labels) {
+        if (!out.empty())
+            out += ',';
+        out += name;
+        out += "=\"";
+        append_label_value(out, value);
+        out += '"';
+    }
+    return out;
+}
+
+namespace {
+
+void append_number(std::string& out, std::uint64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, r.ptr);
+}
+
+void append_seconds(std::string& out, std::chrono::nanoseconds d) {
+    // Seconds with nanosecond precision, without a floating-point round trip.
+    const std::int64_t ns = d.count() < 0 ? 0 : d.count();
+    append_number(out, static_cast<std::uint64_t>(ns / 1'000'000'000));
+    std::int64_t frac = ns % 1'000'000'000;
+    if (frac == 0)
+        return;
+    char digits[10] = "000000000";
+    for (int i = 8; i >= 0; --i, frac /= 10)
+        digits[i] = static_cast<char>('0' + frac % 10);
+    std::size_t n = 9;
+    while (digits[n - 1] == '0')
+        --n;
+    out += '.';
+    out.append(digits, n);
+}
+
+void header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+    out += "# HELP ";
+    out += name;
+    out += ' ';
+    out += help;
+    out += "\n# TYPE ";
+    out += name;
+    out += ' ';
+    out += type;
+    out += '\n';
+}
+
+/// `name{labels,extra} value\n`.
+void sample(std::string& out, std::string_view name, const std::string& labels,
+            std::string_view extra, std::uint64_t value) {
+    out += name;
+    if (!labels.empty() || !extra.empty()) {
+        out += '{';
+        out += labels;
+        if (!labels.empty() && !extra.empty())
+            out += ',';
+        out += extra;
+        out += '}';
+    }
+    out += ' ';
+    append_number(out, value);
+    out += '\n';
+}
+
+std::string kind_label(operation_kind k) {
+    std::string s = "kind=\"";
+    s += to_string(k);
+    s += '"';
+    return s;
+}
+
+template <class Get>
+void per_worker(std::string& out, std::span<const labelled_worker> workers, std::string_view name,
+                std::string_view type, std::string_view help, Get get) {
+    header(out, name, type, help);
+    for (const labelled_worker& w : workers)
+        sample(out, name, w.labels, {}, get(w.metrics));
+}
+
+template <class Get>
+void per_kind(std::string& out, std::span<const labelled_worker> workers, std::string_view name,
+              std::string_view help, Get get, bool (*include)(operation_kind) = nullptr) {
+    header(out, name, "counter", help);
+    for (const labelled_worker& w : workers)
+        for (std::size_t k = 0; k < operation_kind_count; ++k) {
+            const auto kind = static_cast<operation_kind>(k);
+            if (include && !include(kind))
+                continue;
+            sample(out, name, w.labels, kind_label(kind), get(w.metrics.operations[k]));
+        }
+}
+
+bool moves_bytes(operation_kind k) noexcept {
+    return k != operation_kind::other && k != operation_kind::atomic &&
+           k != operation_kind::connect && k != operation_kind::accept &&
+           k != operation_kind::close;
+}
+
+} // namespace
+
+void write_worker_metrics(std::string& out, std::span<const labelled_worker> workers) {
+    using m = worker_metrics;
+    per_kind(out, workers, "ucx_operations_started_total", "Operations started, by kind.",
+             [](const operation_counts& c) { return c.started; });
+    per_kind(out, workers, "ucx_operations_completed_total",
+             "Operations completed (failed or not), by kind.",
+             [](const operation_counts& c) { return c.completed; });
+    per_kind(out, workers, "ucx_operations_failed_total",
+             "Operations completed with an error (cancellations included), by kind.",
+             [](const operation_counts& c) { return c.failed; });
+    per_kind(
+        out, workers, "ucx_bytes_sent_total",
+        "Bytes sent, written or put by the operations that succeeded, by kind.",
+        [](const operation_counts& c) { return c.bytes; },
+        +[](operation_kind k) { return sends_bytes(k); });
+    per_kind(
+        out, workers, "ucx_bytes_received_total",
+        "Bytes received, read or got by the operations that succeeded, by kind.",
+        [](const operation_counts& c) { return c.bytes; },
+        +[](operation_kind k) { return moves_bytes(k) && !sends_bytes(k); });
+    per_worker(out, workers, "ucx_operations_in_flight", "gauge", "Operations in flight.",
+               [](const m& x) { return x.in_flight; });
+
+    header(out, "ucx_operation_errors_total", "counter",
+           "Operations completed with an error, by error (category:value) and its message; "
+           "error=\"other\" counts the codes past the 16 first seen.");
+    for (const labelled_worker& w : workers) {
+        for (const error_count& e : w.metrics.errors) {
+            std::string extra = "error=\"";
+            append_label_value(extra, e.code.category().name());
+            extra += ':';
+            extra += std::to_string(e.code.value());
+            extra += "\",message=\"";
+            append_label_value(extra, e.code.message());
+            extra += '"';
+            sample(out, "ucx_operation_errors_total", w.labels, extra, e.count);
+        }
+        if (w.metrics.other_errors)
+            sample(out, "ucx_operation_errors_total", w.labels, "error=\"other\",message=\"\"",
+                   w.metrics.other_errors);
+    }
+
+    per_worker(out, workers, "ucx_progress_passes_total", "counter", "Progress passes run.",
+               [](const m& x) { return x.passes; });
+    per_worker(out, workers, "ucx_progress_calls_total", "counter", "ucp_worker_progress calls.",
+               [](const m& x) { return x.progress_calls; });
+    per_worker(out, workers, "ucx_progress_arms_total", "counter", "ucp_worker_arm calls.",
+               [](const m& x) { return x.arms; });
+    per_worker(out, workers, "ucx_progress_arm_busy_total", "counter",
+               "ucp_worker_arm calls that answered busy (events were pending).",
+               [](const m& x) { return x.arm_busy; });
+    per_worker(out, workers, "ucx_progress_wakeups_total", "counter",
+               "Wake-ups on the worker's event file descriptor.",
+               [](const m& x) { return x.wakeups; });
+    per_worker(out, workers, "ucx_progress_yields_total", "counter",
+               "Passes that yielded to the other handlers of the executor.",
+               [](const m& x) { return x.yields; });
+    per_worker(out, workers, "ucx_progress_cpu_yields_total", "counter",
+               "Times a spinning pass gave the processor to other threads.",
+               [](const m& x) { return x.cpu_yields; });
+    per_worker(out, workers, "ucx_progress_backoffs_total", "counter",
+               "Passes that ended in a short back-off.", [](const m& x) { return x.backoffs; });
+    per_worker(out, workers, "ucx_progress_parks_total", "counter",
+               "Passes that ended parked, spinning in turns with other workers.",
+               [](const m& x) { return x.parks; });
+    per_worker(out, workers, "ucx_progress_safety_timer_passes_total", "counter",
+               "Passes started by the safety timer.",
+               [](const m& x) { return x.safety_timer_passes; });
+    per_worker(out, workers, "ucx_staged_operations_total", "counter",
+               "Operations whose device buffer went through pinned host memory.",
+               [](const m& x) { return x.staged_operations; });
+    per_worker(out, workers, "ucx_staged_bytes_total", "counter",
+               "Bytes of the operations staged through pinned host memory.",
+               [](const m& x) { return x.staged_bytes; });
+
+    bool any_latency = false;
+    for (const labelled_worker& w : workers)
+        any_latency = any_latency || w.metrics.has_latency;
+    if (!any_latency)
+        return;
+    constexpr std::string_view hist = "ucx_operation_duration_seconds";
+    header(out, hist, "histogram",
+           "Time from an operation's start to its completion, by kind "
+           "(workers with latency histograms on).");
+    for (const labelled_worker& w : workers) {
+        if (!w.metrics.has_latency)
+            continue;
+        for (std::size_t k = 0; k < operation_kind_count; ++k) {
+            const latency_histogram& h = w.metrics.latency[k];
+            const std::string kind = kind_label(static_cast<operation_kind>(k));
+            std::uint64_t cumulative = 0;
+            for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
+                cumulative += h.buckets[b];
+                std::string extra = kind + ",le=\"";
+                if (b + 1 < latency_histogram::bucket_count)
+                    append_seconds(extra, latency_histogram::upper_bound(b));
+                else
+                    extra += "+Inf";
+                extra += '"';
+                sample(out, "ucx_operation_duration_seconds_bucket", w.labels, extra, cumulative);
+            }
+            out += "ucx_operation_duration_seconds_sum{";
+            out += w.labels;
+            if (!w.labels.empty())
+                out += ',';
+            out += kind;
+            out += "} ";
+            append_seconds(out, h.sum);
+            out += '\n';
+            sample(out, "ucx_operation_duration_seconds_count", w.labels, kind, h.count);
+        }
+    }
+}
+
+} // namespace ucx::detail

@@ -1,0 +1,41 @@
+// Internal: worker metrics in the Prometheus text exposition format
+// (version 0.0.4), sans-io.
+//
+// The format, as Prometheus reads it: one `# HELP` and one `# TYPE` line per
+// metric family, then its samples, all of a family together; a sample is
+// `name{label="value",...} number`; label values escape `\`, `"` and newline
+// as `\\`, `\"` and `\n`; a histogram family `x` has the samples
+// `x_bucket{le="..."}` (cumulative, the last one `le="+Inf"`), `x_sum` and
+// `x_count`; counters end in `_total`.
+#pragma once
+
+#include <ucx/metrics.hpp>
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ucx::detail {
+
+/// Whether `name` is a valid Prometheus label name (`[a-zA-Z_][a-zA-Z0-9_]*`,
+/// not starting with `__`, which Prometheus reserves).
+bool valid_label_name(std::string_view name) noexcept;
+
+/// Appends `value` to `out` escaped as a label value.
+void append_label_value(std::string& out, std::string_view value);
+
+/// `name="value"` pairs, joined with commas (no braces); the names must be valid.
+std::string render_labels(std::span<const std::pair<std::string, std::string>> labels);
+
+/// One worker's snapshot and its labels (rendered by `render_labels`).
+struct labelled_worker {
+    std::string labels;
+    worker_metrics metrics;
+};
+
+/// Appends the metric families of `workers` to `out`.
+void write_worker_metrics(std::string& out, std::span<const labelled_worker> workers);
+
+} // namespace ucx::detail

@@ -1,0 +1,459 @@
+// Worker metrics over real UCX traffic (operations, bytes, errors and
+// latencies by kind, read from another thread), and the Prometheus exporter
+// as an HTTP server, its exposition checked by Prometheus's own promtool.
+#include "test_support.hpp"
+
+#include "engine/engine_metrics.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+using namespace ucx_test;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+ucx::worker_options metric_options(bool latency = false) {
+    auto o = strict_worker_options(ucx::progress_mode::event);
+    o.latency_histograms = latency;
+    return o;
+}
+
+class metrics : public testing::TestWithParam<transport> {
+protected:
+    asio::io_context io;
+    ucx::context ctx{options_for(GetParam(), true)};
+    ucx::worker server_worker{ctx, io, metric_options(true)};
+    ucx::worker client_worker{ctx, io, metric_options()};
+    ucx::listener server{server_worker, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+};
+
+const ucx::operation_counts& of(const ucx::worker_metrics& m, ucx::operation_kind k) {
+    return m.of(k);
+}
+
+TEST_P(metrics, count_operations_and_bytes_by_kind_on_both_sides) {
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    constexpr std::size_t n = 5, size = 1000;
+    for (std::uint32_t i = 0; i < n; ++i)
+        exchange(io, client, accepted, size, i);
+    exchange(io, accepted, client, 1 << 20, 99); // one rendezvous the other way
+
+    const ucx::worker_metrics c = client_worker.metrics();
+    EXPECT_EQ(of(c, ucx::operation_kind::connect).started, 1u);
+    EXPECT_EQ(of(c, ucx::operation_kind::connect).completed, 1u);
+    EXPECT_EQ(of(c, ucx::operation_kind::connect).failed, 0u);
+    EXPECT_EQ(of(c, ucx::operation_kind::tag_send).started, n);
+    EXPECT_EQ(of(c, ucx::operation_kind::tag_send).completed, n);
+    EXPECT_EQ(of(c, ucx::operation_kind::tag_send).failed, 0u);
+    EXPECT_EQ(of(c, ucx::operation_kind::tag_send).bytes, n * size);
+    EXPECT_EQ(of(c, ucx::operation_kind::tag_recv).completed, 1u);
+    EXPECT_EQ(of(c, ucx::operation_kind::tag_recv).bytes, 1u << 20);
+    EXPECT_TRUE(c.errors.empty());
+    EXPECT_FALSE(c.has_latency);
+    EXPECT_GT(c.passes, 0u);
+    EXPECT_GT(c.progress_calls, 0u);
+
+    const ucx::worker_metrics s = server_worker.metrics();
+    EXPECT_EQ(of(s, ucx::operation_kind::accept).completed, 1u);
+    EXPECT_EQ(of(s, ucx::operation_kind::tag_recv).completed, n);
+    EXPECT_EQ(of(s, ucx::operation_kind::tag_recv).bytes, n * size);
+    EXPECT_EQ(of(s, ucx::operation_kind::tag_send).bytes, 1u << 20);
+    // Latencies on the server only: one measurement per operation.
+    ASSERT_TRUE(s.has_latency);
+    const auto& h = s.latency[static_cast<std::size_t>(ucx::operation_kind::tag_recv)];
+    EXPECT_EQ(h.count, n);
+    std::uint64_t in_buckets = 0;
+    for (auto b : h.buckets)
+        in_buckets += b;
+    EXPECT_EQ(in_buckets, n);
+    EXPECT_GT(h.sum.count(), 0);
+    // What is still in flight: at most the library's own standing waits.
+    EXPECT_EQ(s.in_flight, server_worker.pending_operations());
+}
+
+TEST_P(metrics, failures_count_by_error_code) {
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    // Two receives cancelled: operation_aborted twice.
+    for (int i = 0; i < 2; ++i) {
+        std::vector<char> buf(16);
+        asio::cancellation_signal signal;
+        std::optional<ucx::error_code> r;
+        accepted.async_recv(
+            asio::buffer(buf), 7, ucx::tag_t(-1),
+            asio::bind_cancellation_slot(
+                signal.slot(), [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; }));
+        signal.emit(asio::cancellation_type::all);
+        ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
+        EXPECT_EQ(*r, asio::error::operation_aborted);
+    }
+    const ucx::worker_metrics s = server_worker.metrics();
+    EXPECT_EQ(of(s, ucx::operation_kind::tag_recv).failed, 2u);
+    EXPECT_EQ(of(s, ucx::operation_kind::tag_recv).bytes, 0u);
+    ASSERT_EQ(s.errors.size(), 1u);
+    EXPECT_EQ(s.errors[0].code, asio::error::operation_aborted);
+    EXPECT_EQ(s.errors[0].count, 2u);
+}
+
+TEST_P(metrics, active_messages_and_rma_have_their_kinds) {
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    const auto data = pattern(3000, 5);
+    std::optional<ucx::error_code> sent, got;
+    std::size_t received = 0;
+    ucx::async_am_recv(server_worker, 3, [&](ucx::error_code ec, ucx::am_message m) {
+        got = ec;
+        received = m.size();
+    });
+    ucx::async_am_send(client, 3, asio::const_buffer(), asio::buffer(data),
+                       [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return sent && got; }));
+    ASSERT_FALSE(*sent);
+    ASSERT_FALSE(*got);
+    EXPECT_EQ(received, data.size());
+    EXPECT_EQ(of(client_worker.metrics(), ucx::operation_kind::am_send).bytes, data.size());
+    const auto s = server_worker.metrics();
+    EXPECT_EQ(of(s, ucx::operation_kind::am_recv).completed, 1u);
+    EXPECT_EQ(of(s, ucx::operation_kind::am_recv).bytes, data.size());
+
+    // A put and a get of 64 bytes into the server's memory.
+    std::vector<char> target(64), back(64);
+    ucx::memory_region region(ctx, target.data(), target.size());
+    ucx::remote_key key(client, region.pack_key());
+    const auto source = pattern(64, 9);
+    std::optional<ucx::error_code> put, get;
+    ucx::async_put(client, asio::buffer(source), region.address(), key,
+                   [&](ucx::error_code ec, std::size_t) { put = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return put.has_value(); }));
+    ASSERT_FALSE(*put) << put->message();
+    ucx::async_get(client, asio::buffer(back), region.address(), key,
+                   [&](ucx::error_code ec, std::size_t) { get = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return get.has_value(); }));
+    ASSERT_FALSE(*get) << get->message();
+    const auto c = client_worker.metrics();
+    EXPECT_EQ(of(c, ucx::operation_kind::put).completed, 1u);
+    EXPECT_EQ(of(c, ucx::operation_kind::put).bytes, 64u);
+    EXPECT_EQ(of(c, ucx::operation_kind::get).bytes, 64u);
+}
+
+// Another thread reads the counters while the worker's thread moves messages
+// (a data race here fails the ThreadSanitizer build); what it reads only grows.
+TEST_P(metrics, read_from_another_thread_while_the_worker_runs) {
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    std::atomic<bool> stop{false};
+    std::atomic<bool> monotonic{true};
+    std::atomic<std::size_t> reads{0};
+    std::thread reader([&] {
+        std::uint64_t last = 0;
+        while (!stop.load()) {
+            const auto m = server_worker.metrics();
+            const auto now = of(m, ucx::operation_kind::tag_recv).completed;
+            if (now < last || of(m, ucx::operation_kind::tag_recv).started < now)
+                monotonic = false;
+            last = now;
+            ++reads;
+            (void)client_worker.stats();
+        }
+    });
+    for (std::uint32_t i = 0; i < 50; ++i)
+        exchange(io, client, accepted, 64, i);
+    // At least one read overlapped the traffic or followed it.
+    while (reads.load() == 0)
+        std::this_thread::yield();
+    stop = true;
+    reader.join();
+    EXPECT_TRUE(monotonic.load());
+    EXPECT_EQ(of(server_worker.metrics(), ucx::operation_kind::tag_recv).completed, 50u);
+}
+
+INSTANTIATE_TEST_SUITE_P(all, metrics, testing::Values(transport::tcp, transport::shared_memory),
+                         [](const auto& info) { return to_string(info.param); });
+
+TEST(latency_bucket, bounds_double_from_one_microsecond) {
+    using std::chrono::nanoseconds;
+    using ucx::detail::latency_bucket;
+    EXPECT_EQ(latency_bucket(nanoseconds(0)), 0u);
+    EXPECT_EQ(latency_bucket(nanoseconds(1000)), 0u);
+    EXPECT_EQ(latency_bucket(nanoseconds(1001)), 1u);
+    EXPECT_EQ(latency_bucket(nanoseconds(2000)), 1u);
+    EXPECT_EQ(latency_bucket(nanoseconds(2001)), 2u);
+    EXPECT_EQ(latency_bucket(nanoseconds(8000)), 3u);
+    for (std::size_t i = 0; i + 1 < ucx::latency_histogram::bucket_count; ++i) {
+        EXPECT_EQ(latency_bucket(ucx::latency_histogram::upper_bound(i)), i);
+        EXPECT_EQ(latency_bucket(ucx::latency_histogram::upper_bound(i) + nanoseconds(1)), i + 1);
+    }
+    EXPECT_EQ(latency_bucket(std::chrono::hours(1)), ucx::latency_histogram::bucket_count - 1);
+}
+
+// ---- the exporter ----
+
+struct http_answer {
+    unsigned status = 0;
+    std::string content_type;
+    std::string body;
+    std::uint64_t content_length = 0;
+};
+
+/// One request to `port` on a thread of its own, while `io` runs the exporter.
+http_answer request(asio::io_context& io, std::uint16_t port, http::verb verb,
+                    const std::string& target) {
+    std::optional<http_answer> answer;
+    std::string failure;
+    std::thread t([&] {
+        try {
+            asio::io_context cio;
+            tcp::socket s(cio);
+            s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+            http::request<http::empty_body> req(verb, target, 11);
+            req.set(http::field::host, "127.0.0.1");
+            http::write(s, req);
+            boost::beast::flat_buffer buf;
+            http::response_parser<http::string_body> parser;
+            parser.skip(verb == http::verb::head);
+            parser.body_limit(64 << 20);
+            http::read(s, buf, parser);
+            const auto& res = parser.get();
+            http_answer a;
+            a.status = res.result_int();
+            a.content_type = std::string(res[http::field::content_type]);
+            a.body = res.body();
+            if (res.has_content_length())
+                a.content_length = std::stoull(std::string(res[http::field::content_length]));
+            answer = a;
+        } catch (const std::exception& e) {
+            failure = e.what();
+            answer = http_answer{};
+        }
+    });
+    run_until(io, [&] { return answer.has_value(); });
+    t.join();
+    EXPECT_TRUE(failure.empty()) << failure;
+    return answer.value_or(http_answer{});
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+    std::istringstream in(text);
+    for (std::string l; std::getline(in, l);)
+        if (l == line)
+            return true;
+    return false;
+}
+
+class exporter : public testing::Test {
+protected:
+    asio::io_context io;
+    ucx::context ctx{options_for(transport::shared_memory, true)};
+    ucx::worker server_worker{ctx, io, metric_options(true)};
+    ucx::worker client_worker{ctx, io, metric_options()};
+    ucx::listener server{server_worker, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+    ucx::metrics_exporter_options options() {
+        ucx::metrics_exporter_options o;
+        o.labels = {{"rank", "0"}, {"job", "a \"quoted\" name"}};
+        return o;
+    }
+};
+
+TEST_F(exporter, serves_the_workers_metrics_at_slash_metrics) {
+    ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), options());
+    ex.add(server_worker, "server");
+    ex.add(client_worker, "client");
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    for (std::uint32_t i = 0; i < 3; ++i)
+        exchange(io, client, accepted, 100, i);
+
+    const auto port = ex.local_endpoint().port();
+    const http_answer a = request(io, port, http::verb::get, "/metrics");
+    EXPECT_EQ(a.status, 200u);
+    EXPECT_EQ(a.content_type, "text/plain; version=0.0.4; charset=utf-8");
+    const std::string labels = R"(rank="0",job="a \"quoted\" name",worker=)";
+    EXPECT_TRUE(has_line(a.body, "ucx_operations_completed_total{" + labels +
+                                     R"("client",kind="tag_send"} 3)"))
+        << a.body;
+    EXPECT_TRUE(has_line(a.body, "ucx_bytes_received_total{" + labels +
+                                     R"("server",kind="tag_recv"} 300)"));
+    EXPECT_TRUE(has_line(a.body, "ucx_operation_duration_seconds_count{" + labels +
+                                     R"("server",kind="tag_recv"} 3)"));
+    // A query string is not part of the path.
+    EXPECT_EQ(request(io, port, http::verb::get, "/metrics?x=1").status, 200u);
+    // HEAD: the length of what GET answers, no body.
+    const http_answer head = request(io, port, http::verb::head, "/metrics");
+    EXPECT_EQ(head.status, 200u);
+    EXPECT_GT(head.content_length, 0u);
+    EXPECT_TRUE(head.body.empty());
+    EXPECT_EQ(request(io, port, http::verb::get, "/").status, 404u);
+    EXPECT_EQ(request(io, port, http::verb::get, "/metricsx").status, 404u);
+    EXPECT_EQ(request(io, port, http::verb::post, "/metrics").status, 405u);
+    EXPECT_EQ(request(io, port, http::verb::delete_, "/metrics").status, 405u);
+
+    // A destroyed worker drops out; its name is free again.
+    client = {};
+    client_worker.close();
+    {
+        ucx::worker gone(ctx, io, metric_options());
+        ex.add(gone, "gone");
+        EXPECT_NE(ex.exposition().find(R"(worker="gone")"), std::string::npos);
+    }
+    EXPECT_EQ(ex.exposition().find(R"(worker="gone")"), std::string::npos);
+    ucx::worker again(ctx, io, metric_options());
+    ex.add(again, "gone");
+    EXPECT_THROW(ex.add(again, "server"), boost::system::system_error);
+
+    ex.close();
+    EXPECT_FALSE(ex.is_open());
+    EXPECT_THROW((void)ex.local_endpoint(), boost::system::system_error);
+    ex.close(); // idempotent
+}
+
+TEST_F(exporter, refuses_bad_label_names_and_moved_from_objects) {
+    const tcp::endpoint any(asio::ip::make_address("127.0.0.1"), 0);
+    for (const char* bad : {"", "9a", "__x", "a-b", "worker"}) {
+        ucx::metrics_exporter_options o;
+        o.labels = {{bad, "v"}};
+        try {
+            ucx::metrics_exporter ex(io, any, o);
+            ADD_FAILURE() << "accepted label name \"" << bad << '"';
+        } catch (const boost::system::system_error& e) {
+            EXPECT_EQ(e.code(), asio::error::invalid_argument) << bad;
+        }
+    }
+    ucx::metrics_exporter ex(io, any);
+    ucx::worker moved(std::move(client_worker));
+    try {
+        ex.add(client_worker, "x");
+        ADD_FAILURE() << "added a moved-from worker";
+    } catch (const boost::system::system_error& e) {
+        EXPECT_EQ(e.code(), asio::error::bad_descriptor);
+    }
+    ucx::metrics_exporter other(std::move(ex));
+    EXPECT_FALSE(ex.is_open());
+    EXPECT_EQ(ex.exposition(), "");
+    EXPECT_TRUE(other.is_open());
+    // The port is taken while it listens.
+    try {
+        ucx::metrics_exporter clash(io, other.local_endpoint());
+        ADD_FAILURE() << "two exporters on one port";
+    } catch (const boost::system::system_error& e) {
+        EXPECT_EQ(e.code(), asio::error::address_in_use);
+    }
+}
+
+/// Whether `s` was closed by the other side: a request written to it gets no answer.
+bool closed_by_peer(tcp::socket& s) {
+    boost::system::error_code ec;
+    asio::write(s, asio::buffer(std::string("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")), ec);
+    if (ec)
+        return true;
+    char c;
+    asio::read(s, asio::buffer(&c, 1), ec);
+    return ec.failed();
+}
+
+// A connection past max_connections is closed at once while the others are
+// served; a connection that sends no request is closed after
+// request_timeout; garbage ends only its own connection.
+TEST_F(exporter, bounds_connections_idle_clients_and_garbage) {
+    auto o = options();
+    o.max_connections = 2;
+    o.request_timeout = std::chrono::minutes(5);
+    ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), o);
+    ex.add(server_worker, "server");
+    const auto port = ex.local_endpoint().port();
+    o.request_timeout = std::chrono::milliseconds(200);
+    ucx::metrics_exporter brief(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), o);
+    const auto brief_port = brief.local_endpoint().port();
+
+    std::atomic<bool> ended{false};
+    std::vector<std::string> outcomes;
+    std::thread t([&] {
+        asio::io_context cio;
+        const auto to = [](std::uint16_t p) {
+            return tcp::endpoint(asio::ip::make_address("127.0.0.1"), p);
+        };
+        // The exporter takes connections in the order they came: the third is over the limit.
+        std::vector<tcp::socket> socks;
+        for (int i = 0; i < 3; ++i)
+            socks.emplace_back(cio).connect(to(port));
+        outcomes.push_back(closed_by_peer(socks[2]) ? "third closed" : "third served");
+        outcomes.push_back(closed_by_peer(socks[0]) ? "first closed" : "first served");
+        outcomes.push_back(closed_by_peer(socks[1]) ? "second closed" : "second served");
+        // Garbage ends its connection.
+        tcp::socket g(cio);
+        g.connect(to(brief_port));
+        asio::write(g, asio::buffer(std::string("\x01\x02 not http\r\n\r\n")));
+        char c;
+        boost::system::error_code ec;
+        asio::read(g, asio::buffer(&c, 1), ec);
+        outcomes.push_back(ec ? "garbage closed" : "garbage answered");
+        // A client that says nothing is closed after the timeout.
+        tcp::socket idle(cio);
+        idle.connect(to(brief_port));
+        asio::read(idle, asio::buffer(&c, 1), ec);
+        outcomes.push_back(ec ? "idle closed" : "idle answered");
+        ended = true;
+    });
+    run_until(
+        io, [&] { return ended.load(); }, std::chrono::minutes(2));
+    t.join();
+    EXPECT_EQ(outcomes, (std::vector<std::string>{"third closed", "first served", "second served",
+                                                  "garbage closed", "idle closed"}));
+    EXPECT_EQ(request(io, port, http::verb::get, "/metrics").status, 200u);
+}
+
+// Prometheus's own checker accepts the exposition, with latency histograms
+// and errors in it.
+TEST_F(exporter, promtool_accepts_the_exposition) {
+    ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), options());
+    ex.add(server_worker, "server");
+    ex.add(client_worker, "client");
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    exchange(io, client, accepted, 100, 1);
+    {
+        std::vector<char> buf(16);
+        asio::cancellation_signal signal;
+        std::optional<ucx::error_code> r;
+        accepted.async_recv(
+            asio::buffer(buf), 7, ucx::tag_t(-1),
+            asio::bind_cancellation_slot(
+                signal.slot(), [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; }));
+        signal.emit(asio::cancellation_type::all);
+        ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
+    }
+    const std::string text = ex.exposition();
+    ASSERT_NE(text.find("ucx_operation_errors_total{"), std::string::npos);
+    char path[] = "/tmp/ucx-asio-metrics-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    close(fd);
+    const std::string cmd = std::string("promtool check metrics < ") + path + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr) << "promtool (Debian's prometheus package) is needed";
+    std::string out;
+    char line[512];
+    while (fgets(line, sizeof line, p))
+        out += line;
+    const int status = pclose(p);
+    unlink(path);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_EQ(out, "") << out;
+}
+
+} // namespace

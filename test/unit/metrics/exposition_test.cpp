@@ -1,0 +1,156 @@
+// The Prometheus text format of worker metrics (sans-io): label names and
+// values, the families and their samples, histograms' cumulative buckets.
+#include "metrics/exposition.hpp"
+
+#include <boost/asio/error.hpp>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace {
+
+using ucx::detail::labelled_worker;
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        out.push_back(line);
+    return out;
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+    for (const auto& l : lines_of(text))
+        if (l == line)
+            return true;
+    return false;
+}
+
+TEST(exposition, label_names_follow_prometheus_rules) {
+    using ucx::detail::valid_label_name;
+    EXPECT_TRUE(valid_label_name("rank"));
+    EXPECT_TRUE(valid_label_name("_x9"));
+    EXPECT_TRUE(valid_label_name("Job_1"));
+    EXPECT_FALSE(valid_label_name(""));
+    EXPECT_FALSE(valid_label_name("9x"));
+    EXPECT_FALSE(valid_label_name("__name"));
+    EXPECT_FALSE(valid_label_name("a-b"));
+    EXPECT_FALSE(valid_label_name("a b"));
+    EXPECT_FALSE(valid_label_name("é"));
+}
+
+TEST(exposition, label_values_escape_backslash_quote_and_newline) {
+    const std::vector<std::pair<std::string, std::string>> labels{
+        {"a", "plain"}, {"b", "q\"uote"}, {"c", "back\\slash"}, {"d", "two\nlines"}};
+    EXPECT_EQ(ucx::detail::render_labels(labels),
+              R"(a="plain",b="q\"uote",c="back\\slash",d="two\nlines")");
+    EXPECT_EQ(ucx::detail::render_labels({}), "");
+}
+
+TEST(exposition, every_family_has_help_type_and_one_sample_per_worker_and_kind) {
+    std::vector<labelled_worker> w(2);
+    w[0].labels = R"(worker="a")";
+    w[1].labels = R"(worker="b")";
+    auto& tag_send =
+        w[0].metrics.operations[static_cast<std::size_t>(ucx::operation_kind::tag_send)];
+    tag_send = {10, 9, 1, 4096};
+    auto& tag_recv =
+        w[1].metrics.operations[static_cast<std::size_t>(ucx::operation_kind::tag_recv)];
+    tag_recv = {7, 7, 0, 700};
+    w[0].metrics.in_flight = 1;
+    w[1].metrics.passes = 123;
+    std::string out;
+    ucx::detail::write_worker_metrics(out, w);
+
+    EXPECT_TRUE(has_line(out, R"(ucx_operations_started_total{worker="a",kind="tag_send"} 10)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_operations_completed_total{worker="a",kind="tag_send"} 9)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_operations_failed_total{worker="a",kind="tag_send"} 1)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_bytes_sent_total{worker="a",kind="tag_send"} 4096)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_bytes_received_total{worker="b",kind="tag_recv"} 700)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_operations_in_flight{worker="a"} 1)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_progress_passes_total{worker="b"} 123)"));
+    EXPECT_TRUE(has_line(out, "# TYPE ucx_operations_in_flight gauge"));
+    EXPECT_TRUE(has_line(out, "# TYPE ucx_progress_passes_total counter"));
+    // Sends are not received bytes and the other way round.
+    EXPECT_FALSE(has_line(out, R"(ucx_bytes_received_total{worker="a",kind="tag_send"} 0)"));
+    EXPECT_FALSE(has_line(out, R"(ucx_bytes_sent_total{worker="b",kind="tag_recv"} 0)"));
+    // No latency family without histograms.
+    EXPECT_EQ(out.find("ucx_operation_duration_seconds"), std::string::npos);
+
+    // Each family: HELP then TYPE, once, and its samples right after, all together.
+    std::string family;
+    std::vector<std::string> seen;
+    for (const auto& line : lines_of(out)) {
+        ASSERT_FALSE(line.empty());
+        if (line.rfind("# HELP ", 0) == 0) {
+            family = line.substr(7, line.find(' ', 7) - 7);
+            EXPECT_EQ(std::count(seen.begin(), seen.end(), family), 0) << family;
+            seen.push_back(family);
+            continue;
+        }
+        if (line.rfind("# TYPE ", 0) == 0) {
+            EXPECT_EQ(line.substr(7, family.size()), family);
+            continue;
+        }
+        EXPECT_EQ(line.rfind(family, 0), 0u) << line << " outside its family " << family;
+    }
+    // Every kind of a counted family, for both workers.
+    std::size_t started = 0;
+    for (const auto& line : lines_of(out))
+        started += line.rfind("ucx_operations_started_total{", 0) == 0;
+    EXPECT_EQ(started, 2 * ucx::operation_kind_count);
+}
+
+TEST(exposition, errors_carry_category_value_and_escaped_message) {
+    std::vector<labelled_worker> w(1);
+    w[0].labels = R"(rank="0",worker="w")";
+    w[0].metrics.errors.push_back({make_error_code(boost::asio::error::operation_aborted), 3});
+    w[0].metrics.other_errors = 2;
+    std::string out;
+    ucx::detail::write_worker_metrics(out, w);
+    const auto ec = make_error_code(boost::asio::error::operation_aborted);
+    EXPECT_TRUE(has_line(out, "ucx_operation_errors_total{rank=\"0\",worker=\"w\",error=\"" +
+                                  std::string(ec.category().name()) + ":" +
+                                  std::to_string(ec.value()) + "\",message=\"" + ec.message() +
+                                  "\"} 3"))
+        << out;
+    EXPECT_TRUE(has_line(
+        out, R"(ucx_operation_errors_total{rank="0",worker="w",error="other",message=""} 2)"));
+}
+
+TEST(exposition, histogram_buckets_are_cumulative_and_end_at_the_count) {
+    using ucx::latency_histogram;
+    std::vector<labelled_worker> w(1);
+    w[0].labels = R"(worker="w")";
+    w[0].metrics.has_latency = true;
+    auto& h = w[0].metrics.latency[static_cast<std::size_t>(ucx::operation_kind::put)];
+    h.buckets[0] = 2; // <= 1 us
+    h.buckets[3] = 5; // <= 8 us
+    h.buckets[latency_histogram::bucket_count - 1] = 1;
+    h.count = 8;
+    h.sum = std::chrono::nanoseconds(1'500'000'250);
+    std::string out;
+    ucx::detail::write_worker_metrics(out, w);
+    EXPECT_TRUE(has_line(out, "# TYPE ucx_operation_duration_seconds histogram"));
+    const std::string p = R"(ucx_operation_duration_seconds_bucket{worker="w",kind="put",le=")";
+    EXPECT_TRUE(has_line(out, p + R"(0.000001"} 2)")) << out;
+    EXPECT_TRUE(has_line(out, p + R"(0.000002"} 2)"));
+    EXPECT_TRUE(has_line(out, p + R"(0.000008"} 7)"));
+    EXPECT_TRUE(has_line(out, p + R"(4.194304"} 7)"));
+    EXPECT_TRUE(has_line(out, p + R"(+Inf"} 8)"));
+    EXPECT_TRUE(
+        has_line(out, R"(ucx_operation_duration_seconds_sum{worker="w",kind="put"} 1.50000025)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_operation_duration_seconds_count{worker="w",kind="put"} 8)"));
+}
+
+TEST(exposition, kinds_have_distinct_names) {
+    std::vector<std::string_view> names;
+    for (std::size_t k = 0; k < ucx::operation_kind_count; ++k) {
+        const auto n = ucx::to_string(static_cast<ucx::operation_kind>(k));
+        EXPECT_NE(n, "unknown");
+        EXPECT_EQ(std::count(names.begin(), names.end(), n), 0) << n;
+        names.push_back(n);
+    }
+}
+
+} // namespace
