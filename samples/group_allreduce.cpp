@@ -29,8 +29,8 @@
 //   --peer-timeout MS  the worker's peer timeout (default 5000)
 //   --name NAME      the group's name in the store (default group_allreduce)
 //   --lazy           connections on first use (group_options::lazy_connections)
-//   --metrics ADDRESS:PORT  serve the worker's metrics to Prometheus while the
-//                    job runs, labelled with the rank, at
+//   --metrics ADDRESS:PORT  serve the worker's and the group's metrics to
+//                    Prometheus while the job runs, labelled with the rank, at
 //                    http://ADDRESS:(PORT + local rank)/metrics (PORT 0: a
 //                    port the system picks); each rank prints where
 //
@@ -165,7 +165,8 @@ awaitable<void> check_all(ucx::group& g, const ucx::launch_environment& env) {
     std::fflush(stdout);
 }
 
-awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, settings cfg) {
+awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, settings cfg,
+                    ucx::metrics_exporter* exporter) {
     ucx::group_options o;
     o.rank = env.rank;
     o.size = env.size;
@@ -173,6 +174,8 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
     o.lazy_connections = cfg.lazy;
     const auto start = std::chrono::steady_clock::now();
     ucx::group g = co_await ucx::async_join(w, s, o, use_awaitable);
+    if (exporter)
+        exporter->add(g, "world");
     std::printf("rank %d of %d: joined in %.1f ms\n", g.rank(), g.size(),
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                     .count());
@@ -296,7 +299,7 @@ int main(int argc, char** argv) {
                 co_return;
             }
             std::fprintf(stderr, "rank %d: store: %s\n", env.rank, store.description().c_str());
-            co_await run(w, store.get(), env, cfg);
+            co_await run(w, store.get(), env, cfg, exporter ? &*exporter : nullptr);
         },
         [&](std::exception_ptr e) {
             error = e;

@@ -5,6 +5,7 @@
 #include <ucx/detail/access.hpp>
 #include <ucx/detail/initiate.hpp>
 #include <ucx/error.hpp>
+#include <ucx/metrics.hpp>
 #include <ucx/reduction.hpp>
 #include <ucx/store.hpp>
 #include <ucx/tag_type.hpp>
@@ -125,6 +126,7 @@ int group_rank(const group_impl& g) noexcept;
 int group_connections(const group_impl& g) noexcept;
 int group_size(const group_impl& g) noexcept;
 error_code group_error(const group_impl& g) noexcept;
+void group_metrics_of(const group_impl& g, group_metrics& m) noexcept;
 boost::asio::any_io_executor group_executor(const group_impl& g) noexcept;
 worker_core& group_core(const group_impl& g) noexcept;
 void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept;
@@ -222,6 +224,16 @@ public:
     int rank() const noexcept { return impl_ ? detail::group_rank(*impl_) : -1; }
     /// The number of ranks.
     int size() const noexcept { return impl_ ? detail::group_size(*impl_) : 0; }
+    /// A snapshot of this rank's collectives of the group: started,
+    /// completed and failed by kind, their bytes and latencies
+    /// (docs/guide/metrics.md). Safe to call from any thread. An empty
+    /// group reports rank -1 and zeros.
+    group_metrics metrics() const noexcept {
+        group_metrics m;
+        if (impl_)
+            detail::group_metrics_of(*impl_, m);
+        return m;
+    }
     /// The connections this process holds to the other ranks of its join
     /// (shared with the groups split from it): `size() - 1` once made, fewer
     /// with `group_options::lazy_connections`; 0 for an empty group.

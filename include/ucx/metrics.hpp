@@ -108,4 +108,43 @@ struct worker_metrics {
     }
 };
 
+/// A collective of a `ucx::group`, as the metrics count it.
+enum class collective_kind : std::uint8_t {
+    barrier,
+    broadcast,
+    gather,
+    allgather,
+    allgatherv,
+    reduce,
+    allreduce,
+    alltoall,
+};
+
+/// Number of `collective_kind` values.
+inline constexpr std::size_t collective_kind_count = 8;
+
+/// The kind's name as the metrics label it ("allreduce", ...).
+std::string_view to_string(collective_kind k) noexcept;
+
+/// A snapshot of one group's metrics on this rank (`group::metrics()`), taken
+/// from any thread. Counters only grow while the group lives.
+struct group_metrics {
+    int rank = -1; ///< this rank (-1 for an empty group)
+    int size = 0;  ///< the group's size
+    /// Collectives by kind (index with `static_cast<std::size_t>(kind)`):
+    /// `started` (called here), `completed` (failed or not), `failed`, and
+    /// `bytes`: this rank's input of the ones that succeeded.
+    std::array<operation_counts, collective_kind_count> collectives{};
+    /// Collectives started here and not completed yet (queued or running).
+    std::uint64_t in_flight = 0;
+    /// How long each kind took on this rank, from its call to its
+    /// completion (queueing behind earlier collectives included), always
+    /// measured: one clock read at each end of a collective.
+    std::array<latency_histogram, collective_kind_count> latency{};
+
+    const operation_counts& of(collective_kind k) const noexcept {
+        return collectives[static_cast<std::size_t>(k)];
+    }
+};
+
 } // namespace ucx

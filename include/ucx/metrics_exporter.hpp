@@ -4,6 +4,7 @@
 
 #include <ucx/detail/access.hpp>
 #include <ucx/error.hpp>
+#include <ucx/group.hpp>
 #include <ucx/worker.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -38,16 +39,17 @@ class metrics_exporter_impl;
 }
 
 /// An HTTP server of the Prometheus text format: `GET /metrics` answers the
-/// metrics of the workers added to it (`worker::metrics()`), as the families
-/// listed in docs/guide/metrics.md, each series labelled with the worker's
-/// name and the options' labels. Other paths answer 404, other methods 405.
+/// metrics of the workers and groups added to it (`worker::metrics()`,
+/// `group::metrics()`), as the families listed in docs/guide/metrics.md,
+/// each series labelled with the worker's or group's name and the options'
+/// labels. Other paths answer 404, other methods 405.
 ///
 /// It runs on its executor, as an Asio TCP server would (for example the
 /// io_context that runs the workers): while it is open, its pending accept
 /// keeps that io_context's `run()` from returning. `close()` or the
 /// destructor stops it. The workers may run on other threads: a scrape reads
 /// their counters without stopping them. A worker that is destroyed drops
-/// out of the answers.
+/// out of the answers, and so does a group once released.
 ///
 /// Movable, not copyable. Its functions are safe to call from any thread.
 class metrics_exporter {
@@ -75,6 +77,13 @@ public:
     /// moved from or this exporter was moved from, `invalid_argument` when
     /// another added worker has this name.
     void add(const worker& w, std::string name);
+
+    /// Serves this rank's collective metrics of `g` (`group::metrics()`)
+    /// with the label `group="name"`. Throws `boost::system::system_error`
+    /// with `bad_descriptor` for an empty group or a moved-from exporter,
+    /// `invalid_argument` when another added group has this name. Its
+    /// worker's metrics are added separately (`add(worker, name)`).
+    void add(const group& g, std::string name);
 
     /// The exposition a scrape would answer now (the body of `GET /metrics`).
     /// Empty for a moved-from exporter.

@@ -5,10 +5,24 @@
 namespace ucx::detail {
 
 void operation_counters::took(operation_kind k, std::chrono::nanoseconds d) noexcept {
-    histogram& h = histograms_[static_cast<std::size_t>(k)];
-    ++h.buckets[latency_bucket(d)];
-    ++h.count;
-    h.sum_ns += static_cast<std::uint64_t>(d.count() > 0 ? d.count() : 0);
+    histograms_[static_cast<std::size_t>(k)].add(d);
+}
+
+void histogram_counters::add(std::chrono::nanoseconds d) noexcept {
+    ++buckets_[latency_bucket(d)];
+    sum_ns_ += static_cast<std::uint64_t>(d.count() > 0 ? d.count() : 0);
+}
+
+// The count is the sum of the buckets read, so it agrees with them (a
+// Prometheus histogram's +Inf bucket equals its count).
+void histogram_counters::snapshot(latency_histogram& out) const noexcept {
+    out.sum = std::chrono::nanoseconds(static_cast<std::int64_t>(sum_ns_.load()));
+    std::uint64_t total = 0;
+    for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
+        out.buckets[b] = buckets_[b].load();
+        total += out.buckets[b];
+    }
+    out.count = total;
 }
 
 void operation_counters::count_error(const boost::system::error_code& ec) noexcept {
@@ -58,19 +72,8 @@ void operation_counters::snapshot(worker_metrics& m) const {
     m.has_latency = latency_;
     if (!latency_)
         return;
-    for (std::size_t k = 0; k < operation_kind_count; ++k) {
-        const histogram& h = histograms_[k];
-        latency_histogram& out = m.latency[k];
-        out.sum = std::chrono::nanoseconds(static_cast<std::int64_t>(h.sum_ns.load()));
-        std::uint64_t total = 0;
-        for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
-            out.buckets[b] = h.buckets[b].load();
-            total += out.buckets[b];
-        }
-        // The count agrees with the buckets read (a Prometheus histogram's
-        // +Inf bucket equals its count).
-        out.count = total;
-    }
+    for (std::size_t k = 0; k < operation_kind_count; ++k)
+        histograms_[k].snapshot(m.latency[k]);
 }
 
 } // namespace ucx::detail

@@ -29,6 +29,31 @@ struct progress_counters {
     counter completions;
 };
 
+/// A latency histogram one thread writes and any thread reads.
+class histogram_counters {
+public:
+    void add(std::chrono::nanoseconds d) noexcept;
+    void snapshot(latency_histogram& out) const noexcept;
+
+private:
+    std::array<counter, latency_histogram::bucket_count> buckets_;
+    counter sum_ns_;
+};
+
+/// The histogram bucket of a duration (see `latency_histogram`).
+inline std::size_t latency_bucket(std::chrono::nanoseconds d) noexcept {
+    const std::int64_t ns = d.count();
+    if (ns <= 1000)
+        return 0;
+    std::uint64_t q = static_cast<std::uint64_t>(ns - 1) / 1000;
+    std::size_t i = 0;
+    while (q != 0) {
+        q >>= 1;
+        ++i;
+    }
+    return i < latency_histogram::bucket_count ? i : latency_histogram::bucket_count - 1;
+}
+
 /// The operations' counters, by kind: what starts and ends in the engine's
 /// in-flight list, counted where an operation enters and leaves it (every
 /// operation leaves it once, however it ends).
@@ -39,6 +64,12 @@ public:
     bool measures_latency() const noexcept { return latency_; }
 
     void started(operation_kind k) noexcept { ++of(k).started; }
+    /// An operation of kind `k` succeeded, having moved `bytes`.
+    void succeeded(operation_kind k, std::uint64_t bytes) noexcept {
+        kind_counters& c = of(k);
+        ++c.completed;
+        c.bytes += bytes;
+    }
     /// An operation of kind `k` ended with `ec`, having moved `bytes` (counted
     /// on success), after `took` (counted when latencies are measured).
     void ended(operation_kind k, const boost::system::error_code& ec,
@@ -67,10 +98,6 @@ private:
     struct kind_counters {
         counter started, completed, failed, bytes;
     };
-    struct histogram {
-        std::array<counter, latency_histogram::bucket_count> buckets;
-        counter count, sum_ns;
-    };
     struct error_slot {
         std::atomic<const boost::system::error_category*> category{nullptr};
         std::atomic<int> value{0};
@@ -82,25 +109,11 @@ private:
 
     bool latency_;
     std::array<kind_counters, operation_kind_count> kinds_{};
-    std::array<histogram, operation_kind_count> histograms_{};
+    std::array<histogram_counters, operation_kind_count> histograms_{};
     std::array<error_slot, error_slots> errors_{};
     /// Slots in use (published with release after the slot is filled).
     std::atomic<std::size_t> error_slots_used_{0};
     counter other_errors_;
 };
-
-/// The histogram bucket of a duration (see `latency_histogram`).
-inline std::size_t latency_bucket(std::chrono::nanoseconds d) noexcept {
-    const std::int64_t ns = d.count();
-    if (ns <= 1000)
-        return 0;
-    std::uint64_t q = static_cast<std::uint64_t>(ns - 1) / 1000;
-    std::size_t i = 0;
-    while (q != 0) {
-        q >>= 1;
-        ++i;
-    }
-    return i < latency_histogram::bucket_count ? i : latency_histogram::bucket_count - 1;
-}
 
 } // namespace ucx::detail

@@ -251,6 +251,9 @@ private:
     void cancel_wait() noexcept;
     void start_safety_timer();
     void unlink(operation* op) noexcept;
+    /// Counts the end of `op` that is not a plain success (a failure, or
+    /// any end where latencies are measured).
+    [[gnu::noinline]] void count_end(operation* op) noexcept;
     bool work_pending() const noexcept;
     /// `work_pending()` less the library's standing receives (`background`).
     bool awaited_work_pending() const noexcept;
@@ -287,7 +290,6 @@ private:
     /// The wait's count was taken back (nothing needs the worker).
     bool uncounted_ = false;
     progress_counters stats_;
-    operation_counters ops_;
     unsigned wait_generation_ = 0;
     bool stopping_ = false;
     /// Streams connected with no read pending.
@@ -317,6 +319,8 @@ private:
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{random_u64()};
     bool arm_error_logged_ = false;
+    /// Last: most of it (the latency histograms) is cold.
+    operation_counters ops_;
 };
 
 /// The service `Service` of `w`, or null.

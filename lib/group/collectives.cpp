@@ -68,15 +68,51 @@ error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
     return {};
 }
 
+static_assert(static_cast<std::size_t>(collective_args::alltoall) + 1 == collective_kind_count &&
+              static_cast<int>(collective_args::allreduce) ==
+                  static_cast<int>(collective_kind::allreduce));
+
+void group_impl::count_end(collective_args::kind_type kind, const error_code& ec, std::size_t bytes,
+                           std::chrono::steady_clock::time_point since) noexcept {
+    collective_counters& c = counts_[kind];
+    ++c.completed;
+    if (ec)
+        ++c.failed;
+    else
+        c.bytes += bytes;
+    c.latency.add(std::chrono::steady_clock::now() - since);
+}
+
+void group_impl::metrics(group_metrics& m) const noexcept {
+    m.rank = rank_;
+    m.size = size();
+    for (std::size_t k = 0; k < collective_kind_count; ++k) {
+        const collective_counters& c = counts_[k];
+        operation_counts& o = m.collectives[k];
+        o.completed = c.completed.load();
+        o.failed = c.failed.load();
+        o.bytes = c.bytes.load();
+        o.started = std::max(c.started.load(), o.completed);
+        c.latency.snapshot(m.latency[k]);
+    }
+    m.in_flight = collectives_in_flight_.load();
+}
+
 void group_impl::collective(collective_args&& a, group_done_handler h) {
-    if (error_)
+    const auto called = std::chrono::steady_clock::now();
+    ++counts_[a.kind].started;
+    if (error_) {
+        count_end(a.kind, error_, 0, called);
         return post(std::move(h), error_);
+    }
     int slot = cached_plan(a);
     std::unique_ptr<const coll::plan> own;
     if (slot < 0) {
         auto p = std::make_unique<coll::plan>();
-        if (auto ec = validate(a, *p))
+        if (auto ec = validate(a, *p)) {
+            count_end(a.kind, ec, 0, called);
             return post(std::move(h), ec);
+        }
         own = std::move(p);
         slot = remember_plan(a, own);
     }
@@ -92,6 +128,8 @@ void group_impl::collective(collective_args&& a, group_done_handler h) {
     r->op = r->args.op;
     r->handler.swap(h);
     r->seq = seq_++;
+    r->started_at = called;
+    ++collectives_in_flight_;
     if (device_in || device_out) [[unlikely]]
         stage_in(*r, *staging, device_in, device_out);
     // Cancellation: the ranks run the same collectives in the same order, so
@@ -275,6 +313,8 @@ void group_impl::complete(const coll::run_action& a) {
         else
             ec = error_ ? error_ : fabric_->failed();
     }
+    count_end(r.args.kind, ec, r.args.in_bytes, r.started_at);
+    --collectives_in_flight_;
     recycle(r);
     release_plan(r);
     if (auto cs = r.handler.get_cancellation_slot(); cs.is_connected())

@@ -312,6 +312,9 @@ int group_size(const group_impl& g) noexcept {
 error_code group_error(const group_impl& g) noexcept {
     return g.error();
 }
+void group_metrics_of(const group_impl& g, group_metrics& m) noexcept {
+    g.metrics(m);
+}
 worker_core& group_core(const group_impl& g) noexcept {
     return core_of(*g.fab()->worker());
 }

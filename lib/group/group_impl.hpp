@@ -55,6 +55,8 @@ public:
     int size() const noexcept { return static_cast<int>(members_.size()); }
     const error_code& error() const noexcept { return error_; }
     const std::shared_ptr<fabric>& fab() const noexcept { return fabric_; }
+    /// This rank's collective counts (any thread).
+    void metrics(group_metrics& m) const noexcept;
     std::uint32_t id() const noexcept { return id_; }
     int member(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
     std::chrono::milliseconds timeout() const noexcept { return runner_.timeout(); }
@@ -134,6 +136,8 @@ private:
         std::vector<std::byte> host_in, host_out;
         /// Copying its device input failed: it fails with that.
         error_code local_error;
+        /// When it was called (its latency in the metrics).
+        std::chrono::steady_clock::time_point started_at{};
 
         /// As made, for the next collective (the handler was moved out, the
         /// buffers recycled and the plan released; `args` is assigned when
@@ -367,6 +371,17 @@ private:
     /// nodes, owned from `submit` to `complete`).
     coll::collective_runner runner_;
     std::uint32_t seq_ = 0;
+    /// The collectives' counts by kind, written on the group's executor,
+    /// read from any thread (`group::metrics()`).
+    struct collective_counters {
+        counter started, completed, failed, bytes;
+        histogram_counters latency;
+    };
+    std::array<collective_counters, collective_kind_count> counts_{};
+    counter collectives_in_flight_;
+    /// A collective of `kind` ended with `ec` (`bytes` its input), started at `since`.
+    void count_end(collective_args::kind_type kind, const error_code& ec, std::size_t bytes,
+                   std::chrono::steady_clock::time_point since) noexcept;
     /// Watches the running collective's deadline (for the runner): a wait
     /// whose generation is not the current one is stale.
     std::shared_ptr<boost::asio::steady_timer> watchdog_;

@@ -4,6 +4,7 @@
 #include <ucx/metrics_exporter.hpp>
 
 #include "engine/worker_impl.hpp"
+#include "group/group_impl.hpp"
 #include "metrics/exposition.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -30,7 +31,7 @@ public:
                           const metrics_exporter_options& options)
         : ex_(ex), acceptor_(ex), retry_(ex), options_(options) {
         for (const auto& [name, value] : options.labels)
-            if (!valid_label_name(name) || name == "worker")
+            if (!valid_label_name(name) || name == "worker" || name == "group")
                 throw boost::system::system_error(boost::asio::error::invalid_argument,
                                                   "ucx::metrics_exporter: label name \"" + name +
                                                       "\"");
@@ -57,26 +58,51 @@ public:
         sources_.push_back({std::move(name), std::move(w)});
     }
 
+    void add_group(std::weak_ptr<group_impl> g, std::string name) {
+        std::lock_guard lock(mu_);
+        for (const group_source& s : groups_)
+            if (s.name == name && !s.group.expired())
+                throw boost::system::system_error(boost::asio::error::invalid_argument,
+                                                  "ucx::metrics_exporter::add: group \"" + name +
+                                                      "\" is there already");
+        std::erase_if(groups_, [](const group_source& s) { return s.group.expired(); });
+        groups_.push_back({std::move(name), std::move(g)});
+    }
+
     std::string exposition() {
         std::vector<labelled_worker> workers;
+        std::vector<labelled_group> groups;
+        const auto labelled = [this](std::string_view key, const std::string& name) {
+            std::string l = labels_;
+            if (!l.empty())
+                l += ',';
+            l += key;
+            l += "=\"";
+            append_label_value(l, name);
+            l += '"';
+            return l;
+        };
         {
             std::lock_guard lock(mu_);
             workers.reserve(sources_.size());
             for (const source& s : sources_) {
                 if (auto w = s.worker.lock()) {
                     labelled_worker& lw = workers.emplace_back();
-                    lw.labels = labels_;
-                    if (!lw.labels.empty())
-                        lw.labels += ',';
-                    lw.labels += "worker=\"";
-                    append_label_value(lw.labels, s.name);
-                    lw.labels += '"';
+                    lw.labels = labelled("worker", s.name);
                     w->metrics(lw.metrics);
+                }
+            }
+            for (const group_source& s : groups_) {
+                if (auto g = s.group.lock()) {
+                    labelled_group& lg = groups.emplace_back();
+                    lg.labels = labelled("group", s.name);
+                    g->metrics(lg.metrics);
                 }
             }
         }
         std::string out;
         write_worker_metrics(out, workers);
+        write_group_metrics(out, groups);
         return out;
     }
 
@@ -219,6 +245,10 @@ private:
         std::string name;
         std::weak_ptr<worker_impl> worker;
     };
+    struct group_source {
+        std::string name;
+        std::weak_ptr<group_impl> group;
+    };
 
     boost::asio::any_io_executor ex_;
     tcp::acceptor acceptor_;
@@ -229,6 +259,7 @@ private:
     std::atomic<bool> closed_{false};
     std::mutex mu_;
     std::vector<source> sources_;
+    std::vector<group_source> groups_;
     // On the executor: the sessions being served (counted against
     // max_connections), and weak references to close them.
     std::unordered_set<session*> sessions_;
@@ -262,6 +293,14 @@ void metrics_exporter::add(const worker& w, std::string name) {
         throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                           "ucx::metrics_exporter::add");
     impl_->add(wi, std::move(name));
+}
+
+void metrics_exporter::add(const group& g, std::string name) {
+    const auto& gi = detail::access::get_impl(g);
+    if (!impl_ || !gi)
+        throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                          "ucx::metrics_exporter::add");
+    impl_->add_group(gi, std::move(name));
 }
 
 std::string metrics_exporter::exposition() const {

@@ -37,6 +37,28 @@ std::string_view to_string(operation_kind k) noexcept {
     return "unknown";
 }
 
+std::string_view to_string(collective_kind k) noexcept {
+    switch (k) {
+    case collective_kind::barrier:
+        return "barrier";
+    case collective_kind::broadcast:
+        return "broadcast";
+    case collective_kind::gather:
+        return "gather";
+    case collective_kind::allgather:
+        return "allgather";
+    case collective_kind::allgatherv:
+        return "allgatherv";
+    case collective_kind::reduce:
+        return "reduce";
+    case collective_kind::allreduce:
+        return "allreduce";
+    case collective_kind::alltoall:
+        return "alltoall";
+    }
+    return "unknown";
+}
+
 } // namespace ucx
 
 namespace ucx::detail {
@@ -117,8 +139,8 @@ void header(std::string& out, std::string_view name, std::string_view type, std:
 }
 
 /// `name{labels,extra} value\n`.
-void sample(std::string& out, std::string_view name, const std::string& labels,
-            std::string_view extra, std::uint64_t value) {
+void write_sample(std::string& out, std::string_view name, const std::string& labels,
+                  std::string_view extra, std::uint64_t value) {
     out += name;
     if (!labels.empty() || !extra.empty()) {
         out += '{';
@@ -133,11 +155,39 @@ void sample(std::string& out, std::string_view name, const std::string& labels,
     out += '\n';
 }
 
-std::string kind_label(operation_kind k) {
+template <class Kind>
+std::string kind_label(Kind k) {
     std::string s = "kind=\"";
     s += to_string(k);
     s += '"';
     return s;
+}
+
+/// The samples of one histogram (`name`_bucket, _sum, _count).
+void histogram_samples(std::string& out, std::string_view name, const std::string& labels,
+                       const std::string& kind, const latency_histogram& h) {
+    const std::string bucket = std::string(name) + "_bucket";
+    std::uint64_t cumulative = 0;
+    for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
+        cumulative += h.buckets[b];
+        std::string extra = kind + ",le=\"";
+        if (b + 1 < latency_histogram::bucket_count)
+            append_seconds(extra, latency_histogram::upper_bound(b));
+        else
+            extra += "+Inf";
+        extra += '"';
+        write_sample(out, bucket, labels, extra, cumulative);
+    }
+    out += name;
+    out += "_sum{";
+    out += labels;
+    if (!labels.empty())
+        out += ',';
+    out += kind;
+    out += "} ";
+    append_seconds(out, h.sum);
+    out += '\n';
+    write_sample(out, std::string(name) + "_count", labels, kind, h.count);
 }
 
 template <class Get>
@@ -145,7 +195,7 @@ void per_worker(std::string& out, std::span<const labelled_worker> workers, std:
                 std::string_view type, std::string_view help, Get get) {
     header(out, name, type, help);
     for (const labelled_worker& w : workers)
-        sample(out, name, w.labels, {}, get(w.metrics));
+        write_sample(out, name, w.labels, {}, get(w.metrics));
 }
 
 template <class Get>
@@ -157,7 +207,7 @@ void per_kind(std::string& out, std::span<const labelled_worker> workers, std::s
             const auto kind = static_cast<operation_kind>(k);
             if (include && !include(kind))
                 continue;
-            sample(out, name, w.labels, kind_label(kind), get(w.metrics.operations[k]));
+            write_sample(out, name, w.labels, kind_label(kind), get(w.metrics.operations[k]));
         }
 }
 
@@ -204,11 +254,11 @@ void write_worker_metrics(std::string& out, std::span<const labelled_worker> wor
             extra += "\",message=\"";
             append_label_value(extra, e.code.message());
             extra += '"';
-            sample(out, "ucx_operation_errors_total", w.labels, extra, e.count);
+            write_sample(out, "ucx_operation_errors_total", w.labels, extra, e.count);
         }
         if (w.metrics.other_errors)
-            sample(out, "ucx_operation_errors_total", w.labels, "error=\"other\",message=\"\"",
-                   w.metrics.other_errors);
+            write_sample(out, "ucx_operation_errors_total", w.labels,
+                         "error=\"other\",message=\"\"", w.metrics.other_errors);
     }
 
     per_worker(out, workers, "ucx_progress_passes_total", "counter", "Progress passes run.",
@@ -256,31 +306,51 @@ void write_worker_metrics(std::string& out, std::span<const labelled_worker> wor
     for (const labelled_worker& w : workers) {
         if (!w.metrics.has_latency)
             continue;
-        for (std::size_t k = 0; k < operation_kind_count; ++k) {
-            const latency_histogram& h = w.metrics.latency[k];
-            const std::string kind = kind_label(static_cast<operation_kind>(k));
-            std::uint64_t cumulative = 0;
-            for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
-                cumulative += h.buckets[b];
-                std::string extra = kind + ",le=\"";
-                if (b + 1 < latency_histogram::bucket_count)
-                    append_seconds(extra, latency_histogram::upper_bound(b));
-                else
-                    extra += "+Inf";
-                extra += '"';
-                sample(out, "ucx_operation_duration_seconds_bucket", w.labels, extra, cumulative);
-            }
-            out += "ucx_operation_duration_seconds_sum{";
-            out += w.labels;
-            if (!w.labels.empty())
-                out += ',';
-            out += kind;
-            out += "} ";
-            append_seconds(out, h.sum);
-            out += '\n';
-            sample(out, "ucx_operation_duration_seconds_count", w.labels, kind, h.count);
-        }
+        for (std::size_t k = 0; k < operation_kind_count; ++k)
+            histogram_samples(out, hist, w.labels, kind_label(static_cast<operation_kind>(k)),
+                              w.metrics.latency[k]);
     }
+}
+
+void write_group_metrics(std::string& out, std::span<const labelled_group> groups) {
+    if (groups.empty())
+        return;
+    const auto per_kind = [&](std::string_view name, std::string_view help, auto get) {
+        header(out, name, "counter", help);
+        for (const labelled_group& g : groups)
+            for (std::size_t k = 0; k < collective_kind_count; ++k)
+                write_sample(out, name, g.labels, kind_label(static_cast<collective_kind>(k)),
+                             get(g.metrics.collectives[k]));
+    };
+    per_kind("ucx_collectives_started_total", "Collectives called on this rank, by kind.",
+             [](const operation_counts& c) { return c.started; });
+    per_kind("ucx_collectives_completed_total",
+             "Collectives completed on this rank (failed or not), by kind.",
+             [](const operation_counts& c) { return c.completed; });
+    per_kind("ucx_collectives_failed_total", "Collectives that failed on this rank, by kind.",
+             [](const operation_counts& c) { return c.failed; });
+    per_kind("ucx_collective_bytes_total",
+             "Bytes of this rank's input to the collectives that succeeded, by kind.",
+             [](const operation_counts& c) { return c.bytes; });
+    const auto gauge = [&](std::string_view name, std::string_view help, auto get) {
+        header(out, name, "gauge", help);
+        for (const labelled_group& g : groups)
+            write_sample(out, name, g.labels, {}, get(g.metrics));
+    };
+    gauge("ucx_collectives_in_flight", "Collectives called and not completed (queued or running).",
+          [](const group_metrics& m) { return m.in_flight; });
+    gauge("ucx_group_size", "The group's number of ranks.",
+          [](const group_metrics& m) { return static_cast<std::uint64_t>(m.size); });
+    gauge("ucx_group_rank", "This process's rank in the group.", [](const group_metrics& m) {
+        return static_cast<std::uint64_t>(m.rank < 0 ? 0 : m.rank);
+    });
+    constexpr std::string_view hist = "ucx_collective_duration_seconds";
+    header(out, hist, "histogram",
+           "Time from a collective's call to its completion on this rank, by kind.");
+    for (const labelled_group& g : groups)
+        for (std::size_t k = 0; k < collective_kind_count; ++k)
+            histogram_samples(out, hist, g.labels, kind_label(static_cast<collective_kind>(k)),
+                              g.metrics.latency[k]);
 }
 
 } // namespace ucx::detail

@@ -38,4 +38,13 @@ struct labelled_worker {
 /// Appends the metric families of `workers` to `out`.
 void write_worker_metrics(std::string& out, std::span<const labelled_worker> workers);
 
+/// One group's snapshot on this rank and its labels.
+struct labelled_group {
+    std::string labels;
+    group_metrics metrics;
+};
+
+/// Appends the metric families of `groups` to `out` (nothing for none).
+void write_group_metrics(std::string& out, std::span<const labelled_group> groups);
+
 } // namespace ucx::detail

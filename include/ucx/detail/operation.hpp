@@ -154,9 +154,12 @@ struct transfer_op : operation {
 /// they moved (every kind that moves bytes but active-message receives,
 /// whose data the registry counts).
 constexpr bool counts_transfer_bytes(operation_kind k) noexcept {
-    return k == operation_kind::tag_send || k == operation_kind::tag_recv ||
-           k == operation_kind::am_send || k == operation_kind::stream_write ||
-           k == operation_kind::stream_read || k == operation_kind::put || k == operation_kind::get;
+    constexpr auto bit = [](operation_kind x) { return 1u << static_cast<unsigned>(x); };
+    constexpr unsigned kinds = bit(operation_kind::tag_send) | bit(operation_kind::tag_recv) |
+                               bit(operation_kind::am_send) | bit(operation_kind::stream_write) |
+                               bit(operation_kind::stream_read) | bit(operation_kind::put) |
+                               bit(operation_kind::get);
+    return (kinds >> static_cast<unsigned>(k)) & 1u;
 }
 
 /// A tag receive (worker-wide or per endpoint): the size and tag received.

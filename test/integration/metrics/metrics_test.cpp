@@ -185,6 +185,76 @@ TEST_P(metrics, read_from_another_thread_while_the_worker_runs) {
 INSTANTIATE_TEST_SUITE_P(all, metrics, testing::Values(transport::tcp, transport::shared_memory),
                          [](const auto& info) { return to_string(info.param); });
 
+// A group's collectives by kind on every rank: counts, bytes of the input,
+// latencies; a collective with bad arguments counts as failed; the exporter
+// serves them labelled with the group's name.
+TEST(group_metrics, count_each_rank_s_collectives_by_kind) {
+    local_ranks r(3, "metrics", group_worker_options());
+    ASSERT_TRUE(r.joined);
+    std::vector<std::optional<ucx::error_code>> done(3);
+    const auto run_all = [&](auto start) {
+        for (auto& d : done)
+            d.reset();
+        for (int i = 0; i < 3; ++i)
+            start(i);
+        ASSERT_TRUE(run_until(r.io, [&] { return all_set(done); }));
+    };
+    std::vector<std::vector<float>> v(3, std::vector<float>(100, 1.0f));
+    for (int round = 0; round < 4; ++round)
+        run_all([&](int i) {
+            r.groups[static_cast<std::size_t>(i)].async_allreduce(
+                std::span<float>(v[static_cast<std::size_t>(i)]), ucx::reduce_op::sum,
+                [&, i](ucx::error_code ec) { done[static_cast<std::size_t>(i)] = ec; });
+        });
+    run_all([&](int i) {
+        r.groups[static_cast<std::size_t>(i)].async_barrier(
+            [&, i](ucx::error_code ec) { done[static_cast<std::size_t>(i)] = ec; });
+    });
+    for (const auto& d : done)
+        ASSERT_FALSE(*d);
+    // A broadcast from a root that does not exist: invalid_rank here,
+    // without touching the group.
+    std::optional<ucx::error_code> bad;
+    r.groups[0].async_broadcast(asio::buffer(v[0].data(), 8), 7,
+                                [&](ucx::error_code ec) { bad = ec; });
+    ASSERT_TRUE(run_until(r.io, [&] { return bad.has_value(); }));
+    EXPECT_EQ(*bad, ucx::error::invalid_rank);
+
+    for (int i = 0; i < 3; ++i) {
+        const ucx::group_metrics m = r.groups[static_cast<std::size_t>(i)].metrics();
+        EXPECT_EQ(m.rank, i);
+        EXPECT_EQ(m.size, 3);
+        const auto& ar = m.of(ucx::collective_kind::allreduce);
+        EXPECT_EQ(ar.started, 4u);
+        EXPECT_EQ(ar.completed, 4u);
+        EXPECT_EQ(ar.failed, 0u);
+        EXPECT_EQ(ar.bytes, 4u * 100 * sizeof(float));
+        EXPECT_EQ(m.of(ucx::collective_kind::barrier).completed, 1u);
+        EXPECT_EQ(m.in_flight, 0u);
+        const auto& h = m.latency[static_cast<std::size_t>(ucx::collective_kind::allreduce)];
+        EXPECT_EQ(h.count, 4u);
+        EXPECT_GT(h.sum.count(), 0);
+    }
+    const auto b = r.groups[0].metrics().of(ucx::collective_kind::broadcast);
+    EXPECT_EQ(b.started, 1u);
+    EXPECT_EQ(b.failed, 1u);
+    EXPECT_TRUE(r.groups[0].is_open()); // bad arguments do not fail the group
+    EXPECT_EQ(ucx::group().metrics().rank, -1);
+
+    ucx::metrics_exporter ex(r.io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    ex.add(r.groups[1], "world");
+    EXPECT_THROW(ex.add(r.groups[2], "world"), boost::system::system_error);
+    EXPECT_THROW(ex.add(ucx::group(), "empty"), boost::system::system_error);
+    const std::string text = ex.exposition();
+    EXPECT_NE(text.find("ucx_collectives_completed_total{group=\"world\",kind=\"allreduce\"} 4\n"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("ucx_group_rank{group=\"world\"} 1\n"), std::string::npos);
+    EXPECT_NE(
+        text.find("ucx_collective_duration_seconds_count{group=\"world\",kind=\"barrier\"} 1\n"),
+        std::string::npos);
+}
+
 TEST(latency_bucket, bounds_double_from_one_microsecond) {
     using std::chrono::nanoseconds;
     using ucx::detail::latency_bucket;
@@ -215,6 +285,7 @@ http_answer request(asio::io_context& io, std::uint16_t port, http::verb verb,
                     const std::string& target) {
     std::optional<http_answer> answer;
     std::string failure;
+    std::atomic<bool> done{false};
     std::thread t([&] {
         try {
             asio::io_context cio;
@@ -240,8 +311,9 @@ http_answer request(asio::io_context& io, std::uint16_t port, http::verb verb,
             failure = e.what();
             answer = http_answer{};
         }
+        done = true;
     });
-    run_until(io, [&] { return answer.has_value(); });
+    run_until(io, [&] { return done.load(); });
     t.join();
     EXPECT_TRUE(failure.empty()) << failure;
     return answer.value_or(http_answer{});
@@ -323,7 +395,7 @@ TEST_F(exporter, serves_the_workers_metrics_at_slash_metrics) {
 
 TEST_F(exporter, refuses_bad_label_names_and_moved_from_objects) {
     const tcp::endpoint any(asio::ip::make_address("127.0.0.1"), 0);
-    for (const char* bad : {"", "9a", "__x", "a-b", "worker"}) {
+    for (const char* bad : {"", "9a", "__x", "a-b", "worker", "group"}) {
         ucx::metrics_exporter_options o;
         o.labels = {{bad, "v"}};
         try {
@@ -422,6 +494,15 @@ TEST_F(exporter, promtool_accepts_the_exposition) {
     ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), options());
     ex.add(server_worker, "server");
     ex.add(client_worker, "client");
+    // Groups' families too: two ranks of one group, each run a barrier.
+    local_ranks ranks(2, "promtool", group_worker_options());
+    ASSERT_TRUE(ranks.joined);
+    std::optional<ucx::error_code> b0, b1;
+    ranks.groups[0].async_barrier([&](ucx::error_code ec) { b0 = ec; });
+    ranks.groups[1].async_barrier([&](ucx::error_code ec) { b1 = ec; });
+    ASSERT_TRUE(run_until(ranks.io, [&] { return b0 && b1; }));
+    ex.add(ranks.groups[0], "rank0");
+    ex.add(ranks.groups[1], "rank1");
     auto [client, accepted] = connect_pair(io, server, client_worker);
     ASSERT_TRUE(client.is_open());
     exchange(io, client, accepted, 100, 1);
@@ -438,6 +519,7 @@ TEST_F(exporter, promtool_accepts_the_exposition) {
     }
     const std::string text = ex.exposition();
     ASSERT_NE(text.find("ucx_operation_errors_total{"), std::string::npos);
+    ASSERT_NE(text.find("ucx_collective_duration_seconds_bucket{"), std::string::npos);
     char path[] = "/tmp/ucx-asio-metrics-XXXXXX";
     const int fd = mkstemp(path);
     ASSERT_GE(fd, 0);

@@ -143,6 +143,40 @@ TEST(exposition, histogram_buckets_are_cumulative_and_end_at_the_count) {
     EXPECT_TRUE(has_line(out, R"(ucx_operation_duration_seconds_count{worker="w",kind="put"} 8)"));
 }
 
+TEST(exposition, group_families_by_kind_with_size_rank_and_latency) {
+    std::vector<ucx::detail::labelled_group> g(1);
+    g[0].labels = R"(group="world")";
+    g[0].metrics.rank = 2;
+    g[0].metrics.size = 4;
+    g[0].metrics.in_flight = 1;
+    g[0].metrics.collectives[static_cast<std::size_t>(ucx::collective_kind::allreduce)] = {5, 4, 1,
+                                                                                           400};
+    auto& h = g[0].metrics.latency[static_cast<std::size_t>(ucx::collective_kind::allreduce)];
+    h.buckets[5] = 4;
+    h.count = 4;
+    h.sum = std::chrono::microseconds(100);
+    std::string out;
+    ucx::detail::write_group_metrics(out, g);
+    EXPECT_TRUE(
+        has_line(out, R"(ucx_collectives_started_total{group="world",kind="allreduce"} 5)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_collectives_failed_total{group="world",kind="allreduce"} 1)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_collective_bytes_total{group="world",kind="allreduce"} 400)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_collectives_in_flight{group="world"} 1)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_group_size{group="world"} 4)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_group_rank{group="world"} 2)"));
+    EXPECT_TRUE(has_line(
+        out,
+        R"(ucx_collective_duration_seconds_bucket{group="world",kind="allreduce",le="0.000032"} 4)"));
+    EXPECT_TRUE(has_line(
+        out, R"(ucx_collective_duration_seconds_sum{group="world",kind="allreduce"} 0.0001)"));
+    EXPECT_TRUE(
+        has_line(out, R"(ucx_collectives_completed_total{group="world",kind="barrier"} 0)"));
+    // No group, no families.
+    std::string none;
+    ucx::detail::write_group_metrics(none, {});
+    EXPECT_EQ(none, "");
+}
+
 TEST(exposition, kinds_have_distinct_names) {
     std::vector<std::string_view> names;
     for (std::size_t k = 0; k < ucx::operation_kind_count; ++k) {
@@ -150,6 +184,13 @@ TEST(exposition, kinds_have_distinct_names) {
         EXPECT_NE(n, "unknown");
         EXPECT_EQ(std::count(names.begin(), names.end(), n), 0) << n;
         names.push_back(n);
+    }
+    std::vector<std::string_view> collectives;
+    for (std::size_t k = 0; k < ucx::collective_kind_count; ++k) {
+        const auto n = ucx::to_string(static_cast<ucx::collective_kind>(k));
+        EXPECT_NE(n, "unknown");
+        EXPECT_EQ(std::count(collectives.begin(), collectives.end(), n), 0) << n;
+        collectives.push_back(n);
     }
 }
 
