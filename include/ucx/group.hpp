@@ -64,17 +64,7 @@ class group_impl;
 class worker_impl;
 
 struct collective_args {
-    enum kind_type : std::uint8_t {
-        barrier,
-        broadcast,
-        gather,
-        allgather,
-        allgatherv,
-        reduce,
-        allreduce,
-        alltoall
-    };
-    kind_type kind = barrier;
+    collective_kind kind = collective_kind::barrier;
     int root = 0;
     const void* in = nullptr;
     std::size_t in_bytes = 0;
@@ -404,7 +394,7 @@ public:
         boost::asio::mutable_buffer data, int root,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         detail::collective_args a;
-        a.kind = a.broadcast;
+        a.kind = collective_kind::broadcast;
         a.root = root;
         a.out = data.data();
         a.out_bytes = data.size();
@@ -420,7 +410,7 @@ public:
     auto async_gather(
         boost::asio::const_buffer in, boost::asio::mutable_buffer out, int root,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return collective(args(detail::collective_args::gather, in, out, root),
+        return collective(args(collective_kind::gather, in, out, root),
                           std::forward<CompletionToken>(token));
     }
 
@@ -432,7 +422,7 @@ public:
     auto async_allgather(
         boost::asio::const_buffer in, boost::asio::mutable_buffer out,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return collective(args(detail::collective_args::allgather, in, out, 0),
+        return collective(args(collective_kind::allgather, in, out, 0),
                           std::forward<CompletionToken>(token));
     }
 
@@ -444,7 +434,7 @@ public:
         boost::asio::const_buffer in, boost::asio::mutable_buffer out,
         std::span<const std::size_t> sizes,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        auto a = args(detail::collective_args::allgatherv, in, out, 0);
+        auto a = args(collective_kind::allgatherv, in, out, 0);
         a.blocks.assign(sizes.begin(), sizes.end());
         return collective(std::move(a), std::forward<CompletionToken>(token));
     }
@@ -459,9 +449,8 @@ public:
     auto async_reduce(
         std::span<const T> in, std::span<T> out, reduce_op op, int root,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        auto a =
-            args(detail::collective_args::reduce, boost::asio::buffer(in.data(), in.size_bytes()),
-                 boost::asio::buffer(out.data(), out.size_bytes()), root);
+        auto a = args(collective_kind::reduce, boost::asio::buffer(in.data(), in.size_bytes()),
+                      boost::asio::buffer(out.data(), out.size_bytes()), root);
         a.type = datatype_of<T>;
         a.op = op;
         return collective(std::move(a), std::forward<CompletionToken>(token));
@@ -477,8 +466,7 @@ public:
     auto async_allreduce(
         std::span<const T> in, std::span<T> out, reduce_op op,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        auto a = args(detail::collective_args::allreduce,
-                      boost::asio::buffer(in.data(), in.size_bytes()),
+        auto a = args(collective_kind::allreduce, boost::asio::buffer(in.data(), in.size_bytes()),
                       boost::asio::buffer(out.data(), out.size_bytes()), 0);
         a.type = datatype_of<T>;
         a.op = op;
@@ -502,7 +490,7 @@ public:
     auto async_alltoall(
         boost::asio::const_buffer in, boost::asio::mutable_buffer out,
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-        return collective(args(detail::collective_args::alltoall, in, out, 0),
+        return collective(args(collective_kind::alltoall, in, out, 0),
                           std::forward<CompletionToken>(token));
     }
 
@@ -581,8 +569,7 @@ private:
                                               "ucx::group: operation on an empty group");
         return impl_;
     }
-    static detail::collective_args args(detail::collective_args::kind_type kind,
-                                        boost::asio::const_buffer in,
+    static detail::collective_args args(collective_kind kind, boost::asio::const_buffer in,
                                         boost::asio::mutable_buffer out, int root) {
         detail::collective_args a;
         a.kind = kind;

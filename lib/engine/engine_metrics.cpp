@@ -48,17 +48,8 @@ void operation_counters::count_error(const boost::system::error_code& ec) noexce
 }
 
 void operation_counters::snapshot(worker_metrics& m) const {
-    for (std::size_t k = 0; k < operation_kind_count; ++k) {
-        const kind_counters& c = kinds_[k];
-        // Ends first: a reader never sees more ended than started.
-        operation_counts& o = m.operations[k];
-        o.completed = c.completed.load();
-        o.failed = c.failed.load();
-        o.bytes = c.bytes.load();
-        o.started = c.started.load();
-        if (o.started < o.completed)
-            o.started = o.completed;
-    }
+    for (std::size_t k = 0; k < operation_kind_count; ++k)
+        kinds_[k].snapshot(m.operations[k]);
     const std::size_t used = error_slots_used_.load(std::memory_order_acquire);
     m.errors.clear();
     m.errors.reserve(used);

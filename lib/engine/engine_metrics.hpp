@@ -29,6 +29,30 @@ struct progress_counters {
     counter completions;
 };
 
+/// The counts of one kind of operation (or of collective), one thread
+/// writing, any thread reading.
+struct kind_counters {
+    counter started, completed, failed, bytes;
+
+    /// One ended: with an error (`failed`), or having moved `n` bytes.
+    void ended(bool failure, std::uint64_t n) noexcept {
+        ++completed;
+        if (failure) [[unlikely]]
+            ++failed;
+        else
+            bytes += n;
+    }
+    /// The values (any thread). The ends are read first and `started` is
+    /// never reported below `completed`.
+    void snapshot(operation_counts& o) const noexcept {
+        o.completed = completed.load();
+        o.failed = failed.load();
+        o.bytes = bytes.load();
+        const std::uint64_t s = started.load();
+        o.started = s < o.completed ? o.completed : s;
+    }
+};
+
 /// A latency histogram one thread writes and any thread reads.
 class histogram_counters {
 public:
@@ -65,24 +89,16 @@ public:
 
     void started(operation_kind k) noexcept { ++of(k).started; }
     /// An operation of kind `k` succeeded, having moved `bytes`.
-    void succeeded(operation_kind k, std::uint64_t bytes) noexcept {
-        kind_counters& c = of(k);
-        ++c.completed;
-        c.bytes += bytes;
-    }
-    /// An operation of kind `k` ended with `ec`, having moved `bytes` (counted
-    /// on success), after `took` (counted when latencies are measured).
+    void succeeded(operation_kind k, std::uint64_t bytes) noexcept { of(k).ended(false, bytes); }
+    /// An operation of kind `k` ended with `ec`, having moved `bytes`
+    /// (counted on success).
     void ended(operation_kind k, const boost::system::error_code& ec,
                std::uint64_t bytes) noexcept {
-        kind_counters& c = of(k);
-        ++c.completed;
-        if (ec) [[unlikely]] {
-            ++c.failed;
+        of(k).ended(ec.failed(), bytes);
+        if (ec) [[unlikely]]
             count_error(ec);
-        } else {
-            c.bytes += bytes;
-        }
     }
+    /// An operation of kind `k` took `d` (where latencies are measured).
     void took(operation_kind k, std::chrono::nanoseconds d) noexcept;
     /// Bytes of a kind counted outside the operation (an active message's
     /// data, handed to its receive by the registry).
@@ -95,9 +111,6 @@ public:
     static constexpr std::size_t error_slots = 16;
 
 private:
-    struct kind_counters {
-        counter started, completed, failed, bytes;
-    };
     struct error_slot {
         std::atomic<const boost::system::error_category*> category{nullptr};
         std::atomic<int> value{0};

@@ -15,7 +15,7 @@ using namespace group_wire;
 // --- collectives ---
 
 error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
-    using k = collective_args;
+    using k = collective_kind;
     const int n = size();
     if (a.kind != k::barrier && a.kind != k::allgather && a.kind != k::allgatherv &&
         a.kind != k::allreduce && a.kind != k::alltoall && (a.root < 0 || a.root >= n))
@@ -68,18 +68,10 @@ error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
     return {};
 }
 
-static_assert(static_cast<std::size_t>(collective_args::alltoall) + 1 == collective_kind_count &&
-              static_cast<int>(collective_args::allreduce) ==
-                  static_cast<int>(collective_kind::allreduce));
-
-void group_impl::count_end(collective_args::kind_type kind, const error_code& ec, std::size_t bytes,
+void group_impl::count_end(collective_kind kind, const error_code& ec, std::size_t bytes,
                            std::chrono::steady_clock::time_point since) noexcept {
-    collective_counters& c = counts_[kind];
-    ++c.completed;
-    if (ec)
-        ++c.failed;
-    else
-        c.bytes += bytes;
+    collective_counters& c = counts_[static_cast<std::size_t>(kind)];
+    c.counts.ended(ec.failed(), bytes);
     c.latency.add(std::chrono::steady_clock::now() - since);
 }
 
@@ -87,20 +79,15 @@ void group_impl::metrics(group_metrics& m) const noexcept {
     m.rank = rank_;
     m.size = size();
     for (std::size_t k = 0; k < collective_kind_count; ++k) {
-        const collective_counters& c = counts_[k];
-        operation_counts& o = m.collectives[k];
-        o.completed = c.completed.load();
-        o.failed = c.failed.load();
-        o.bytes = c.bytes.load();
-        o.started = std::max(c.started.load(), o.completed);
-        c.latency.snapshot(m.latency[k]);
+        counts_[k].counts.snapshot(m.collectives[k]);
+        counts_[k].latency.snapshot(m.latency[k]);
     }
     m.in_flight = collectives_in_flight_.load();
 }
 
 void group_impl::collective(collective_args&& a, group_done_handler h) {
     const auto called = std::chrono::steady_clock::now();
-    ++counts_[a.kind].started;
+    ++counts_[static_cast<std::size_t>(a.kind)].counts.started;
     if (error_) {
         count_end(a.kind, error_, 0, called);
         return post(std::move(h), error_);
@@ -359,7 +346,7 @@ void group_impl::stage_in(running& r, device_staging& s, bool device_in, bool de
         a.in = to;
         from = user_in;
         bytes = a.in_bytes;
-    } else if (device_out && a.kind == collective_args::broadcast && a.root == rank_) {
+    } else if (device_out && a.kind == collective_kind::broadcast && a.root == rank_) {
         from = r.device_out;
         bytes = r.device_out_bytes;
         to = r.host_out.data();

@@ -25,7 +25,7 @@ void group_impl::split(int color, int key, group_new_handler h) {
         std::array<std::int32_t, 3>{color, key, static_cast<std::int32_t>(fabric_->next_id())});
     auto all = std::make_shared<std::vector<std::int32_t>>(static_cast<std::size_t>(3 * n));
     collective_args a;
-    a.kind = collective_args::allgather;
+    a.kind = collective_kind::allgather;
     a.in = mine->data();
     a.in_bytes = sizeof(*mine);
     a.out = all->data();

@@ -236,7 +236,7 @@ private:
     /// that gave a plan were valid. An entry that queued collectives use
     /// (`users`) is not replaced: they point to its plan.
     struct plan_entry {
-        collective_args::kind_type kind{};
+        collective_kind kind{};
         int root = 0;
         std::size_t in_bytes = 0, out_bytes = 0;
         datatype type{};
@@ -374,13 +374,13 @@ private:
     /// The collectives' counts by kind, written on the group's executor,
     /// read from any thread (`group::metrics()`).
     struct collective_counters {
-        counter started, completed, failed, bytes;
+        kind_counters counts;
         histogram_counters latency;
     };
     std::array<collective_counters, collective_kind_count> counts_{};
     counter collectives_in_flight_;
     /// A collective of `kind` ended with `ec` (`bytes` its input), started at `since`.
-    void count_end(collective_args::kind_type kind, const error_code& ec, std::size_t bytes,
+    void count_end(collective_kind kind, const error_code& ec, std::size_t bytes,
                    std::chrono::steady_clock::time_point since) noexcept;
     /// Watches the running collective's deadline (for the runner): a wait
     /// whose generation is not the current one is stale.

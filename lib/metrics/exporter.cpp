@@ -73,14 +73,8 @@ public:
         std::vector<labelled_worker> workers;
         std::vector<labelled_group> groups;
         const auto labelled = [this](std::string_view key, const std::string& name) {
-            std::string l = labels_;
-            if (!l.empty())
-                l += ',';
-            l += key;
-            l += "=\"";
-            append_label_value(l, name);
-            l += '"';
-            return l;
+            const std::pair<std::string, std::string> own[] = {{std::string(key), name}};
+            return labels_.empty() ? render_labels(own) : labels_ + ',' + render_labels(own);
         };
         {
             std::lock_guard lock(mu_);

@@ -41,6 +41,19 @@ protected:
     ucx::listener server{server_worker, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
 };
 
+/// Starts a receive on `ep` and cancels it at once: what it completed with.
+ucx::error_code cancelled_receive(asio::io_context& io, ucx::endpoint& ep) {
+    std::vector<char> buf(16);
+    asio::cancellation_signal signal;
+    std::optional<ucx::error_code> r;
+    ep.async_recv(asio::buffer(buf), 7, ucx::tag_t(-1),
+                  asio::bind_cancellation_slot(
+                      signal.slot(), [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; }));
+    signal.emit(asio::cancellation_type::all);
+    EXPECT_TRUE(run_until(io, [&] { return r.has_value(); }));
+    return r.value_or(ucx::error_code{});
+}
+
 const ucx::operation_counts& of(const ucx::worker_metrics& m, ucx::operation_kind k) {
     return m.of(k);
 }
@@ -90,18 +103,8 @@ TEST_P(metrics, failures_count_by_error_code) {
     auto [client, accepted] = connect_pair(io, server, client_worker);
     ASSERT_TRUE(client.is_open());
     // Two receives cancelled: operation_aborted twice.
-    for (int i = 0; i < 2; ++i) {
-        std::vector<char> buf(16);
-        asio::cancellation_signal signal;
-        std::optional<ucx::error_code> r;
-        accepted.async_recv(
-            asio::buffer(buf), 7, ucx::tag_t(-1),
-            asio::bind_cancellation_slot(
-                signal.slot(), [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; }));
-        signal.emit(asio::cancellation_type::all);
-        ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
-        EXPECT_EQ(*r, asio::error::operation_aborted);
-    }
+    for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(cancelled_receive(io, accepted), asio::error::operation_aborted);
     const ucx::worker_metrics s = server_worker.metrics();
     EXPECT_EQ(of(s, ucx::operation_kind::tag_recv).failed, 2u);
     EXPECT_EQ(of(s, ucx::operation_kind::tag_recv).bytes, 0u);
@@ -506,17 +509,7 @@ TEST_F(exporter, promtool_accepts_the_exposition) {
     auto [client, accepted] = connect_pair(io, server, client_worker);
     ASSERT_TRUE(client.is_open());
     exchange(io, client, accepted, 100, 1);
-    {
-        std::vector<char> buf(16);
-        asio::cancellation_signal signal;
-        std::optional<ucx::error_code> r;
-        accepted.async_recv(
-            asio::buffer(buf), 7, ucx::tag_t(-1),
-            asio::bind_cancellation_slot(
-                signal.slot(), [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; }));
-        signal.emit(asio::cancellation_type::all);
-        ASSERT_TRUE(run_until(io, [&] { return r.has_value(); }));
-    }
+    EXPECT_EQ(cancelled_receive(io, accepted), asio::error::operation_aborted);
     const std::string text = ex.exposition();
     ASSERT_NE(text.find("ucx_operation_errors_total{"), std::string::npos);
     ASSERT_NE(text.find("ucx_collective_duration_seconds_bucket{"), std::string::npos);
