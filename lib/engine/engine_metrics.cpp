@@ -1,7 +1,5 @@
 #include "engine/engine_metrics.hpp"
 
-#include <string_view>
-
 namespace ucx::detail {
 
 void operation_counters::took(operation_kind k, std::chrono::nanoseconds d) noexcept {

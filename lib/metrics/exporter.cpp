@@ -115,8 +115,6 @@ public:
         boost::asio::dispatch(ex_, [self = shared_from_this()] { self->shut(); });
     }
 
-    const metrics_exporter_options& options() const noexcept { return options_; }
-
     // ---- one scraper's connection (on the executor) ----
     class session : public std::enable_shared_from_this<session> {
     public:
