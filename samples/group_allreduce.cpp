@@ -33,13 +33,23 @@
 //                    Prometheus while the job runs, labelled with the rank, at
 //                    http://ADDRESS:(PORT + local rank)/metrics (PORT 0: a
 //                    port the system picks); each rank prints where
+//   --timeout MS     the deadline of each collective (group::set_timeout;
+//                    default none)
+//   --flight-recorder PREFIX  where each rank writes its flight record when
+//                    the group fails: PREFIX<rank>.json
+//                    (group_options::flight_recorder_dump); read them all
+//                    with ucx-asio-flight
+//   --skip-barrier RANK  a fault to diagnose: after the allreduce, every rank
+//                    but RANK calls a barrier; RANK waits for the group to
+//                    fail instead (docs/guide/flight-recorder.md)
 //
 // Prints one line per rank: "rank R of N: allreduce of COUNT floats ok, sum S",
 // and "rank R: store: ..." (which store, from which variables) on stderr.
 // Exit status: 0 when every check passed; 1 when a check failed, the store
 // could not be opened (the message names the rank, the address and the
 // cause), the join or a collective failed, or, with --loop, once the group
-// failed (as a fault test expects); 2 for a bad option or launch environment.
+// failed (as a fault test expects), and with --skip-barrier; 2 for a bad option or launch
+// environment.
 #include <ucx/asio.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -74,6 +84,9 @@ struct settings {
     std::string name = "group_allreduce";
     bool lazy = false;
     std::string metrics_at;
+    int timeout_ms = 0;
+    std::string flight_recorder;
+    int skip_barrier = -1;
 };
 
 int failures = 0;
@@ -172,8 +185,10 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
     o.size = env.size;
     o.name = cfg.name;
     o.lazy_connections = cfg.lazy;
+    o.flight_recorder_dump = cfg.flight_recorder;
     const auto start = std::chrono::steady_clock::now();
     ucx::group g = co_await ucx::async_join(w, s, o, use_awaitable);
+    g.set_timeout(std::chrono::milliseconds(cfg.timeout_ms));
     if (exporter)
         exporter->add(g, "world");
     std::printf("rank %d of %d: joined in %.1f ms\n", g.rank(), g.size(),
@@ -191,6 +206,21 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
     if (cfg.check)
         co_await check_all(g, env);
 
+    if (cfg.skip_barrier >= 0) {
+        ucx::error_code ec;
+        if (g.rank() == cfg.skip_barrier) {
+            std::printf("rank %d: skipping the barrier\n", g.rank());
+            std::fflush(stdout);
+            co_await g.async_wait_failure(asio::redirect_error(use_awaitable, ec));
+        } else {
+            co_await g.async_barrier(asio::redirect_error(use_awaitable, ec));
+        }
+        std::printf("rank %d: group failed: %s\n", g.rank(),
+                    ec ? ec.message().c_str() : "no failure");
+        std::fflush(stdout);
+        ++failures;
+        co_return;
+    }
     if (cfg.loop) {
         std::printf("rank %d: looping\n", g.rank());
         std::fflush(stdout);
@@ -232,6 +262,12 @@ int main(int argc, char** argv) {
             cfg.name = argv[++i];
         else if (a == "--lazy")
             cfg.lazy = true;
+        else if (a == "--timeout" && i + 1 < argc)
+            cfg.timeout_ms = std::atoi(argv[++i]);
+        else if (a == "--flight-recorder" && i + 1 < argc)
+            cfg.flight_recorder = argv[++i];
+        else if (a == "--skip-barrier" && i + 1 < argc)
+            cfg.skip_barrier = std::atoi(argv[++i]);
         else if (a == "--metrics" && i + 1 < argc && std::strchr(argv[i + 1], ':'))
             cfg.metrics_at = argv[++i];
         else {

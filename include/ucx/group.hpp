@@ -5,6 +5,7 @@
 #include <ucx/detail/access.hpp>
 #include <ucx/detail/initiate.hpp>
 #include <ucx/error.hpp>
+#include <ucx/flight_recorder.hpp>
 #include <ucx/metrics.hpp>
 #include <ucx/reduction.hpp>
 #include <ucx/store.hpp>
@@ -55,6 +56,31 @@ struct group_options {
     /// collectives' deadline (`timeout`), and a send to a lower rank waits
     /// until that rank receives (or sends) from this one.
     bool lazy_connections = false;
+    /// The flight recorder keeps this rank's last `flight_recorder_entries`
+    /// collectives and messages by rank of each group (`group::flight_record()`;
+    /// about 100 bytes each). 0: none recorded.
+    std::size_t flight_recorder_entries = 256;
+    /// Where the group writes its flight record when it fails (a collective
+    /// past its deadline, a failed or mismatched collective, a peer's
+    /// failure or abort notice, `abort()`; not a close): the file
+    /// `flight_recorder_dump + std::to_string(rank) + ".json"` (a split
+    /// group's: `...-split<N>.json`, N its number on this rank), written
+    /// whole or not at all. A directory must end with '/'. Empty: none
+    /// written (the failure is still logged). `ucx-asio-flight` reads the
+    /// files of every rank and names the rank that diverged or never
+    /// arrived.
+    std::string flight_recorder_dump;
+    /// Compares every collective's arguments across the ranks before it
+    /// runs (kind, root, element type and operation, and size: a
+    /// broadcast's, an allgatherv's block sizes, any other's input): ranks
+    /// that disagree fail the collective on every rank at once with
+    /// `ucx::error::collective_mismatch` (the group fails with it), and the
+    /// log and the flight record name the ranks and their calls, instead of
+    /// a hang or a wrong result. Costs an allgather of 32 bytes per rank
+    /// before each collective: a debugging aid. Every rank must set it
+    /// alike. A collective refused here for its arguments
+    /// (`invalid_argument`, `invalid_rank`) runs no check.
+    bool verify_collectives = false;
 };
 
 class group;
@@ -121,6 +147,7 @@ boost::asio::any_io_executor group_executor(const group_impl& g) noexcept;
 worker_core& group_core(const group_impl& g) noexcept;
 void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept;
 std::chrono::milliseconds group_timeout(const group_impl& g) noexcept;
+void group_flight_record(const group_impl& g, flight_record& r);
 } // namespace detail
 
 /// No rank in particular: the `from` that `group::async_recv_any` reports
@@ -223,6 +250,17 @@ public:
         if (impl_)
             detail::group_metrics_of(*impl_, m);
         return m;
+    }
+    /// This rank's flight record of the group: its last collectives and
+    /// messages by rank (`group_options::flight_recorder_entries`), a running
+    /// collective's round and the ranks it waits for, with `reason`
+    /// "request". Call it on the group's executor (as its operations are).
+    /// An empty group gives an empty record (rank -1).
+    ucx::flight_record flight_record() const {
+        ucx::flight_record r;
+        if (impl_)
+            detail::group_flight_record(*impl_, r);
+        return r;
     }
     /// The connections this process holds to the other ranks of its join
     /// (shared with the groups split from it): `size() - 1` once made, fewer

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace ucx {
@@ -43,5 +44,12 @@ inline constexpr datatype datatype_of = [] {
 /// The operations of reductions. Integers wrap as their C++ type does
 /// (unsigned) or as two's complement (signed).
 enum class reduce_op : std::uint8_t { sum, prod, min, max };
+
+/// The name of `t` ("int8", ..., "float32", "float64"; "unknown" for a value
+/// out of range).
+std::string_view to_string(datatype t) noexcept;
+/// The name of `op` ("sum", "prod", "min", "max"; "unknown" for a value out
+/// of range).
+std::string_view to_string(reduce_op op) noexcept;
 
 } // namespace ucx

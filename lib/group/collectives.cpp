@@ -4,11 +4,74 @@
 // through host memory.
 #include "group/group_impl.hpp"
 
+#include <cstdio>
+#include <fstream>
+
+#include <unistd.h>
+
 namespace ucx::detail {
 
 namespace {
 
 using namespace group_wire;
+
+bool is_rooted(collective_kind k) noexcept {
+    return k == collective_kind::broadcast || k == collective_kind::gather ||
+           k == collective_kind::reduce;
+}
+
+bool is_reduction(collective_kind k) noexcept {
+    return k == collective_kind::reduce || k == collective_kind::allreduce;
+}
+
+/// What every rank of a collective must agree on (see `submit_check`):
+/// kind, root, element type and operation, and size (a broadcast's result,
+/// an allgatherv's blocks, any other's input).
+using fingerprint = std::array<std::uint64_t, 4>;
+
+fingerprint fingerprint_of(const collective_args& a) noexcept {
+    fingerprint f{};
+    f[0] = static_cast<std::uint64_t>(a.kind) + 1;
+    if (is_reduction(a.kind))
+        f[0] |= (std::uint64_t{1} << 8) | (static_cast<std::uint64_t>(a.type) << 16) |
+                (static_cast<std::uint64_t>(a.op) << 24);
+    f[1] = is_rooted(a.kind) ? static_cast<std::uint64_t>(static_cast<std::int64_t>(a.root)) : 0;
+    if (a.kind == collective_kind::broadcast)
+        f[2] = a.out_bytes;
+    else if (a.kind != collective_kind::allgatherv && a.kind != collective_kind::barrier)
+        f[2] = a.in_bytes;
+    if (a.kind == collective_kind::allgatherv) {
+        // FNV-1a over the block sizes.
+        std::uint64_t h = 14695981039346656037ull;
+        for (const std::size_t b : a.blocks) {
+            h ^= b;
+            h *= 1099511628211ull;
+        }
+        f[3] = h;
+    }
+    return f;
+}
+
+/// The call a fingerprint stands for, as the diagnosis says it.
+std::string describe(const fingerprint& f) {
+    const auto kind = static_cast<collective_kind>((f[0] & 0xFF) - 1);
+    if ((f[0] & 0xFF) == 0 || (f[0] & 0xFF) > collective_kind_count)
+        return "an unknown collective";
+    std::string s(to_string(kind));
+    if (is_rooted(kind))
+        s += " to/from root " + std::to_string(static_cast<std::int64_t>(f[1]));
+    if (kind == collective_kind::allgatherv)
+        s += " with block sizes hashed to " + std::to_string(f[3] % 1000000);
+    else if (kind != collective_kind::barrier)
+        s += " of " + std::to_string(f[2]) + " bytes";
+    if (f[0] & (std::uint64_t{1} << 8)) {
+        s += ' ';
+        s += to_string(static_cast<datatype>((f[0] >> 16) & 0xFF));
+        s += ' ';
+        s += to_string(static_cast<reduce_op>((f[0] >> 24) & 0xFF));
+    }
+    return s;
+}
 
 } // namespace
 
@@ -69,10 +132,11 @@ error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
 }
 
 void group_impl::count_end(collective_kind kind, const error_code& ec, std::size_t bytes,
-                           std::chrono::steady_clock::time_point since) noexcept {
+                           std::chrono::steady_clock::time_point since,
+                           std::chrono::steady_clock::time_point now) noexcept {
     collective_counters& c = counts_[static_cast<std::size_t>(kind)];
     c.counts.ended(ec.failed(), bytes);
-    c.latency.add(std::chrono::steady_clock::now() - since);
+    c.latency.add(now - since);
 }
 
 void group_impl::metrics(group_metrics& m) const noexcept {
@@ -85,24 +149,57 @@ void group_impl::metrics(group_metrics& m) const noexcept {
     m.in_flight = collectives_in_flight_.load();
 }
 
+std::uint64_t group_impl::record_collective(const collective_args& a, flight_event_kind kind,
+                                            std::chrono::steady_clock::time_point called) noexcept {
+    if (!recorder_.enabled())
+        return flight_recorder::none;
+    flight_recorder::slot s;
+    s.kind = kind;
+    s.collective = a.kind;
+    s.seq = seq_;
+    s.root = is_rooted(a.kind) ? a.root : -1;
+    s.has_reduction = is_reduction(a.kind);
+    s.type = a.type;
+    s.op = a.op;
+    s.in_bytes = a.in_bytes;
+    s.out_bytes = a.out_bytes;
+    s.start = called;
+    return recorder_.add(s);
+}
+
+int group_impl::plan_for(const collective_args& a, std::unique_ptr<const coll::plan>& own,
+                         error_code& ec) {
+    int slot = cached_plan(a);
+    if (slot >= 0)
+        return slot;
+    auto p = std::make_unique<coll::plan>();
+    if ((ec = validate(a, *p)))
+        return -1;
+    own = std::move(p);
+    return remember_plan(a, own);
+}
+
 void group_impl::collective(collective_args&& a, group_done_handler h) {
     const auto called = std::chrono::steady_clock::now();
     ++counts_[static_cast<std::size_t>(a.kind)].counts.started;
-    if (error_) {
-        count_end(a.kind, error_, 0, called);
-        return post(std::move(h), error_);
-    }
-    int slot = cached_plan(a);
+    // Refused here: in the flight recorder with the number the next
+    // collective takes.
+    const auto refuse = [&](const error_code& ec) {
+        const auto now = std::chrono::steady_clock::now();
+        count_end(a.kind, ec, 0, called, now);
+        recorder_.ended(record_collective(a, flight_event_kind::collective, called), ec, now);
+        post(std::move(h), ec);
+    };
+    if (error_)
+        return refuse(error_);
     std::unique_ptr<const coll::plan> own;
-    if (slot < 0) {
-        auto p = std::make_unique<coll::plan>();
-        if (auto ec = validate(a, *p)) {
-            count_end(a.kind, ec, 0, called);
-            return post(std::move(h), ec);
-        }
-        own = std::move(p);
-        slot = remember_plan(a, own);
-    }
+    error_code invalid;
+    const int slot = plan_for(a, own, invalid);
+    if (invalid)
+        return refuse(invalid);
+    if (settings_.verify) [[unlikely]]
+        submit_check(a, called);
+    const std::uint64_t record = record_collective(a, flight_event_kind::collective, called);
     auto r = new_running();
     use_plan(*r, slot, std::move(own));
     // Device memory (where the library was built with CUDA and a device
@@ -116,6 +213,7 @@ void group_impl::collective(collective_args&& a, group_done_handler h) {
     r->handler.swap(h);
     r->seq = seq_++;
     r->started_at = called;
+    r->record = record;
     ++collectives_in_flight_;
     if (device_in || device_out) [[unlikely]]
         stage_in(*r, *staging, device_in, device_out);
@@ -194,6 +292,7 @@ void group_impl::prepare(running& r) {
               r.work.empty() ? static_cast<std::byte*>(r.args.out) : r.work.data(),
               r.scratch.data()};
     r.tag = collective_tag(id_, r.seq);
+    recorder_.running(r.record);
     for (const auto& c : r.steps->prologue) {
         std::byte* from = r.at(c.from);
         std::byte* to = r.at(c.to);
@@ -206,10 +305,16 @@ coll::run_action group_impl::start_round(running& r) {
     using s = coll::transfer_status;
     int done_now = 0;
     s first = s::done;
+    const bool recording = recorder_.enabled();
+    if (recording)
+        r.pending.clear();
     for (const coll::transfer& t : r.transfers()) {
         const s got = start_transfer(r, t);
-        if (got == s::pending)
+        if (got == s::pending) {
+            if (recording)
+                r.pending.push_back(t.peer);
             continue;
+        }
         ++done_now;
         if (got != s::done && first == s::done) [[unlikely]]
             first = got;
@@ -227,20 +332,21 @@ coll::transfer_status group_impl::start_transfer(running& r, const coll::transfe
     if (t.send) {
         if (fabric_->send_now(peer, data, length, r.tag))
             return s::done;
-        send_later(r, peer, data, length);
+        send_later(r, t.peer, data, length);
         return s::pending;
     }
-    const auto done = [&] { return transfer_done{shared_from_this(), &r, length, false}; };
+    const auto done = [&] { return transfer_done{shared_from_this(), &r, length, t.peer, false}; };
     std::size_t got = 0;
     if (fabric_->recv_now(peer, data, length, r.tag, done, got))
         return got == length ? s::done : s::wrong_size;
     return s::pending;
 }
 
-void group_impl::send_later(running& r, int peer, const std::byte* data, std::size_t length) {
+void group_impl::send_later(running& r, int to, const std::byte* data, std::size_t length) {
     // The handler holds the group; the group holds `r` in the runner's queue
     // until every transfer of `r` has completed.
-    fabric_->send(peer, data, length, r.tag, transfer_done{shared_from_this(), &r, length, true});
+    fabric_->send(member(to), data, length, r.tag,
+                  transfer_done{shared_from_this(), &r, length, to, true});
 }
 
 // One timer watches the deadlines of the collectives (the runner says when
@@ -281,12 +387,19 @@ void group_impl::transfer_done::operator()(error_code ec, std::size_t n) {
         status = ec == errc::message_truncated ? s::wrong_size : s::failed;
     else if (!send && n != expected) [[unlikely]]
         status = s::wrong_size;
+    if (!run->pending.empty()) {
+        if (const auto it = std::find(run->pending.begin(), run->pending.end(), peer);
+            it != run->pending.end())
+            run->pending.erase(it);
+    }
     self->execute(self->runner_.transfer_done(*run, status));
 }
 
 void group_impl::complete(const coll::run_action& a) {
     run_ptr done(static_cast<running*>(a.run));
     running& r = *done;
+    if (r.is_check) [[unlikely]]
+        return check_done(std::move(done), a.outcome == coll::run_outcome::ok);
     error_code ec;
     if (a.outcome != coll::run_outcome::ok) {
         // No partial result: the group is unusable after a failed
@@ -300,7 +413,9 @@ void group_impl::complete(const coll::run_action& a) {
         else
             ec = error_ ? error_ : fabric_->failed();
     }
-    count_end(r.args.kind, ec, r.args.in_bytes, r.started_at);
+    const auto now = std::chrono::steady_clock::now();
+    count_end(r.args.kind, ec, r.args.in_bytes, r.started_at, now);
+    recorder_.ended(r.record, ec, now);
     --collectives_in_flight_;
     recycle(r);
     release_plan(r);
@@ -388,6 +503,165 @@ void group_impl::stage_out(run_ptr done, group_done_handler h) {
             done(error_code(), n);
         },
         std::move(complete));
+}
+
+// --- the flight recorder ---
+
+void group_impl::flight_record(ucx::flight_record& r, std::string_view reason) const {
+    r.group = settings_.name;
+    r.rank = rank_;
+    r.size = size();
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) == 0)
+        r.host = host;
+    r.pid = getpid();
+    r.time_us = recorder_.wall_us(std::chrono::steady_clock::now());
+    r.reason = reason;
+    r.error = error_ ? error_.message() : std::string();
+    if (!mismatch_.empty())
+        r.error += ": " + mismatch_;
+    r.collectives = seq_;
+    recorder_.snapshot(r);
+    // The running collective: where it is, and whom it waits for.
+    const auto* run = static_cast<const running*>(runner_.front());
+    if (!run || !runner_.busy() || run->record == flight_recorder::none)
+        return;
+    for (flight_event& e : r.events) {
+        if (e.id != run->record)
+            continue;
+        e.round = static_cast<std::uint32_t>(run->round());
+        e.rounds = run->steps ? static_cast<std::uint32_t>(run->steps->rounds.size()) : 0;
+        e.waiting_for = run->pending;
+        std::sort(e.waiting_for.begin(), e.waiting_for.end());
+        e.waiting_for.erase(std::unique(e.waiting_for.begin(), e.waiting_for.end()),
+                            e.waiting_for.end());
+    }
+}
+
+void group_impl::dump_flight_record() const {
+    std::string_view reason = "failed";
+    if (error_ == error::group_timeout)
+        reason = "timeout";
+    else if (error_ == error::collective_mismatch)
+        reason = "mismatch";
+    else if (error_ == boost::asio::error::operation_aborted)
+        reason = "aborted";
+    ucx::flight_record r;
+    flight_record(r, reason);
+    // What the running collective waits for, in the log too.
+    for (const flight_event& e : r.events) {
+        if (e.kind != flight_event_kind::collective || e.state != flight_state::running)
+            continue;
+        std::string ranks;
+        for (const int w : e.waiting_for)
+            ranks += (ranks.empty() ? "" : ", ") + std::to_string(w);
+        group_log(log::severity::warning, "group ", settings_.name, ": failed (", error_.message(),
+                  ") in collective ", e.seq, " (", to_string(e.collective), "), round ",
+                  e.round + 1, " of ", e.rounds,
+                  ranks.empty() ? std::string() : ", waiting for rank(s) " + ranks);
+    }
+    if (settings_.dump.empty())
+        return;
+    std::string path = settings_.dump + std::to_string(rank_);
+    if (id_ != 0)
+        path += "-split" + std::to_string(id_);
+    path += ".json";
+    // Whole or not at all: written aside, then renamed.
+    const std::string part = path + ".part";
+    {
+        std::ofstream f(part, std::ios::binary | std::ios::trunc);
+        f << to_json(r);
+        f.close();
+        if (!f) {
+            std::remove(part.c_str());
+            group_log(log::severity::warning, "group: could not write the flight record ", path);
+            return;
+        }
+    }
+    if (std::rename(part.c_str(), path.c_str()) != 0) {
+        std::remove(part.c_str());
+        group_log(log::severity::warning, "group: could not write the flight record ", path);
+        return;
+    }
+    group_log(log::severity::info, "group: flight record written to ", path);
+}
+
+// --- the check of the collectives' arguments ---
+
+// With group_options::verify_collectives, each collective is preceded by an
+// allgather of its fingerprint (kind, root, type, operation, size): every
+// rank then holds every rank's, and sees a difference at the same step as
+// the others. The allgather is a collective of the queue like any (its
+// number comes before its collective's), so collectives started back to
+// back keep their order.
+void group_impl::submit_check(const collective_args& a,
+                              std::chrono::steady_clock::time_point called) {
+    auto c = new_running();
+    c->is_check = true;
+    const fingerprint f = fingerprint_of(a);
+    static_assert(sizeof(f) == sizeof(c->fingerprint));
+    std::memcpy(c->fingerprint.data(), f.data(), sizeof(f));
+    c->check_out.resize(static_cast<std::size_t>(size()) * sizeof(f));
+    collective_args ca;
+    ca.kind = collective_kind::allgather;
+    ca.in = c->fingerprint.data();
+    ca.in_bytes = sizeof(f);
+    ca.out = c->check_out.data();
+    ca.out_bytes = c->check_out.size();
+    std::unique_ptr<const coll::plan> own;
+    error_code never; // an allgather of equal blocks is valid
+    const int slot = plan_for(ca, own, never);
+    use_plan(*c, slot, std::move(own));
+    c->record = record_collective(a, flight_event_kind::check, called);
+    c->args = std::move(ca);
+    c->seq = seq_++;
+    c->started_at = called;
+    if (const coll::run_action first = runner_.submit(*c.release());
+        first.type != coll::run_action_type::none)
+        execute(first);
+}
+
+void group_impl::check_done(run_ptr done, bool ok) {
+    running& r = *done;
+    const auto now = std::chrono::steady_clock::now();
+    recycle(r);
+    release_plan(r);
+    std::string mismatch;
+    if (ok) {
+        // The ranks by fingerprint, in rank order.
+        std::vector<std::pair<fingerprint, std::vector<int>>> calls;
+        for (int j = 0; j < size(); ++j) {
+            fingerprint f;
+            std::memcpy(f.data(), r.check_out.data() + static_cast<std::size_t>(j) * sizeof(f),
+                        sizeof(f));
+            auto it = std::find_if(calls.begin(), calls.end(),
+                                   [&](const auto& c) { return c.first == f; });
+            if (it == calls.end())
+                calls.push_back({f, {j}});
+            else
+                it->second.push_back(j);
+        }
+        if (calls.size() > 1) {
+            mismatch = "collective " + std::to_string(r.seq + 1) + ": ";
+            for (std::size_t i = 0; i < calls.size(); ++i) {
+                const auto& ranks = calls[i].second;
+                mismatch += i > 0 ? "; " : "";
+                mismatch += ranks.size() == 1 ? "rank " : "ranks ";
+                for (std::size_t k = 0; k < ranks.size(); ++k)
+                    mismatch += (k > 0 ? ", " : "") + std::to_string(ranks[k]);
+                mismatch += " called " + describe(calls[i].first);
+            }
+        }
+    }
+    const error_code ec =
+        mismatch.empty() ? error_code() : make_error_code(error::collective_mismatch);
+    recorder_.ended(r.record, ok ? ec : (error_ ? error_ : fabric_->failed()), now);
+    keep_running(std::move(done));
+    if (mismatch.empty())
+        return; // its collective goes on (or fails with the group)
+    group_log(log::severity::error, "group ", settings_.name, ": ", mismatch);
+    mismatch_ = std::move(mismatch);
+    fabric_->fail(ec);
 }
 
 } // namespace ucx::detail

@@ -32,9 +32,11 @@ void send_rank(endpoint& ep, int who) {
     ep.async_send(boost::asio::buffer(*word), intro_tag, [word](error_code, std::size_t) {});
 }
 
-/// Sends the abort notice on `ep`, then force-closes it.
-void send_abort(endpoint ep) {
-    static const std::uint32_t word = 1;
+/// Sends the abort notice on `ep` (its word: why, `abort_word`), then
+/// force-closes it.
+void send_abort(endpoint ep, const error_code& why) {
+    static const std::uint32_t failed = abort_failed, mismatch = abort_mismatch;
+    const std::uint32_t& word = why == error::collective_mismatch ? mismatch : failed;
     auto held = std::make_shared<endpoint>(std::move(ep));
     held->async_send(boost::asio::buffer(&word, sizeof(word)), abort_tag,
                      [held](error_code, std::size_t) { held->abort(); });
@@ -159,12 +161,12 @@ void fabric::execute_one(const fabric_action& a, endpoint* fresh) {
         // The accepting rank learns who made the connection (its first
         // message), then the abort.
         send_rank(*fresh, rank());
-        return send_abort(std::move(*fresh));
+        return send_abort(std::move(*fresh), failed());
     case t::close_new:
         fresh->abort();
         return;
     case t::send_abort:
-        return send_abort(std::move(peers_[a.peer].ep));
+        return send_abort(std::move(peers_[a.peer].ep), failed());
     case t::close_force:
         peers_[a.peer].ep.abort();
         return;
@@ -247,7 +249,10 @@ void fabric::watch(int who) {
         checked(p.ep),
         [self = shared_from_this(), who](error_code ec, std::size_t, tag_t) {
             if (!ec)
-                self->execute(self->fsm_.abort_received(who));
+                self->execute(
+                    self->fsm_.abort_received(who, self->peers_[who].abort_word == abort_mismatch
+                                                       ? make_error_code(error::collective_mismatch)
+                                                       : error_code()));
         },
         [word = &p.abort_word](endpoint_impl& e, tag_recv_op* op) {
             op->background = true;

@@ -43,6 +43,10 @@ constexpr int id_shift = 18;
 constexpr std::uint32_t max_group_id = 8190;
 constexpr std::uint32_t intro_tag = 0xFFFFFFFFu;
 constexpr std::uint32_t abort_tag = 0xFFFFFFFEu;
+/// The abort notice's word: why the sender failed (an unknown word reads as
+/// a failure).
+constexpr std::uint32_t abort_failed = 1;
+constexpr std::uint32_t abort_mismatch = 2;
 constexpr std::uint32_t intro_magic = 0x47584355; // "UCXG"
 
 /// The tag of an application's message of group `id`.

@@ -187,7 +187,7 @@ fabric_actions fabric_fsm::endpoint_failed(int who, const error_code& ec) {
     return out;
 }
 
-fabric_actions fabric_fsm::abort_received(int who) {
+fabric_actions fabric_fsm::abort_received(int who, const error_code& why) {
     fabric_actions out;
     // The notice is listened for on a ready connection (it may come after
     // this rank left).
@@ -195,7 +195,7 @@ fabric_actions fabric_fsm::abort_received(int who) {
     if (failed_ || state == fabric_peer_state::none || state == fabric_peer_state::connecting)
         return out;
     out.push_back(say(fabric_report::peer_aborted, who));
-    fail(out, failure_);
+    fail(out, why ? why : failure_);
     return out;
 }
 

@@ -157,7 +157,9 @@ public:
     /// operation_aborted or bad_descriptor when closed here.
     fabric_actions endpoint_failed(int who, const error_code& ec);
     /// `who` sent the abort notice.
-    fabric_actions abort_received(int who);
+    /// (`why`: the error the notice gives, if it gives one the fabric fails
+    /// with rather than its failure: collective_mismatch.)
+    fabric_actions abort_received(int who, const error_code& why = {});
     /// `who`'s handshake timer expired (not cancelled).
     fabric_actions timer_expired(int who);
     /// Fails the fabric with `ec` (once; later calls do nothing).

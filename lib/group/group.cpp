@@ -59,8 +59,10 @@ void group_impl::split(int color, int key, group_new_handler h) {
                 my_rank = static_cast<int>(ranks.size());
             ranks.push_back(m.second);
         }
+        group_settings settings = self->settings();
+        settings.name += "/split" + std::to_string(id);
         auto child = std::make_shared<group_impl>(self->fabric_, id, my_rank, std::move(ranks),
-                                                  self->timeout());
+                                                  self->timeout(), std::move(settings));
         self->fabric_->add_group(child);
         boost::asio::dispatch(
             boost::asio::append(std::move(h), error_code(), access::construct<group>(child)));
@@ -102,7 +104,9 @@ struct joining {
                 std::iota(m.begin(), m.end(), 0);
                 return m;
             }(),
-            options.timeout);
+            options.timeout,
+            group_settings{options.name, options.flight_recorder_entries,
+                           options.flight_recorder_dump, options.verify_collectives});
         fab->add_group(g);
         fab->start();
         boost::asio::dispatch(
@@ -185,6 +189,8 @@ struct message_state {
     explicit message_state(group_bytes_handler handler) : h(std::move(handler)) {}
     group_bytes_handler h;
     bool done = false;
+    /// Its event in the group's flight recorder.
+    std::uint64_t record = flight_recorder::none;
 };
 
 /// In the handler's cancellation slot while the message waits for its
@@ -193,6 +199,7 @@ struct message_state {
 /// endpoint, the endpoint operation's own canceller takes the slot.
 struct message_waiting_canceller {
     std::weak_ptr<message_state> s;
+    std::weak_ptr<group_impl> g;
     boost::asio::any_io_executor ex;
     void operator()(boost::asio::cancellation_type type) const {
         using ct = boost::asio::cancellation_type;
@@ -201,6 +208,8 @@ struct message_waiting_canceller {
         const auto st = s.lock();
         if (!st || std::exchange(st->done, true))
             return;
+        if (const auto group = g.lock())
+            group->message_ended(st->record, boost::asio::error::operation_aborted, 0);
         // Not from inside the slot's handler: the handler's slot is its own.
         boost::asio::post(ex, boost::asio::append(std::move(st->h),
                                                   error_code(boost::asio::error::operation_aborted),
@@ -226,6 +235,7 @@ struct message_step {
     void operator()(error_code ec, std::size_t n) {
         if (std::exchange(s->done, true))
             return; // completed by its cancellation
+        g->message_ended(s->record, ec, n);
         if (auto slot = s->h.get_cancellation_slot(); slot.is_connected())
             slot.clear();
         if (ec == boost::asio::error::operation_aborted)
@@ -234,11 +244,13 @@ struct message_step {
     }
 };
 
-message_step completing(const std::shared_ptr<group_impl>& g, int peer, group_bytes_handler h) {
+message_step completing(const std::shared_ptr<group_impl>& g, int peer, group_bytes_handler h,
+                        std::uint64_t record) {
     auto s = std::make_shared<message_state>(std::move(h));
+    s->record = record;
     if (auto slot = s->h.get_cancellation_slot(); slot.is_connected())
-        slot.template emplace<message_waiting_canceller>(std::weak_ptr<message_state>(s),
-                                                         g->executor());
+        slot.template emplace<message_waiting_canceller>(
+            std::weak_ptr<message_state>(s), std::weak_ptr<group_impl>(g), g->executor());
     return message_step{std::move(s), g, peer};
 }
 
@@ -249,8 +261,9 @@ void group_send(const std::shared_ptr<group_impl>& g, int to, const void* data, 
     if (auto ec = check_message(*g, to, tag))
         return g->post(std::move(h), ec, std::size_t{0});
     const int peer = g->member(to);
+    const auto record = g->message_started(true, to, size, tag);
     g->fab()->send(peer, data, size, user_tag(g->id(), static_cast<std::uint32_t>(tag)),
-                   completing(g, peer, std::move(h)));
+                   completing(g, peer, std::move(h), record));
 }
 
 void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std::size_t size,
@@ -258,8 +271,9 @@ void group_recv(const std::shared_ptr<group_impl>& g, int from, void* data, std:
     if (auto ec = check_message(*g, from, tag))
         return g->post(std::move(h), ec, std::size_t{0});
     const int peer = g->member(from);
+    const auto record = g->message_started(false, from, size, tag);
     g->fab()->recv(peer, data, size, user_tag(g->id(), static_cast<std::uint32_t>(tag)),
-                   completing(g, peer, std::move(h)));
+                   completing(g, peer, std::move(h), record));
 }
 
 void group_recv_any(const std::shared_ptr<group_impl>& g, void* data, std::size_t size, tag_t tag,
@@ -321,6 +335,9 @@ worker_core& group_core(const group_impl& g) noexcept {
 
 boost::asio::any_io_executor group_executor(const group_impl& g) noexcept {
     return g.executor();
+}
+void group_flight_record(const group_impl& g, flight_record& r) {
+    g.flight_record(r, "request");
 }
 void group_set_timeout(group_impl& g, std::chrono::milliseconds t) noexcept {
     g.set_timeout(t);

@@ -17,6 +17,7 @@
 #include "group/collective_plan.hpp"
 #include "group/collective_runner.hpp"
 #include "group/fabric.hpp"
+#include "group/flight_recorder.hpp"
 
 #include <boost/asio/append.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -35,13 +36,25 @@
 
 namespace ucx::detail {
 
+/// What a group keeps of its options besides its ranks and timeout.
+struct group_settings {
+    /// Its name in flight records.
+    std::string name;
+    /// `group_options::flight_recorder_entries` and `flight_recorder_dump`.
+    std::size_t recorder_entries = 0;
+    std::string dump;
+    /// `group_options::verify_collectives`.
+    bool verify = false;
+};
+
 /// One group: its ranks (fabric ranks), its collectives' queue, its waiters.
 class group_impl final : public fabric_member, public std::enable_shared_from_this<group_impl> {
 public:
     group_impl(std::shared_ptr<fabric> f, std::uint32_t id, int rank, std::vector<int> members,
-               std::chrono::milliseconds timeout)
+               std::chrono::milliseconds timeout, group_settings settings)
         : fabric_(std::move(f)), id_(id), rank_(rank), members_(std::move(members)),
-          runner_(runner_params(timeout)) {}
+          runner_(runner_params(timeout)), settings_(std::move(settings)),
+          recorder_(settings_.recorder_entries) {}
     group_impl(const group_impl&) = delete;
     group_impl& operator=(const group_impl&) = delete;
     ~group_impl() {
@@ -62,6 +75,30 @@ public:
     std::chrono::milliseconds timeout() const noexcept { return runner_.timeout(); }
     void set_timeout(std::chrono::milliseconds t) noexcept { runner_.set_timeout(t); }
     const boost::asio::any_io_executor& executor() const noexcept { return fabric_->executor(); }
+    const group_settings& settings() const noexcept { return settings_; }
+    /// This rank's flight record (on the group's executor), with `reason`.
+    void flight_record(ucx::flight_record& r, std::string_view reason) const;
+    /// Records a message by rank (`send`: to, else from, group rank `peer`);
+    /// its id for `message_ended`.
+    std::uint64_t message_started(bool send, int peer, std::size_t bytes, tag_t tag) noexcept {
+        if (!recorder_.enabled())
+            return flight_recorder::none;
+        flight_recorder::slot s;
+        s.kind = send ? flight_event_kind::send : flight_event_kind::recv;
+        s.state = flight_state::running;
+        s.peer = peer;
+        s.tag = tag;
+        (send ? s.in_bytes : s.out_bytes) = bytes;
+        s.start = flight_recorder::clock::now();
+        return recorder_.add(s);
+    }
+    void message_ended(std::uint64_t id, const error_code& ec, std::size_t bytes) noexcept {
+        if (flight_recorder::slot* s = recorder_.find(id)) {
+            if (s->kind == flight_event_kind::recv)
+                s->out_bytes = bytes;
+            recorder_.ended(id, ec, flight_recorder::clock::now());
+        }
+    }
 
     template <class Handler, class... Args>
     void post(Handler h, Args... args) {
@@ -73,6 +110,8 @@ public:
         if (error_)
             return;
         error_ = ec;
+        if (!released_)
+            dump_flight_record();
         auto waiters = std::move(failure_waiters_);
         failure_waiters_.clear();
         for (auto& h : waiters)
@@ -138,6 +177,16 @@ private:
         error_code local_error;
         /// When it was called (its latency in the metrics).
         std::chrono::steady_clock::time_point started_at{};
+        /// Its event in the flight recorder.
+        std::uint64_t record = flight_recorder::none;
+        /// With the recorder on: the group ranks of the transfers of its
+        /// round still in flight (their capacity is kept).
+        std::vector<int> pending;
+        /// The check of the next collective's arguments (`submit_check`):
+        /// this rank's fingerprint, and every rank's (capacity kept).
+        bool is_check = false;
+        std::array<std::uint64_t, 4> fingerprint{};
+        std::vector<std::byte> check_out;
 
         /// As made, for the next collective (the handler was moved out, the
         /// buffers recycled and the plan released; `args` is assigned when
@@ -154,6 +203,10 @@ private:
                 std::vector<std::byte>().swap(host_out);
             }
             local_error = {};
+            record = flight_recorder::none;
+            pending.clear();
+            is_check = false;
+            check_out.clear();
         }
     };
 
@@ -229,6 +282,15 @@ private:
     void finish_any(const std::shared_ptr<any_recv>& r, error_code ec, int from, std::size_t n);
 
     error_code validate(const collective_args& a, coll::plan& p) const;
+    /// The slot of the plan for `a` (cached, or made: `own` when no slot is
+    /// free), or -1 with `ec` when `a` is invalid (or with `own`).
+    int plan_for(const collective_args& a, std::unique_ptr<const coll::plan>& own, error_code& ec);
+    /// Records a collective (or its check) called at `called` with the next
+    /// number.
+    std::uint64_t record_collective(const collective_args& a, flight_event_kind kind,
+                                    std::chrono::steady_clock::time_point called) noexcept;
+    /// Queues the check of `a`'s arguments across the ranks.
+    void submit_check(const collective_args& a, std::chrono::steady_clock::time_point called);
 
     /// The plans of the last few distinct collectives: a loop of the same
     /// collective computes (and allocates) its plan once. A plan depends on
@@ -327,6 +389,7 @@ private:
         std::shared_ptr<group_impl> self;
         running* run;
         std::size_t expected;
+        int peer; // group rank
         bool send;
         void operator()(error_code ec, std::size_t n);
     };
@@ -344,7 +407,7 @@ private:
     /// Starts `t`, a transfer of `r`.
     coll::transfer_status start_transfer(running& r, const coll::transfer& t);
     /// A send of `r` that UCX did not complete at once.
-    void send_later(running& r, int peer, const std::byte* data, std::size_t length);
+    void send_later(running& r, int to, const std::byte* data, std::size_t length);
     void arm_watchdog(std::chrono::steady_clock::time_point at);
     void cancel_watchdog() noexcept;
     /// `r` ended inside its start: it ends from the worker's next pass, as
@@ -360,6 +423,9 @@ private:
     };
     /// Completes the handler of `a.run`, which ended with `a.outcome`.
     void complete(const coll::run_action& a);
+    /// A check ended (`ok`: every rank's fingerprint is here): a
+    /// difference fails the group with collective_mismatch.
+    void check_done(std::unique_ptr<running> done, bool ok);
 
     std::shared_ptr<fabric> fabric_;
     std::uint32_t id_;
@@ -379,9 +445,18 @@ private:
     };
     std::array<collective_counters, collective_kind_count> counts_{};
     counter collectives_in_flight_;
-    /// A collective of `kind` ended with `ec` (`bytes` its input), started at `since`.
+    /// A collective of `kind` ended with `ec` (`bytes` its input) at `now`,
+    /// started at `since`.
     void count_end(collective_kind kind, const error_code& ec, std::size_t bytes,
-                   std::chrono::steady_clock::time_point since) noexcept;
+                   std::chrono::steady_clock::time_point since,
+                   std::chrono::steady_clock::time_point now) noexcept;
+    /// Writes the flight record to the configured file, if any (the group
+    /// failed with `error_`).
+    void dump_flight_record() const;
+    group_settings settings_;
+    flight_recorder recorder_;
+    /// What the check found different (empty: nothing).
+    std::string mismatch_;
     /// Watches the running collective's deadline (for the runner): a wait
     /// whose generation is not the current one is stale.
     std::shared_ptr<boost::asio::steady_timer> watchdog_;

@@ -109,18 +109,15 @@ inline ucx::worker_options group_worker_options() {
 /// rank joined with its rank.
 inline bool join_groups(asio::io_context& io, ucx::store& store,
                         const std::vector<std::unique_ptr<ucx::worker>>& workers,
-                        std::vector<ucx::group>& groups, const std::string& name,
-                        bool lazy = false) {
+                        std::vector<ucx::group>& groups, const ucx::group_options& options) {
     const int n = static_cast<int>(workers.size());
     std::vector<std::optional<ucx::error_code>> done(n);
     groups.clear();
     groups.resize(n);
     for (int i = 0; i < n; ++i) {
-        ucx::group_options o;
+        ucx::group_options o = options;
         o.rank = i;
         o.size = n;
-        o.name = name;
-        o.lazy_connections = lazy;
         ucx::async_join(*workers[i], store, o, [&, i](ucx::error_code ec, ucx::group g) {
             done[i] = ec;
             groups[i] = std::move(g);
@@ -133,6 +130,16 @@ inline bool join_groups(asio::io_context& io, ucx::store& store,
         joined = joined && done[i] && !*done[i] && groups[i].rank() == i && groups[i].size() == n;
     }
     return joined;
+}
+
+inline bool join_groups(asio::io_context& io, ucx::store& store,
+                        const std::vector<std::unique_ptr<ucx::worker>>& workers,
+                        std::vector<ucx::group>& groups, const std::string& name,
+                        bool lazy = false) {
+    ucx::group_options o;
+    o.name = name;
+    o.lazy_connections = lazy;
+    return join_groups(io, store, workers, groups, o);
 }
 
 /// `n` workers on `io` (options `wo`) joined as by `join_groups`.

@@ -27,6 +27,7 @@ void tcp_store_protocol(input data);
 void staging_plan(input data);
 void fabric_fsm(input data);
 void collective_runner(input data);
+void flight_record(input data);
 
 struct target {
     std::string_view name; ///< also the corpus directory, test/fuzz/corpus/<name>
@@ -44,6 +45,7 @@ inline constexpr target targets[] = {
     {"staging_plan", &staging_plan},
     {"fabric_fsm", &fabric_fsm},
     {"collective_runner", &collective_runner},
+    {"flight_record", &flight_record},
 };
 
 /// The events of the state machine targets: one byte each (modulo `count`),

@@ -8,9 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <ucx/flight_recorder.hpp>
+
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 using namespace ucx_test;
@@ -164,4 +169,76 @@ TEST(group_processes, a_rank_killed_during_allreduce_fails_the_group_everywhere)
 
 TEST(group_processes, a_rank_stopped_during_allreduce_fails_the_group_everywhere) {
     fault_during_allreduce(SIGSTOP);
+}
+
+// Four ranks allreduce; then every rank but 3 calls a barrier, which rank 3
+// never calls. The others' deadline fires, every rank writes its flight
+// record, and ucx-asio-flight names rank 3.
+TEST(group_processes, the_flight_records_name_a_rank_that_skipped_a_barrier) {
+    const std::string dir = store_dir("flight");
+    const std::string records = dir + "-records/";
+    std::filesystem::remove_all(records);
+    std::filesystem::create_directories(records);
+    std::vector<std::unique_ptr<child_process>> ranks;
+    for (int r = 0; r < 4; ++r)
+        ranks.push_back(start_rank(r, 4, {"UCXASIO_STORE_DIR=" + dir, "UCX_TLS=tcp,sm,self"},
+                                   {"--count", "1000", "--timeout", "2000", "--flight-recorder",
+                                    records + "rank", "--skip-barrier", "3"}));
+    for (int r = 0; r < 4; ++r) {
+        const std::string out = ranks[r]->read_all();
+        EXPECT_EQ(ranks[r]->wait(), 1) << "rank " << r << ":\n" << out;
+        EXPECT_TRUE(contains(out, "group failed: ")) << "rank " << r << ":\n" << out;
+        EXPECT_FALSE(contains(out, "no failure")) << "rank " << r << ":\n" << out;
+    }
+    std::vector<std::string> files;
+    std::vector<ucx::flight_record> parsed;
+    for (int r = 0; r < 4; ++r) {
+        const std::string file = records + "rank" + std::to_string(r) + ".json";
+        std::ifstream f(file);
+        ASSERT_TRUE(f.good()) << file << " was not written";
+        std::stringstream text;
+        text << f.rdbuf();
+        ucx::flight_record rec;
+        ASSERT_FALSE(ucx::from_json(text.str(), rec)) << file << ":\n" << text.str();
+        EXPECT_EQ(rec.rank, r);
+        EXPECT_EQ(rec.size, 4);
+        EXPECT_EQ(rec.group, "group_allreduce");
+        EXPECT_FALSE(rec.error.empty());
+        // The allreduce, completed everywhere; the barrier only on 0 to 2,
+        // not completed there.
+        EXPECT_EQ(rec.collectives, r == 3 ? 1u : 2u) << text.str();
+        ASSERT_GE(rec.events.size(), 1u) << text.str();
+        EXPECT_EQ(rec.events[0].collective, ucx::collective_kind::allreduce);
+        EXPECT_EQ(rec.events[0].state, ucx::flight_state::completed);
+        EXPECT_EQ(rec.events[0].in_bytes, 4000u);
+        if (r != 3) {
+            ASSERT_EQ(rec.events.size(), 2u) << text.str();
+            EXPECT_EQ(rec.events[1].collective, ucx::collective_kind::barrier);
+            EXPECT_EQ(rec.events[1].seq, 1u);
+            EXPECT_EQ(rec.events[1].state, ucx::flight_state::running) << text.str();
+        }
+        if (r == 0)
+            std::printf("rank 0's flight record:\n%s", text.str().c_str());
+        files.push_back(file);
+        parsed.push_back(std::move(rec));
+    }
+    // A rank a collective waits for is named: some rank waits for rank 3.
+    bool waits_for_3 = false;
+    for (const auto& rec : parsed)
+        for (const auto& e : rec.events)
+            waits_for_3 = waits_for_3 || std::count(e.waiting_for.begin(), e.waiting_for.end(), 3);
+    EXPECT_TRUE(waits_for_3);
+
+    std::vector<std::string> argv = {UCX_ASIO_FLIGHT};
+    argv.insert(argv.end(), files.begin(), files.end());
+    child_process tool(argv);
+    const std::string report = tool.read_all();
+    EXPECT_EQ(tool.wait(), 0) << report;
+    std::printf("ucx-asio-flight:\n%s", report.c_str());
+    EXPECT_TRUE(contains(report, "rank 3 never called collective 1 (barrier), which ranks 0, 1, 2 "
+                                 "called"))
+        << report;
+    EXPECT_TRUE(contains(report, "culprit: rank 3\n")) << report;
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove_all(records);
 }

@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <numeric>
 #include <set>
@@ -746,6 +747,195 @@ TEST(group, ABroadcastOfAnotherSizeFailsWithCollectiveMismatch) {
         EXPECT_EQ(*failed1, ucx::error::group_failed) << failed1->message();
         EXPECT_EQ(*failed0, ucx::error::group_failed) << failed0->message();
     }
+}
+
+/// `n` ranks over shared memory whose groups check every collective's
+/// arguments (group_options::verify_collectives) and have no deadline: a
+/// collective that hangs fails the test.
+struct verified_ranks {
+    explicit verified_ranks(int n) : store(io.get_executor()) {
+        for (int i = 0; i < n; ++i)
+            workers.push_back(std::make_unique<ucx::worker>(ctx, io, group_worker_options()));
+        ucx::group_options o;
+        o.name = "verified";
+        o.verify_collectives = true;
+        joined = join_groups(io, store, workers, groups, o);
+    }
+    asio::io_context io;
+    ucx::context ctx{options_for(transport::shared_memory)};
+    ucx::memory_store store;
+    std::vector<std::unique_ptr<ucx::worker>> workers;
+    std::vector<ucx::group> groups;
+    bool joined = false;
+};
+
+TEST(group, VerifiedCollectivesQueuedBackToBackKeepTheirOrderAndResults) {
+    verified_ranks f(3);
+    ASSERT_TRUE(f.joined);
+    constexpr int rounds = 20;
+    std::vector<std::vector<std::int32_t>> v(3 * rounds);
+    std::vector<std::int64_t> b(3, 0);
+    int done = 0;
+    for (int r = 0; r < 3; ++r) {
+        for (int k = 0; k < rounds; ++k) {
+            auto& x = v[static_cast<std::size_t>(r * rounds + k)];
+            x.assign(static_cast<std::size_t>(k + 1), r + k);
+            f.groups[r].async_allreduce(std::span<std::int32_t>(x), ucx::reduce_op::sum,
+                                        [&](ucx::error_code ec) {
+                                            EXPECT_FALSE(ec) << ec.message();
+                                            ++done;
+                                        });
+        }
+        b[static_cast<std::size_t>(r)] = r == 1 ? 77 : 0;
+        f.groups[r].async_broadcast(asio::buffer(&b[static_cast<std::size_t>(r)], 8), 1,
+                                    [&](ucx::error_code ec) {
+                                        EXPECT_FALSE(ec) << ec.message();
+                                        ++done;
+                                    });
+    }
+    ASSERT_TRUE(run_until(f.io, [&] { return done == 3 * (rounds + 1); }));
+    for (int r = 0; r < 3; ++r) {
+        for (int k = 0; k < rounds; ++k)
+            for (const auto e : v[static_cast<std::size_t>(r * rounds + k)])
+                ASSERT_EQ(e, 3 * k + 3) << "rank " << r << ", collective " << k;
+        EXPECT_EQ(b[static_cast<std::size_t>(r)], 77);
+        EXPECT_TRUE(f.groups[r].is_open());
+        // Each collective after its check: checks take the even numbers.
+        const ucx::flight_record rec = f.groups[r].flight_record();
+        EXPECT_EQ(rec.collectives, 2u * (rounds + 1));
+        ASSERT_EQ(rec.events.size(), 2u * (rounds + 1));
+        for (std::size_t i = 0; i < rec.events.size(); ++i) {
+            const auto& e = rec.events[i];
+            EXPECT_EQ(e.kind, i % 2 == 0 ? ucx::flight_event_kind::check
+                                         : ucx::flight_event_kind::collective);
+            EXPECT_EQ(e.seq, i);
+            EXPECT_EQ(e.state, ucx::flight_state::completed);
+        }
+        // The metrics count the application's collectives only.
+        const auto m = f.groups[r].metrics();
+        EXPECT_EQ(
+            m.collectives[static_cast<std::size_t>(ucx::collective_kind::allreduce)].completed,
+            static_cast<std::uint64_t>(rounds));
+        EXPECT_EQ(m.collectives[static_cast<std::size_t>(ucx::collective_kind::allgather)].started,
+                  0u);
+    }
+}
+
+TEST(group, VerifiedCollectivesThatDisagreeFailWithCollectiveMismatchOnEveryRank) {
+    // Rank 2 allreduces 8 elements where the others allreduce 4; then a
+    // broadcast whose root rank 1 sees differently. Without the check the
+    // first would fail on some ranks only (a message of the wrong size), the
+    // second hang; with it every rank fails at once, and says why.
+    struct case_t {
+        const char* name;
+        std::function<void(ucx::group&, int, std::vector<std::int64_t>&,
+                           std::function<void(ucx::error_code)>)>
+            call;
+        const char* named;
+    };
+    const std::vector<case_t> cases = {
+        {"count",
+         [](ucx::group& g, int r, std::vector<std::int64_t>& buf, auto h) {
+             buf.assign(r == 2 ? 8 : 4, r);
+             g.async_allreduce(std::span<std::int64_t>(buf), ucx::reduce_op::sum, std::move(h));
+         },
+         "collective 1: ranks 0, 1, 3 called allreduce of 32 bytes int64 sum; rank 2 called "
+         "allreduce of 64 bytes int64 sum"},
+        {"root",
+         [](ucx::group& g, int r, std::vector<std::int64_t>& buf, auto h) {
+             buf.assign(2, r);
+             g.async_broadcast(asio::buffer(buf), r == 1 ? 1 : 0, std::move(h));
+         },
+         "collective 1: ranks 0, 2, 3 called broadcast to/from root 0 of 16 bytes; rank 1 "
+         "called broadcast to/from root 1 of 16 bytes"},
+        {"kind",
+         [](ucx::group& g, int r, std::vector<std::int64_t>& buf, auto h) {
+             buf.assign(1, r);
+             if (r == 3)
+                 g.async_barrier(std::move(h));
+             else
+                 g.async_allreduce(std::span<std::int64_t>(buf), ucx::reduce_op::max, std::move(h));
+         },
+         "collective 1: ranks 0, 1, 2 called allreduce of 8 bytes int64 max; rank 3 called "
+         "barrier"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.name);
+        verified_ranks f(4);
+        ASSERT_TRUE(f.joined);
+        std::vector<std::vector<std::int64_t>> bufs(4);
+        std::vector<std::optional<ucx::error_code>> r(4), failed(4);
+        for (int i = 0; i < 4; ++i) {
+            f.groups[i].async_wait_failure([&, i](ucx::error_code ec) { failed[i] = ec; });
+            c.call(f.groups[i], i, bufs[i], [&, i](ucx::error_code ec) { r[i] = ec; });
+        }
+        ASSERT_TRUE(run_until(f.io, [&] { return all_set(r) && all_set(failed); }));
+        for (int i = 0; i < 4; ++i) {
+            EXPECT_EQ(*r[i], ucx::error::collective_mismatch)
+                << "rank " << i << ": " << r[i]->message();
+            EXPECT_EQ(*failed[i], ucx::error::collective_mismatch) << "rank " << i;
+            const ucx::flight_record rec = f.groups[i].flight_record();
+            // A rank that saw the others' fingerprints names the calls (one
+            // that heard of the failure from another first does not).
+            if (rec.error.find("collective 1:") != std::string::npos) {
+                EXPECT_NE(rec.error.find(c.named), std::string::npos) << rec.error;
+            }
+            ASSERT_EQ(rec.events.size(), 2u);
+            EXPECT_EQ(rec.events[0].kind, ucx::flight_event_kind::check);
+            EXPECT_EQ(rec.events[1].state, ucx::flight_state::failed);
+        }
+        // The first rank to compare the fingerprints named the calls.
+        int named = 0;
+        for (int i = 0; i < 4; ++i)
+            named += f.groups[i].flight_record().error.find(c.named) != std::string::npos;
+        EXPECT_GE(named, 1);
+    }
+}
+
+TEST(group, TheFlightRecordShowsMessagesAndCollectivesAsTheyRun) {
+    ranks_fixture f(transport::shared_memory, 2);
+    std::array<std::uint64_t, 2> word{5, 0};
+    std::optional<ucx::error_code> sent, got, barrier0;
+    // Rank 1 waits in a receive from rank 0 (tag 9) while rank 0 is in a
+    // barrier rank 1 has not called.
+    f.groups[1].async_recv(0, asio::buffer(&word[1], 8), 9,
+                           [&](ucx::error_code ec, std::size_t) { got = ec; });
+    f.groups[0].async_barrier([&](ucx::error_code ec) { barrier0 = ec; });
+    ASSERT_TRUE(run_ticks(f.io, 20));
+    const ucx::flight_record r0 = f.groups[0].flight_record();
+    const ucx::flight_record r1 = f.groups[1].flight_record();
+    EXPECT_EQ(r0.reason, "request");
+    EXPECT_EQ(r0.group, "g");
+    ASSERT_EQ(r0.events.size(), 1u);
+    EXPECT_EQ(r0.events[0].state, ucx::flight_state::running);
+    EXPECT_EQ(r0.events[0].waiting_for, (std::vector<int>{1}));
+    ASSERT_EQ(r1.events.size(), 1u);
+    EXPECT_EQ(r1.events[0].kind, ucx::flight_event_kind::recv);
+    EXPECT_EQ(r1.events[0].peer, 0);
+    EXPECT_EQ(r1.events[0].tag, 9u);
+    EXPECT_EQ(r1.events[0].state, ucx::flight_state::running);
+    {
+        const std::vector<ucx::flight_record> both = {r0, r1};
+        const auto d = ucx::diagnose(both);
+        EXPECT_EQ(d.culprits, (std::vector<int>{1}));
+        ASSERT_FALSE(d.findings.empty());
+        EXPECT_EQ(d.findings[0], "rank 1 never called collective 0 (barrier), which rank 0 "
+                                 "called (rank 0 waited in it)");
+    }
+    std::optional<ucx::error_code> barrier1;
+    f.groups[0].async_send(1, asio::buffer(&word[0], 8), 9,
+                           [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    f.groups[1].async_barrier([&](ucx::error_code ec) { barrier1 = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return sent && got && barrier0 && barrier1; }));
+    EXPECT_EQ(word[1], 5u);
+    const ucx::flight_record after = f.groups[1].flight_record();
+    ASSERT_EQ(after.events.size(), 2u);
+    EXPECT_EQ(after.events[0].state, ucx::flight_state::completed);
+    EXPECT_EQ(after.events[0].out_bytes, 8u);
+    EXPECT_GE(after.events[0].end_us, after.events[0].start_us);
+    EXPECT_EQ(after.events[1].state, ucx::flight_state::completed);
+    EXPECT_TRUE(after.events[1].waiting_for.empty());
+    EXPECT_EQ(ucx::group().flight_record().rank, -1);
 }
 
 /// Two connected endpoints over shared memory, for the endpoint's sends and

@@ -325,6 +325,17 @@ TEST(FabricFsm, AnAbortNoticeFailsTheFabric) {
               "close_acceptor, send_abort 0, send_abort 2");
 }
 
+TEST(FabricFsm, AnAbortNoticeThatGivesItsCauseFailsTheFabricWithIt) {
+    // (The I/O object reads the notice's word: ranks that called different
+    // collectives, for one.)
+    auto f = middle();
+    make_ready(f);
+    EXPECT_EQ(str(f.abort_received(0, aerr::connection_reset)),
+              "report(peer_aborted) 0, report(failed) reset, fail_groups reset, "
+              "close_acceptor, send_abort 0, send_abort 2");
+    EXPECT_EQ(f.failed(), aerr::connection_reset);
+}
+
 TEST(FabricFsm, ALowerRankThatNeverConnectsFailsTheFabricAtTheHandshakeTimeout) {
     fabric_fsm f(params(2, 3, false, 1500));
     f.start();
