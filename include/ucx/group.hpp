@@ -58,7 +58,8 @@ struct group_options {
     bool lazy_connections = false;
     /// The flight recorder keeps this rank's last `flight_recorder_entries`
     /// collectives and messages by rank of each group (`group::flight_record()`;
-    /// about 100 bytes each). 0: none recorded.
+    /// about 100 bytes each; rounded up to a power of two). 0: none
+    /// recorded.
     std::size_t flight_recorder_entries = 256;
     /// Where the group writes its flight record when it fails (a collective
     /// past its deadline, a failed or mismatched collective, a peer's

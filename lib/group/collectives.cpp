@@ -151,9 +151,10 @@ void group_impl::metrics(group_metrics& m) const noexcept {
 
 std::uint64_t group_impl::record_collective(const collective_args& a, flight_event_kind kind,
                                             std::chrono::steady_clock::time_point called) noexcept {
-    if (!recorder_.enabled())
+    flight_recorder::slot* to = recorder_.next();
+    if (!to)
         return flight_recorder::none;
-    flight_recorder::slot s;
+    flight_recorder::slot& s = *to;
     s.kind = kind;
     s.collective = a.kind;
     s.seq = seq_;
@@ -164,7 +165,7 @@ std::uint64_t group_impl::record_collective(const collective_args& a, flight_eve
     s.in_bytes = a.in_bytes;
     s.out_bytes = a.out_bytes;
     s.start = called;
-    return recorder_.add(s);
+    return s.id;
 }
 
 int group_impl::plan_for(const collective_args& a, std::unique_ptr<const coll::plan>& own,

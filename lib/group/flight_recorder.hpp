@@ -12,9 +12,12 @@
 
 #include <ucx/flight_recorder.hpp>
 
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <vector>
+
+#include <time.h>
 
 namespace ucx::detail {
 
@@ -44,28 +47,42 @@ public:
         boost::system::error_code ec;
     };
 
-    /// Keeps the last `capacity` events (0: records nothing).
+    /// Keeps the last `capacity` events, rounded up to a power of two (0:
+    /// records nothing).
     explicit flight_recorder(std::size_t capacity)
-        : ring_(capacity), wall0_(std::chrono::system_clock::now()), steady0_(clock::now()) {}
+        : ring_(capacity == 0 ? 0 : std::bit_ceil(capacity)), mask_(ring_.size() - 1),
+          wall0_(std::chrono::system_clock::now()), steady0_(clock::now()) {}
 
     bool enabled() const noexcept { return !ring_.empty(); }
 
     /// Records `s` (its `id` is given here) and returns its id (`none` when
     /// off).
     std::uint64_t add(const slot& s) noexcept {
-        if (ring_.empty())
+        slot* to = next();
+        if (!to)
             return none;
-        const std::uint64_t id = next_++;
-        slot& to = ring_[id % ring_.size()];
-        to = s;
-        to.id = id;
+        const std::uint64_t id = to->id;
+        *to = s;
+        to->id = id;
         return id;
+    }
+    /// The slot of a new event, as it was made (its `id` given, the rest to
+    /// fill in), overwriting the oldest; null when off.
+    slot* next() noexcept {
+        if (ring_.empty())
+            return nullptr;
+        const std::uint64_t id = next_++;
+        slot& to = ring_[id & mask_];
+        if (to.id != none) // a slot used before: as made
+            to = slot{};
+        to.id = id;
+        return &to;
     }
     /// The event `id`, or null once overwritten (or `none`).
     slot* find(std::uint64_t id) noexcept {
         if (id == none || ring_.empty())
             return nullptr;
-        slot& s = ring_[id % ring_.size()];
+        slot& s = ring_[id & mask_];
         return s.id == id ? &s : nullptr;
     }
     /// `id` ended with `ec` at `at`.
@@ -81,6 +98,17 @@ public:
     void running(std::uint64_t id) noexcept {
         if (slot* s = find(id))
             s->state = flight_state::running;
+    }
+
+    /// The steady clock to the scheduler's tick (a few milliseconds): the
+    /// times of messages by rank, which the metrics do not read the clock
+    /// for (CLOCK_MONOTONIC_COARSE, the steady clock's epoch, at a fraction
+    /// of its cost).
+    static clock::time_point coarse_now() noexcept {
+        timespec ts{};
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+        return clock::time_point(std::chrono::duration_cast<clock::duration>(
+            std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
     }
 
     /// Microseconds since the Unix epoch of the steady clock's `t`.
@@ -99,7 +127,7 @@ public:
         r.dropped = first;
         r.events.reserve(static_cast<std::size_t>(next_ - first));
         for (std::uint64_t id = first; id < next_; ++id) {
-            const slot& s = ring_[id % n];
+            const slot& s = ring_[id & mask_];
             flight_event e;
             e.id = s.id;
             e.kind = s.kind;
@@ -124,6 +152,7 @@ public:
 
 private:
     std::vector<slot> ring_;
+    std::uint64_t mask_;
     std::uint64_t next_ = 0;
     std::chrono::system_clock::time_point wall0_;
     clock::time_point steady0_;

@@ -81,22 +81,23 @@ public:
     /// Records a message by rank (`send`: to, else from, group rank `peer`);
     /// its id for `message_ended`.
     std::uint64_t message_started(bool send, int peer, std::size_t bytes, tag_t tag) noexcept {
-        if (!recorder_.enabled())
+        flight_recorder::slot* to = recorder_.next();
+        if (!to)
             return flight_recorder::none;
-        flight_recorder::slot s;
+        flight_recorder::slot& s = *to;
         s.kind = send ? flight_event_kind::send : flight_event_kind::recv;
         s.state = flight_state::running;
         s.peer = peer;
         s.tag = tag;
         (send ? s.in_bytes : s.out_bytes) = bytes;
-        s.start = flight_recorder::clock::now();
-        return recorder_.add(s);
+        s.start = flight_recorder::coarse_now();
+        return s.id;
     }
     void message_ended(std::uint64_t id, const error_code& ec, std::size_t bytes) noexcept {
         if (flight_recorder::slot* s = recorder_.find(id)) {
             if (s->kind == flight_event_kind::recv)
                 s->out_bytes = bytes;
-            recorder_.ended(id, ec, flight_recorder::clock::now());
+            recorder_.ended(id, ec, flight_recorder::coarse_now());
         }
     }
 

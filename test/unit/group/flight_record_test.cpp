@@ -30,12 +30,21 @@ flight_recorder::slot collective(collective_kind k, std::uint64_t seq, std::size
 }
 
 TEST(flight_recorder, keeps_the_last_events_and_updates_them_by_id) {
-    flight_recorder rec(3);
+    flight_recorder rec(3); // rounded up to 4
     ASSERT_TRUE(rec.enabled());
     std::vector<std::uint64_t> ids;
     for (std::uint64_t i = 0; i < 5; ++i)
         ids.push_back(rec.add(collective(collective_kind::allreduce, i, 8)));
-    EXPECT_EQ(ids, (std::vector<std::uint64_t>{0, 1, 2, 3, 4}));
+    // In place, as made: nothing of the overwritten event is left.
+    flight_recorder::slot* in_place = rec.next();
+    ASSERT_NE(in_place, nullptr);
+    EXPECT_EQ(in_place->id, 5u);
+    EXPECT_EQ(in_place->seq, 0u);
+    EXPECT_EQ(in_place->in_bytes, 0u);
+    EXPECT_EQ(in_place->state, flight_state::queued);
+    in_place->seq = 5;
+    ids.push_back(in_place->id);
+    EXPECT_EQ(ids, (std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5}));
     // The first two were overwritten: no longer found, and not updated.
     EXPECT_EQ(rec.find(0), nullptr);
     EXPECT_EQ(rec.find(1), nullptr);
@@ -46,7 +55,7 @@ TEST(flight_recorder, keeps_the_last_events_and_updates_them_by_id) {
     flight_record r;
     rec.snapshot(r);
     EXPECT_EQ(r.dropped, 2u);
-    ASSERT_EQ(r.events.size(), 3u);
+    ASSERT_EQ(r.events.size(), 4u);
     EXPECT_EQ(r.events[0].seq, 2u);
     EXPECT_EQ(r.events[0].state, flight_state::queued);
     EXPECT_EQ(r.events[0].end_us, 0);
@@ -54,6 +63,12 @@ TEST(flight_recorder, keeps_the_last_events_and_updates_them_by_id) {
     EXPECT_EQ(r.events[2].state, flight_state::failed);
     EXPECT_FALSE(r.events[2].error.empty());
     EXPECT_GE(r.events[2].end_us, r.events[2].start_us);
+    EXPECT_EQ(r.events[3].seq, 5u);
+    // The coarse clock runs with the steady clock, a tick behind at most.
+    const auto fine = flight_recorder::clock::now();
+    const auto coarse = flight_recorder::coarse_now();
+    EXPECT_LE(coarse, fine + std::chrono::milliseconds(1));
+    EXPECT_GE(coarse, fine - std::chrono::milliseconds(100));
     // Wall-clock times: after 2020.
     EXPECT_GT(r.events[0].start_us, 1577836800000000);
 }
