@@ -2,6 +2,8 @@
 // diagnosis of the records of a group's ranks. Free of I/O.
 #include <ucx/flight_recorder.hpp>
 
+#include "util/text.hpp"
+
 #include <boost/asio/error.hpp>
 
 #include <algorithm>
@@ -263,15 +265,6 @@ private:
             ++i_;
         }
     }
-    static int hex(char c) noexcept {
-        if (c >= '0' && c <= '9')
-            return c - '0';
-        if (c >= 'a' && c <= 'f')
-            return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-            return c - 'A' + 10;
-        return -1;
-    }
     /// A string (at its opening quote); \u escapes become UTF-8 (a lone
     /// surrogate as it is).
     bool string(std::string& out) {
@@ -315,7 +308,7 @@ private:
                     return false;
                 unsigned code = 0;
                 for (int k = 0; k < 4; ++k) {
-                    const int h = hex(s_[i_++]);
+                    const int h = detail::hex_digit(s_[i_++]);
                     if (h < 0)
                         return false;
                     code = code * 16 + static_cast<unsigned>(h);

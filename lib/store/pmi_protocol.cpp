@@ -1,6 +1,8 @@
 // The client side of PMI-1 (pmi_protocol.hpp).
 #include "store/pmi_protocol.hpp"
 
+#include "util/text.hpp"
+
 #include <charconv>
 
 namespace ucx::detail {
@@ -53,17 +55,8 @@ std::string to_hex(const std::byte* data, std::size_t size) {
 bool from_hex(std::string_view text, std::vector<std::byte>& out) {
     if (text.size() % 2 != 0)
         return false;
-    auto digit = [](char c) -> int {
-        if (c >= '0' && c <= '9')
-            return c - '0';
-        if (c >= 'a' && c <= 'f')
-            return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-            return c - 'A' + 10;
-        return -1;
-    };
     for (std::size_t i = 0; i < text.size(); i += 2) {
-        const int hi = digit(text[i]), lo = digit(text[i + 1]);
+        const int hi = hex_digit(text[i]), lo = hex_digit(text[i + 1]);
         if (hi < 0 || lo < 0)
             return false;
         out.push_back(static_cast<std::byte>(hi * 16 + lo));
