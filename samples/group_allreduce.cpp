@@ -33,8 +33,9 @@
 //                    Prometheus while the job runs, labelled with the rank, at
 //                    http://ADDRESS:(PORT + local rank)/metrics (PORT 0: a
 //                    port the system picks); each rank prints where
-//   --timeout MS     the deadline of each collective (group::set_timeout;
-//                    default none)
+//   --timeout MS     the deadline of each collective after the first
+//                    allreduce (and the checks), by which every rank has
+//                    started (group::set_timeout; default none)
 //   --flight-recorder PREFIX  where each rank writes its flight record when
 //                    the group fails: PREFIX<rank>.json
 //                    (group_options::flight_recorder_dump); read them all
@@ -188,7 +189,6 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
     o.flight_recorder_dump = cfg.flight_recorder;
     const auto start = std::chrono::steady_clock::now();
     ucx::group g = co_await ucx::async_join(w, s, o, use_awaitable);
-    g.set_timeout(std::chrono::milliseconds(cfg.timeout_ms));
     if (exporter)
         exporter->add(g, "world");
     std::printf("rank %d of %d: joined in %.1f ms\n", g.rank(), g.size(),
@@ -205,6 +205,8 @@ awaitable<void> run(ucx::worker& w, ucx::store& s, ucx::launch_environment env, 
 
     if (cfg.check)
         co_await check_all(g, env);
+    // Every rank has started: the collectives from here on have a deadline.
+    g.set_timeout(std::chrono::milliseconds(cfg.timeout_ms));
 
     if (cfg.skip_barrier >= 0) {
         ucx::error_code ec;
