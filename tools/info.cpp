@@ -87,6 +87,8 @@ void print_options(const ucx::context_options& o) {
 
 /// The lanes UCX chose for an endpoint (its own description).
 std::string lanes_of(ucp_ep_h ep) {
+    if (!ep)
+        return {};
     char* buf = nullptr;
     std::size_t len = 0;
     FILE* f = open_memstream(&buf, &len);
@@ -263,12 +265,18 @@ int main(int argc, char** argv) {
     ucx::worker client(ctx, io, wo);
     std::optional<ucx::worker> server;
     std::optional<ucx::listener> listener;
+    // The accepted endpoint lives until the end: dropped, it would close the
+    // connection under the client.
+    std::optional<ucx::endpoint> accepted;
     std::string host = "127.0.0.1", port;
     if (connect_to.empty()) {
         server.emplace(ctx, io, wo);
         listener.emplace(*server, asio::ip::tcp::endpoint(asio::ip::make_address(host), 0));
         port = std::to_string(listener->local_endpoint().port());
-        listener->async_accept([](ucx::error_code, ucx::endpoint) {});
+        listener->async_accept([&](ucx::error_code e, ucx::endpoint ep) {
+            if (!e)
+                accepted.emplace(std::move(ep));
+        });
     } else {
         const auto colon = connect_to.rfind(':');
         if (colon == std::string::npos)

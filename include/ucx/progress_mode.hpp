@@ -19,7 +19,9 @@ enum class progress_mode {
     poll,
     /// Keep progressing for a bounded time after the last activity, then arm
     /// and sleep as in `event` mode. Close to `poll` latency for request/response
-    /// traffic, close to `event` CPU use when idle.
+    /// traffic, close to `event` CPU use when idle. The default: its window
+    /// follows the traffic (`worker_options::adaptive_spin`), so traffic
+    /// sparser than a wake-up costs no spinning.
     hybrid,
 };
 

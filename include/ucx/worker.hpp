@@ -52,11 +52,25 @@ enum class connection_method {
 
 /// Options of a worker.
 struct worker_options {
-    /// How the worker waits for UCX events (see `progress_mode`).
-    progress_mode mode = progress_mode::event;
+    /// How the worker waits for UCX events (see `progress_mode`). The
+    /// default, `hybrid` with `adaptive_spin`, spins while traffic comes
+    /// faster than a wake-up costs and sleeps on the event fd otherwise.
+    progress_mode mode = progress_mode::hybrid;
     /// Hybrid mode: how long to keep progressing after the last activity
-    /// before arming the event fd and sleeping.
+    /// before arming the event fd and sleeping (with `adaptive_spin`, the
+    /// most the window grows to).
     std::chrono::nanoseconds spin_duration = std::chrono::microseconds(20);
+    /// Hybrid mode: the spin window follows the traffic, between none and
+    /// `spin_duration`. A spin that found events, or a sleep that an event
+    /// ended within `spin_duration`, doubles it (from a sixteenth of
+    /// `spin_duration`); a spin that found nothing halves it, and below a
+    /// sixteenth of `spin_duration` the worker no longer spins (as in
+    /// `event` mode) until traffic widens it again. Request/response traffic
+    /// and the steps of a rendezvous keep the window open; sparse traffic
+    /// (heartbeats of idle connections) closes it after five spins that found
+    /// nothing. `false`: every activity is followed by a spin of
+    /// `spin_duration`.
+    bool adaptive_spin = true;
     /// Safety net: while operations are in flight, progress at least this often
     /// even if no event arrived. Zero disables it. Correctness never depends on
     /// it; it bounds the damage of a transport that misses a wake-up.

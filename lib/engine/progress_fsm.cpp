@@ -17,8 +17,16 @@ bool progress_fsm::request(clock::time_point now) noexcept {
 }
 
 progress_step progress_fsm::begin(clock::time_point now) noexcept {
-    if (!continuing_)
+    if (!continuing_) {
+        // Woken within the longest window after going to sleep: a longer
+        // spin would have found what woke the engine.
+        if (config_.mode == progress_mode::hybrid && config_.adaptive_spin && slept_ &&
+            now - slept_at_ < config_.spin)
+            widen();
+        spun_ = false;
         last_activity_ = now;
+    }
+    slept_ = false;
     continuing_ = false;
     pass_start_ = now;
     spin_steps_ = 0;

@@ -32,8 +32,17 @@ enum class progress_step {
 
 struct progress_config {
     progress_mode mode = progress_mode::event;
-    /// Hybrid mode: how long to keep progressing after the last activity.
+    /// Hybrid mode: how long to keep progressing after the last activity
+    /// (with `adaptive_spin`, the most the window grows to).
     std::chrono::nanoseconds spin{std::chrono::microseconds(20)};
+    /// Hybrid mode: the spin window follows the traffic. A spin that found
+    /// events, or a sleep that an event ended within `spin`, doubles the
+    /// window (from `spin / 16` when it was closed); a spin that ran out
+    /// halves it, and below `spin / 16` it closes (no spin: event mode).
+    /// Request/response traffic and rendezvous steps keep it open; traffic
+    /// sparser than `spin` (heartbeats, idle connections) closes it after
+    /// five spins that found nothing.
+    bool adaptive_spin = true;
     /// Most ucp_worker_progress/arm calls that found events (or arm) in one
     /// handler before yielding (at least 2: one progress and one arm).
     unsigned max_steps_per_pass = 64;
@@ -66,7 +75,8 @@ class progress_fsm {
 public:
     using clock = std::chrono::steady_clock;
 
-    explicit progress_fsm(progress_config config = {}) noexcept : config_(config) {}
+    explicit progress_fsm(progress_config config = {}) noexcept
+        : config_(config), window_(config.spin) {}
 
     const progress_config& config() const noexcept { return config_; }
 
@@ -132,11 +142,23 @@ public:
     bool armed() const noexcept { return armed_; }
     /// How long to wait before the next pass after a `backoff` step.
     std::chrono::nanoseconds backoff_delay() const noexcept { return backoff_; }
+    /// Hybrid mode: how long a pass keeps progressing after the last activity
+    /// now (`spin`, or less with `adaptive_spin`).
+    std::chrono::nanoseconds spin_window() const noexcept { return window_; }
 
 private:
     progress_step quiet(bool work_pending, bool queued, clock::time_point now) noexcept;
     progress_step spin(clock::time_point now) noexcept;
     progress_step end(progress_step s) noexcept;
+    void widen() noexcept {
+        const auto floor = config_.spin / 16;
+        window_ = window_ < floor ? floor : std::min(window_ * 2, config_.spin);
+    }
+    void narrow() noexcept {
+        window_ /= 2;
+        if (window_ < config_.spin / 16)
+            window_ = std::chrono::nanoseconds(0);
+    }
     unsigned interval() const noexcept {
         return config_.spin_clock_interval == 0 ? 1 : config_.spin_clock_interval;
     }
@@ -162,6 +184,14 @@ private:
     unsigned busy_quiet_ = 0;
     /// The current back-off delay (zero: none since the last events).
     std::chrono::nanoseconds backoff_{0};
+    /// Hybrid mode: the spin window, and the adaptation's evidence: this
+    /// activity's spin has begun (a quiet step spun), when the last quiet step
+    /// that did not spin ran, and when the engine last went to sleep.
+    std::chrono::nanoseconds window_;
+    bool spun_ = false;
+    bool slept_ = false;
+    clock::time_point last_quiet_{};
+    clock::time_point slept_at_{};
 };
 
 // The decisions taken on every spinning step are inline: they run once per
@@ -184,6 +214,8 @@ inline progress_step progress_fsm::end(progress_step s) noexcept {
         break;
     case progress_step::sleep:
         armed_ = true;
+        slept_ = true;
+        slept_at_ = last_quiet_;
         break;
     default:
         break;
@@ -219,7 +251,17 @@ inline progress_step progress_fsm::quiet(bool work_pending, bool queued,
         spinning = work_pending;
         break;
     case progress_mode::hybrid:
-        spinning = now - last_activity_ < config_.spin;
+        spinning = now - last_activity_ < window_;
+        if (config_.adaptive_spin) {
+            // A spin that ran out found nothing worth its time.
+            if (spinning)
+                spun_ = true;
+            else if (spun_) {
+                spun_ = false;
+                narrow();
+            }
+        }
+        last_quiet_ = now;
         break;
     }
     if (spinning) {
@@ -244,6 +286,11 @@ inline progress_step progress_fsm::quiet(bool work_pending, bool queued,
 inline progress_step progress_fsm::on_progressed(std::size_t events, bool work_pending,
                                                  clock::time_point now, bool queued) noexcept {
     if (events > 0 || requested_in_pass_) {
+        // A spin that found events paid off.
+        if (spun_) {
+            spun_ = false;
+            widen();
+        }
         ++steps_;
         busy_quiet_ = 0;
         backoff_ = std::chrono::nanoseconds(0);

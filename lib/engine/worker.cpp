@@ -27,6 +27,7 @@ progress_config make_progress_config(const worker_options& o) {
     progress_config c;
     c.mode = o.mode;
     c.spin = o.spin_duration;
+    c.adaptive_spin = o.adaptive_spin;
     c.max_steps_per_pass = std::max(2u, o.max_steps_per_handler);
     c.spin_slice = o.spin_slice;
     c.yield_cpu = o.yield_cpu;

@@ -194,8 +194,15 @@ progress_config cfg(progress_mode mode, unsigned max_steps = 64,
     // it yields then, as with a count.
     c.spin_slice = 0ns;
     c.spin_clock_interval = max_steps;
-    // Back-off has tests of its own.
+    // Back-off has tests of its own, and so has the adaptive spin window.
     c.busy_backoff_after = 0;
+    c.adaptive_spin = false;
+    return c;
+}
+
+progress_config adaptive_cfg(std::chrono::nanoseconds spin = 16us) {
+    progress_config c = cfg(progress_mode::hybrid, 64, spin);
+    c.adaptive_spin = true;
     return c;
 }
 
@@ -851,6 +858,141 @@ TEST(ProgressFsm, HybridSpinWindowWithExplicitTimes) {
     EXPECT_EQ(fsm.on_progressed(0, true, at(5151us)), progress_step::yield);
     EXPECT_EQ(fsm.begin(at(5151us)), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(0, true, at(5191us)), progress_step::arm);
+}
+
+// ------------------------------------------------------- adaptive spin window
+
+// Drives one hybrid pass with explicit times: activity (events) at
+// `active`, then quiet progress calls until the engine sleeps, each
+// `step` later. Returns the quiet calls that spun (returned `progress`).
+int pass_until_sleep(progress_fsm& fsm, clock_type::time_point begin_at,
+                     std::chrono::nanoseconds step, bool events_first = true) {
+    fsm.on_wait_done();
+    EXPECT_EQ(fsm.begin(begin_at), progress_step::progress);
+    auto t = begin_at;
+    if (events_first) {
+        EXPECT_EQ(fsm.on_progressed(1, true, t), progress_step::progress);
+    }
+    int spun = 0;
+    for (int i = 0; i < 1000; ++i) {
+        t += step;
+        const progress_step s = fsm.on_progressed(0, true, t);
+        if (s == progress_step::progress) {
+            ++spun;
+            continue;
+        }
+        EXPECT_EQ(s, progress_step::queue_wait);
+        EXPECT_EQ(fsm.on_wait_queued(), progress_step::arm);
+        EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+        return spun;
+    }
+    ADD_FAILURE() << "the pass did not sleep";
+    return spun;
+}
+
+TEST(ProgressFsm, AdaptiveWindowHalvesOnEverySpinThatFindsNothingThenCloses) {
+    progress_fsm fsm(adaptive_cfg(16us));
+    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
+    EXPECT_EQ(fsm.spin_window(), 16us);
+    // Activity every millisecond (far sparser than the window): each spin
+    // runs out and halves the window, and at a sixteenth it closes.
+    const std::chrono::nanoseconds expected[] = {8us, 4us, 2us, 1us, 0us, 0us};
+    int i = 0;
+    for (auto w : expected) {
+        // A progress call every 250 ns: a window of 1 µs still spins.
+        const int spun = pass_until_sleep(fsm, t0 + (i + 1) * 1ms, 250ns);
+        EXPECT_EQ(fsm.spin_window(), w) << "after pass " << i;
+        if (i == 5) {
+            EXPECT_EQ(spun, 0) << "a closed window does not spin: event mode";
+        }
+        ++i;
+    }
+}
+
+TEST(ProgressFsm, AdaptiveWindowDoublesWhenASpinFindsEvents) {
+    progress_fsm fsm(adaptive_cfg(16us));
+    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
+    // Close down to 2 µs with sparse traffic.
+    for (int i = 1; i <= 3; ++i)
+        pass_until_sleep(fsm, t0 + i * 1ms, 1us);
+    ASSERT_EQ(fsm.spin_window(), 2us);
+    // A reply that comes within the window while spinning: it paid off.
+    const auto t = t0 + 10ms;
+    fsm.on_wait_done();
+    EXPECT_EQ(fsm.begin(t), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(1, true, t), progress_step::progress); // the request goes out
+    EXPECT_EQ(fsm.on_progressed(0, true, t + 1us), progress_step::progress) << "spinning";
+    EXPECT_EQ(fsm.on_progressed(1, true, t + 1500ns), progress_step::progress) << "the reply";
+    EXPECT_EQ(fsm.spin_window(), 4us);
+    EXPECT_EQ(fsm.on_progressed(0, true, t + 2us), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(1, true, t + 3us), progress_step::progress);
+    EXPECT_EQ(fsm.spin_window(), 8us);
+    EXPECT_EQ(fsm.on_progressed(0, true, t + 4us), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(1, true, t + 5us), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, true, t + 6us), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(1, true, t + 7us), progress_step::progress);
+    EXPECT_EQ(fsm.spin_window(), 16us) << "never past spin";
+    // Events found without spinning first (back to back) are no evidence.
+    EXPECT_EQ(fsm.on_progressed(1, true, t + 8us), progress_step::progress);
+    EXPECT_EQ(fsm.spin_window(), 16us);
+}
+
+TEST(ProgressFsm, AdaptiveWindowReopensWhenWakeUpsComeSoonAfterSleeping) {
+    progress_fsm fsm(adaptive_cfg(16us));
+    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
+    for (int i = 1; i <= 5; ++i)
+        pass_until_sleep(fsm, t0 + i * 1ms, 250ns);
+    ASSERT_EQ(fsm.spin_window(), 0us);
+    // Closed, the engine sleeps right after each activity; a peer whose
+    // answers wake it within 16 µs of sleeping reopens the window, one
+    // doubling per short sleep. With no spin the sleep starts at the quiet
+    // call that follows the activity (here 1 µs after it).
+    auto t = t0 + 10ms;
+    pass_until_sleep(fsm, t, 1us); // slept at t + 1 µs
+    const std::chrono::nanoseconds expected[] = {1us, 2us, 4us, 8us, 16us, 16us};
+    for (auto w : expected) {
+        // Woken 5 µs after falling asleep; the reply's pass spins until
+        // its window runs out, which halves it again only if it found nothing.
+        t += 6us;
+        fsm.on_wait_done();
+        EXPECT_EQ(fsm.begin(t), progress_step::progress);
+        EXPECT_EQ(fsm.spin_window(), w);
+        // The next answer arrives while spinning (a fast peer), or, with the
+        // window at its first sixteenth, is found by the first quiet call.
+        EXPECT_EQ(fsm.on_progressed(1, true, t), progress_step::progress);
+        // Sleep at the next quiet call past the window.
+        const auto sleep_at = t + fsm.spin_window() + 1ns;
+        const progress_step s = fsm.on_progressed(0, true, sleep_at);
+        EXPECT_EQ(s, progress_step::queue_wait);
+        EXPECT_EQ(fsm.on_wait_queued(), progress_step::arm);
+        EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+        t = sleep_at;
+    }
+    // A wake-up long after the sleep leaves the window alone.
+    fsm.on_wait_done();
+    EXPECT_EQ(fsm.begin(t + 1ms), progress_step::progress);
+    EXPECT_EQ(fsm.spin_window(), 16us);
+}
+
+TEST(ProgressFsm, WithoutAdaptationTheWindowStaysAtSpin) {
+    progress_fsm fsm(cfg(progress_mode::hybrid, 64, 16us));
+    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
+    for (int i = 1; i <= 8; ++i)
+        EXPECT_EQ(pass_until_sleep(fsm, t0 + i * 1ms, 1us), 15) << "pass " << i;
+    EXPECT_EQ(fsm.spin_window(), 16us);
+}
+
+TEST(ProgressFsmProperty, AdaptiveWindowStaysClosedOrBetweenASixteenthAndSpin) {
+    std::mt19937 rng(7);
+    progress_fsm fsm(adaptive_cfg(16us));
+    auto t = clock_type::time_point{} + 1s;
+    for (int pass = 0; pass < 2000; ++pass) {
+        t += std::chrono::nanoseconds(rng() % 40000);
+        pass_until_sleep(fsm, t, std::chrono::nanoseconds(200 + rng() % 3000), rng() % 2 == 0);
+        const auto w = fsm.spin_window();
+        EXPECT_TRUE(w == 0ns || (w >= 1us && w <= 16us)) << w.count();
+        t += 20us;
+    }
 }
 
 // ---------------------------------------------------------------- property test
