@@ -3,8 +3,12 @@
 // C++20 coroutines.
 //
 //   echo_client --port P [--host 127.0.0.1] [--count 1000] [--size 8]
-//               [--progress event|poll|hybrid] [--no-close] [--hold-ms MS]
+//               [--progress event|poll|hybrid] [--rate N] [--no-close] [--hold-ms MS]
 //
+// --rate paces the messages: message k starts k / N seconds after the first
+// (or as soon as the last echo is back, when that is later); 0, the default,
+// sends each as soon as the last echo is back. With --rate, the summary also
+// gives the processor time this process used per echo.
 // --no-close leaves without the goodbye (the server then sees a failure, not eof).
 // --hold-ms keeps the connection open and idle that long before closing.
 #include "sample_args.hpp"
@@ -17,6 +21,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,9 +40,19 @@ struct settings {
     std::string port;
     std::size_t count = 1000;
     std::size_t size = 8;
+    std::size_t rate = 0;
+    bool report_cpu = false;
     bool close = true;
     std::chrono::milliseconds hold{0};
 };
+
+// The processor time (user and system) this process used so far.
+double cpu_seconds() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
 
 // Content that differs per message, so a stale or misrouted echo is caught.
 void fill(std::vector<char>& v, std::size_t seq) {
@@ -51,8 +67,15 @@ asio::awaitable<int> run(ucx::worker& worker, const settings& s) {
     // Room for a million round trips up front (a count may be far larger: an
     // unbounded run until killed).
     rtt_us.reserve(std::min<std::size_t>(s.count, std::size_t{1} << 20));
+    asio::steady_timer pace(co_await asio::this_coro::executor);
+    const double cpu_start = cpu_seconds();
     const auto start = clock_type::now();
     for (std::size_t seq = 0; seq < s.count; ++seq) {
+        if (s.rate > 0) {
+            pace.expires_at(start + std::chrono::duration_cast<clock_type::duration>(
+                                        std::chrono::duration<double>(double(seq) / s.rate)));
+            co_await pace.async_wait(asio::use_awaitable);
+        }
         fill(out, seq);
         const auto t0 = clock_type::now();
         co_await ep.async_send(asio::buffer(out), seq & ucx::endpoint_max_tag, asio::use_awaitable);
@@ -65,6 +88,7 @@ asio::awaitable<int> run(ucx::worker& worker, const settings& s) {
         }
     }
     const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    const double cpu = cpu_seconds() - cpu_start;
     if (s.hold.count() > 0) {
         std::printf("holding\n");
         std::fflush(stdout);
@@ -84,6 +108,10 @@ asio::awaitable<int> run(ucx::worker& worker, const settings& s) {
                 s.count, s.size, pct(0.5), pct(0.99),
                 static_cast<double>(s.count * s.size) / seconds / (1 << 20),
                 static_cast<double>(s.count) / seconds);
+    if (s.report_cpu)
+        std::printf("client processor time %.2f us per echo, %.1f %% of a core\n",
+                    s.count ? cpu * 1e6 / static_cast<double>(s.count) : 0.0,
+                    100.0 * cpu / seconds);
     co_return 0;
 }
 
@@ -107,14 +135,17 @@ int main(int argc, char** argv) {
             s.count = sample::number(value);
         else if (arg == "--size")
             s.size = sample::number(value);
-        else if (arg == "--hold-ms")
+        else if (arg == "--rate") {
+            s.rate = sample::number(value);
+            s.report_cpu = true;
+        } else if (arg == "--hold-ms")
             s.hold = std::chrono::milliseconds(sample::number(value));
         else if (arg == "--progress" && ucx::parse_progress_mode(value))
             options.mode = *ucx::parse_progress_mode(value);
         else {
             std::fprintf(stderr,
                          "usage: %s --port P [--host H] [--count N] [--size BYTES] "
-                         "[--progress MODE] [--no-close] [--hold-ms MS]\n",
+                         "[--progress MODE] [--rate N] [--no-close] [--hold-ms MS]\n",
                          argv[0]);
             return 2;
         }

@@ -44,10 +44,14 @@ done
 
 echo "== building Release in $build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TESTS=OFF > /dev/null
-cmake --build "$build" --target ucx-asio-perf pipe_pingpong ucx-asio-demo -j"$jobs" > /dev/null
+cmake --build "$build" --target ucx-asio-perf pipe_pingpong ucx-asio-demo echo_server echo_client \
+  ucx-asio-scale -j"$jobs" > /dev/null
 perf="$root/$build/tools/ucx-asio-perf"
 pipe="$root/$build/tools/pipe_pingpong"
 demo="$root/$build/tools/ucx-asio-demo"
+echo_server="$root/$build/samples/echo_server"
+echo_client="$root/$build/samples/echo_client"
+scale="$root/$build/tools/ucx-asio-scale"
 
 out="$root/$build/bench"
 mkdir -p "$out"
@@ -142,6 +146,49 @@ demo_round() {
   done < <(timeout 120 "$demo" --csv --iters "$(n 20000)" 2>/dev/null || true)
 }
 
+# The echo samples between two processes over shared memory, as a user runs
+# them: echo_run KEY [--progress MODE]. Records the median round trip, the
+# p99 (in the average's column) and the messages per second.
+echo_start() { # MODE-ARGS... ; sets echo_pid, echo_port
+  "$echo_server" --quiet "$@" > "$out/echo_server.log" 2>&1 &
+  echo_pid=$!
+  echo_port=""
+  for _ in $(seq 100); do grep -q "listening on" "$out/echo_server.log" && break; sleep 0.05; done
+  echo_port=$(sed -n 's/.*listening on [^ ]*:\([0-9]*\).*/\1/p' "$out/echo_server.log")
+}
+echo_stop() { kill "$echo_pid" 2> /dev/null || true; wait "$echo_pid" 2> /dev/null || true; }
+echo_run() {
+  local key=$1 line med p99 rate; shift
+  echo_start "$@"
+  if [ -z "$echo_port" ]; then echo "bench: echo_server $key did not start" >&2; echo_stop; return 0; fi
+  line=$(timeout 60 "$echo_client" --port "$echo_port" --count "$(n 100000)" "$@" \
+    2>/dev/null | grep 'median RTT') || true
+  echo_stop
+  med=$(sed -n 's/.*median RTT \([0-9.]*\) us.*/\1/p' <<< "$line")
+  p99=$(sed -n 's/.*p99 \([0-9.]*\) us.*/\1/p' <<< "$line")
+  rate=$(sed -n 's/.*, \([0-9]*\) msg\/s$/\1/p' <<< "$line")
+  if [ -z "$med" ]; then echo "bench: echo_client $key failed" >&2; return 0; fi
+  record "$key" "$med" "$p99" - "$rate" -
+}
+# idle_cpu KEY [--progress MODE]: an echo server holding one silent
+# connection; its processor time over 3 s, in % of a core (latency column).
+idle_cpu() {
+  local key=$1 c0 c1 client tick; shift
+  tick=$(getconf CLK_TCK)
+  echo_start "$@"
+  [ -n "$echo_port" ] || { echo_stop; return 0; }
+  "$scale" --port "$echo_port" --connections 1 --wait-signal "$@" > "$out/scale.log" 2>&1 &
+  client=$!
+  for _ in $(seq 100); do grep -q "^connected" "$out/scale.log" && break; sleep 0.05; done
+  sleep 0.5
+  c0=$(awk '{print $14 + $15}' "/proc/$echo_pid/stat")
+  sleep 3
+  c1=$(awk '{print $14 + $15}' "/proc/$echo_pid/stat")
+  kill "$client" 2> /dev/null || true; wait "$client" 2> /dev/null || true
+  echo_stop
+  record "$key" "$(awk -v a="$c0" -v b="$c1" -v t="$tick" 'BEGIN {printf "%.2f", 100 * (b - a) / t / 3}')" - - - -
+}
+
 has_stream=0
 if "$perf" --local --test stream_lat --iters 2 --warmup 1 > /dev/null 2>&1; then has_stream=1; fi
 
@@ -206,6 +253,12 @@ one_round() {
   pt pt_tcp_bw1m "$tcp" -t tag_bw -s 1048576 -n "$(n 2000)" -w "$(n 200)" -e
   ap lib_tcp_bw1m_poll "$tcp" -t tag_bw -s 1048576 --progress poll -n "$(n 2000)"
   demo_round
+  # The echo samples with their defaults (the library's default progress
+  # mode), and in poll and event mode; the default mode's idle cost.
+  echo_run echo_default
+  echo_run echo_poll --progress poll
+  echo_run echo_event --progress event
+  idle_cpu idle_default
 }
 
 # ---- latency and bandwidth against message size (the chart) ----
@@ -311,6 +364,13 @@ for r in $(seq "$rounds"); do
   done_rounds=$r
 done
 rounds=$done_rounds
+# Counted instructions per 8 B round trip in event mode (repeatable where
+# time is not), library and raw UCP, where valgrind is installed.
+if command -v valgrind > /dev/null; then
+  while read -r label ir; do
+    record "ir_$label" "$ir" - - - -
+  done < <(CALLGRIND_N1=$(n 1000) CALLGRIND_N2=$(n 2000) tools/callgrind.sh --brief "$build" 2>/dev/null || true)
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 elapsed=$(( SECONDS - t_start ))
 
@@ -341,6 +401,15 @@ table="$out/targets.md"
     r=$(ratio "$(lat demo_${m}_timer)" "$(lat demo_asio_timer)")
     row "steady_timer lateness while two $m workers spin / beside a plain Asio handler loop" "$(lat demo_${m}_timer) / $(lat demo_asio_timer) µs" "$r" "<=" 1.2
   done
+  r=$(ratio "$(lat echo_default)" "$(lat echo_poll)")
+  row "echo samples (8 B, two processes, shared memory), defaults / poll: median round trip" "$(lat echo_default) / $(lat echo_poll) µs (event: $(lat echo_event))" "$r" "<=" 1.5
+  r=$(ratio "$(mr echo_default)" "$(mr echo_poll)")
+  row "echo samples, defaults / poll: messages per second" "$(mr echo_default) / $(mr echo_poll) msg/s (event: $(mr echo_event))" "$r" ">=" 0.5
+  r=$(ratio "$(median echo_default 3)" "$(lat echo_default)")
+  row "echo samples, defaults: p99 / median round trip" "$(median echo_default 3) / $(lat echo_default) µs" "$r" "<=" 3
+  row "echo_server with its defaults, one silent connection: % of a core" "$(lat idle_default) %" "$(lat idle_default)" "<=" 1
+  r=$(ratio "$(lat ir_library_event_callback)" "$(lat ir_ucp_event)")
+  echo "| instructions per 8 B round trip, event mode (callgrind): library / raw UCP | $(lat ir_library_event_callback) / $(lat ir_ucp_event) | $r | (reference) | |"
   r=$(ratio "$(mr lib_mr8_poll)" "$(mr pt_mr8)")
   row "8 B tag message rate, window 64: library / ucx_perftest tag_bw" "$(mr lib_mr8_poll) / $(mr pt_mr8) msg/s" "$r" ">=" 0.5
   r=$(ratio "$(lat lib_lat8_poll_hist)" "$(lat lib_lat8_poll)")

@@ -7,9 +7,14 @@
 # Event mode, so that the client sleeps instead of spinning while it waits.
 # Also prints the library's heap allocations per operation (operator new).
 #
-#   tools/callgrind.sh [BUILD_DIR]   (default: build-perf; built if missing)
+#   tools/callgrind.sh [--brief] [BUILD_DIR]   (default: build-perf; built if missing)
+#
+# --brief: only the event-mode rows of raw UCP and the library (callbacks),
+# one "label instructions-per-round-trip" line each (tools/bench.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+brief=0
+if [ "${1:-}" = --brief ]; then brief=1; shift; fi
 build=${1:-build-perf}
 export UCX_NET_DEVICES=lo
 command -v valgrind > /dev/null || { echo "callgrind: valgrind is missing (tools/setup.sh)" >&2; exit 1; }
@@ -38,7 +43,6 @@ instructions() {
   sed -n 's/^summary: *//p' "$tmp/cg.$label.$iters" | awk '{print $1}'
 }
 
-printf '%-34s %14s %14s %12s\n' "configuration" "Ir ($n1 RTT)" "Ir ($n2 RTT)" "Ir per RTT"
 declare -A per_rtt
 run() {
   local label=$1; shift
@@ -46,8 +50,19 @@ run() {
   a=$(instructions "$label" "$n1" "$@")
   b=$(instructions "$label" "$n2" "$@")
   per_rtt[$label]=$(( (b - a) / (n2 - n1) ))
-  printf '%-34s %14s %14s %12s\n' "$label" "$a" "$b" "${per_rtt[$label]}"
+  if [ $brief = 1 ]; then
+    echo "$label ${per_rtt[$label]}"
+  else
+    printf '%-34s %14s %14s %12s\n' "$label" "$a" "$b" "${per_rtt[$label]}"
+  fi
 }
+
+if [ $brief = 1 ]; then
+  run ucp_event --transport ucp -t tag_lat -s 8 --progress event
+  run library_event_callback -t tag_lat -s 8 --progress event --style callback
+  exit 0
+fi
+printf '%-34s %14s %14s %12s\n' "configuration" "Ir ($n1 RTT)" "Ir ($n2 RTT)" "Ir per RTT"
 
 run ucp_event --transport ucp -t tag_lat -s 8 --progress event
 run library_event_callback -t tag_lat -s 8 --progress event --style callback
