@@ -79,8 +79,11 @@ struct group_options {
     /// log and the flight record name the ranks and their calls, instead of
     /// a hang or a wrong result. Costs an allgather of 32 bytes per rank
     /// before each collective: a debugging aid. Every rank must set it
-    /// alike. A collective refused here for its arguments
-    /// (`invalid_argument`, `invalid_rank`) runs no check.
+    /// alike. A collective this rank refuses for its arguments
+    /// (`invalid_argument`, `invalid_rank`) fails here with that error and
+    /// still takes part in the check, marked refused: the other ranks fail
+    /// with `collective_mismatch` instead of waiting for this one, unless
+    /// every rank refused the same call (then the group goes on).
     bool verify_collectives = false;
 };
 

@@ -26,14 +26,21 @@ bool is_reduction(collective_kind k) noexcept {
 
 /// What every rank of a collective must agree on (see `submit_check`):
 /// kind, root, element type and operation, and size (a broadcast's result,
-/// an allgatherv's blocks, any other's input).
+/// an allgatherv's blocks, any other's input), and whether the call was
+/// valid here.
 using fingerprint = std::array<std::uint64_t, 4>;
 
-fingerprint fingerprint_of(const collective_args& a) noexcept {
+/// Bits of the fingerprint's first word: the kind is in the low byte.
+constexpr std::uint64_t reduction_bit = std::uint64_t{1} << 8;
+constexpr std::uint64_t refused_bit = std::uint64_t{1} << 9;
+
+fingerprint fingerprint_of(const collective_args& a, bool refused) noexcept {
     fingerprint f{};
     f[0] = static_cast<std::uint64_t>(a.kind) + 1;
+    if (refused)
+        f[0] |= refused_bit;
     if (is_reduction(a.kind))
-        f[0] |= (std::uint64_t{1} << 8) | (static_cast<std::uint64_t>(a.type) << 16) |
+        f[0] |= reduction_bit | (static_cast<std::uint64_t>(a.type) << 16) |
                 (static_cast<std::uint64_t>(a.op) << 24);
     f[1] = is_rooted(a.kind) ? static_cast<std::uint64_t>(static_cast<std::int64_t>(a.root)) : 0;
     if (a.kind == collective_kind::broadcast)
@@ -64,12 +71,14 @@ std::string describe(const fingerprint& f) {
         s += " with block sizes hashed to " + std::to_string(f[3] % 1000000);
     else if (kind != collective_kind::barrier)
         s += " of " + std::to_string(f[2]) + " bytes";
-    if (f[0] & (std::uint64_t{1} << 8)) {
+    if (f[0] & reduction_bit) {
         s += ' ';
         s += to_string(static_cast<datatype>((f[0] >> 16) & 0xFF));
         s += ' ';
         s += to_string(static_cast<reduce_op>((f[0] >> 24) & 0xFF));
     }
+    if (f[0] & refused_bit)
+        s += ", which it refused as invalid";
     return s;
 }
 
@@ -196,10 +205,16 @@ void group_impl::collective(collective_args&& a, group_done_handler h) {
     std::unique_ptr<const coll::plan> own;
     error_code invalid;
     const int slot = plan_for(a, own, invalid);
-    if (invalid)
+    if (invalid) {
+        // Checked: the others learn of the refusal from this rank's
+        // fingerprint instead of waiting for it. Ranks that all refuse the
+        // same call agree, and go on.
+        if (settings_.verify) [[unlikely]]
+            submit_check(a, called, true);
         return refuse(invalid);
+    }
     if (settings_.verify) [[unlikely]]
-        submit_check(a, called);
+        submit_check(a, called, false);
     const std::uint64_t record = record_collective(a, flight_event_kind::collective, called);
     auto r = new_running();
     use_plan(*r, slot, std::move(own));
@@ -596,10 +611,10 @@ void group_impl::dump_flight_record() const {
 // number comes before its collective's), so collectives started back to
 // back keep their order.
 void group_impl::submit_check(const collective_args& a,
-                              std::chrono::steady_clock::time_point called) {
+                              std::chrono::steady_clock::time_point called, bool refused) {
     auto c = new_running();
     c->is_check = true;
-    const fingerprint f = fingerprint_of(a);
+    const fingerprint f = fingerprint_of(a, refused);
     static_assert(sizeof(f) == sizeof(c->fingerprint));
     std::memcpy(c->fingerprint.data(), f.data(), sizeof(f));
     c->check_out.resize(static_cast<std::size_t>(size()) * sizeof(f));

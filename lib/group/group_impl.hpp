@@ -290,8 +290,10 @@ private:
     /// number.
     std::uint64_t record_collective(const collective_args& a, flight_event_kind kind,
                                     std::chrono::steady_clock::time_point called) noexcept;
-    /// Queues the check of `a`'s arguments across the ranks.
-    void submit_check(const collective_args& a, std::chrono::steady_clock::time_point called);
+    /// Queues the check of `a`'s arguments across the ranks; `refused`:
+    /// this rank found them invalid (and fails its call).
+    void submit_check(const collective_args& a, std::chrono::steady_clock::time_point called,
+                      bool refused);
 
     /// The plans of the last few distinct collectives: a loop of the same
     /// collective computes (and allocates) its plan once. A plan depends on

@@ -892,6 +892,63 @@ TEST(group, VerifiedCollectivesThatDisagreeFailWithCollectiveMismatchOnEveryRank
     }
 }
 
+TEST(group, AVerifiedCollectiveOneRankRefusesFailsTheOthersInsteadOfHanging) {
+    // Rank 1 names a root the group does not have: it fails its call at
+    // once (invalid_rank). Its fingerprint says so, and the others, who
+    // would otherwise wait for rank 1 until a deadline (none is set here: a
+    // hang fails the test), fail with collective_mismatch.
+    verified_ranks f(4);
+    ASSERT_TRUE(f.joined);
+    std::vector<std::vector<std::int64_t>> bufs(4, std::vector<std::int64_t>(2, 7));
+    std::vector<std::optional<ucx::error_code>> r(4), failed(4);
+    for (int i = 0; i < 4; ++i) {
+        f.groups[i].async_wait_failure([&, i](ucx::error_code ec) { failed[i] = ec; });
+        f.groups[i].async_broadcast(asio::buffer(bufs[i]), i == 1 ? 9 : 0,
+                                    [&, i](ucx::error_code ec) { r[i] = ec; });
+    }
+    ASSERT_TRUE(run_until(f.io, [&] { return all_set(r) && all_set(failed); }));
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(*r[i], i == 1 ? ucx::error_code(ucx::error::invalid_rank)
+                                : ucx::error_code(ucx::error::collective_mismatch))
+            << "rank " << i << ": " << r[i]->message();
+        EXPECT_EQ(*failed[i], ucx::error::collective_mismatch) << "rank " << i;
+    }
+    const std::string named = "collective 1: ranks 0, 2, 3 called broadcast to/from root 0 of 16 "
+                              "bytes; rank 1 called broadcast to/from root 9 of 16 bytes, which it "
+                              "refused as invalid";
+    int naming = 0;
+    std::string errors;
+    for (int i = 0; i < 4; ++i) {
+        naming += f.groups[i].flight_record().error.find(named) != std::string::npos;
+        errors += f.groups[i].flight_record().error + "\n";
+    }
+    EXPECT_GE(naming, 1) << errors;
+    const ucx::flight_record rec1 = f.groups[1].flight_record();
+    ASSERT_EQ(rec1.events.size(), 2u);
+    EXPECT_EQ(rec1.events[0].kind, ucx::flight_event_kind::check);
+    EXPECT_EQ(rec1.events[1].state, ucx::flight_state::failed);
+    EXPECT_EQ(rec1.events[1].seq, 1u) << "the number the others' collective has";
+}
+
+TEST(group, AVerifiedCollectiveEveryRankRefusesAlikeLeavesTheGroupWorking) {
+    verified_ranks f(3);
+    ASSERT_TRUE(f.joined);
+    std::vector<std::vector<std::int64_t>> bufs(3, std::vector<std::int64_t>(3, 1));
+    std::vector<std::optional<ucx::error_code>> r(3), b(3);
+    for (int i = 0; i < 3; ++i) {
+        // 24 bytes into 16: an allreduce whose result does not fit.
+        f.groups[i].async_allreduce(std::span<const std::int64_t>(bufs[i]),
+                                    std::span<std::int64_t>(bufs[i].data(), 2), ucx::reduce_op::sum,
+                                    [&, i](ucx::error_code ec) { r[i] = ec; });
+        f.groups[i].async_barrier([&, i](ucx::error_code ec) { b[i] = ec; });
+    }
+    ASSERT_TRUE(run_until(f.io, [&] { return all_set(r) && all_set(b); }));
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(*r[i], asio::error::invalid_argument) << "rank " << i;
+        EXPECT_FALSE(*b[i]) << "rank " << i << ": " << b[i]->message();
+    }
+}
+
 TEST(group, TheFlightRecordShowsMessagesAndCollectivesAsTheyRun) {
     ranks_fixture f(transport::shared_memory, 2);
     std::array<std::uint64_t, 2> word{5, 0};

@@ -6,6 +6,7 @@
 #include "test_support.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <dirent.h>
 #include <fstream>
 
@@ -118,6 +119,23 @@ TEST_P(echo_process, client_process_against_server_process) {
     child_process client({UCX_ASIO_ECHO_CLIENT, "--port", std::to_string(port), "--count", "2000",
                           "--size", "4096"});
     EXPECT_EQ(client.wait(), 0);
+}
+
+TEST_P(echo_process, a_paced_client_keeps_its_rate_and_reports_its_processor_time) {
+    child_process server({UCX_ASIO_ECHO_SERVER});
+    const std::uint16_t port = read_port(server);
+    ASSERT_NE(port, 0);
+    // 40 messages at 200 per second: at least 195 ms (message 39 starts
+    // 39/200 s after the first), however fast the echoes come back.
+    const auto t0 = std::chrono::steady_clock::now();
+    child_process client(
+        {UCX_ASIO_ECHO_CLIENT, "--port", std::to_string(port), "--count", "40", "--rate", "200"});
+    const std::string out = client.read_all();
+    EXPECT_EQ(client.wait(), 0) << out;
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(195));
+    EXPECT_NE(out.find("40 echoes of 8 bytes: median RTT"), std::string::npos) << out;
+    EXPECT_NE(out.find("client processor time "), std::string::npos) << out;
+    EXPECT_NE(out.find(" us per echo, "), std::string::npos) << out;
 }
 
 INSTANTIATE_TEST_SUITE_P(all, echo_process,
