@@ -890,6 +890,18 @@ int pass_until_sleep(progress_fsm& fsm, clock_type::time_point begin_at,
     return spun;
 }
 
+// An adaptive fsm (window 16 µs) after `passes` passes of traffic far
+// sparser than its window, one per millisecond from t0 + 1 ms, with a
+// progress call every `step`.
+struct sparse_fsm {
+    sparse_fsm(int passes, std::chrono::nanoseconds step) {
+        for (int i = 1; i <= passes; ++i)
+            pass_until_sleep(fsm, t0 + i * 1ms, step);
+    }
+    progress_fsm fsm{adaptive_cfg(16us)};
+    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
+};
+
 TEST(ProgressFsm, AdaptiveWindowHalvesOnEverySpinThatFindsNothingThenCloses) {
     progress_fsm fsm(adaptive_cfg(16us));
     const clock_type::time_point t0 = clock_type::time_point{} + 1s;
@@ -910,14 +922,12 @@ TEST(ProgressFsm, AdaptiveWindowHalvesOnEverySpinThatFindsNothingThenCloses) {
 }
 
 TEST(ProgressFsm, AdaptiveWindowDoublesWhenASpinFindsEvents) {
-    progress_fsm fsm(adaptive_cfg(16us));
-    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
-    // Close down to 2 µs with sparse traffic.
-    for (int i = 1; i <= 3; ++i)
-        pass_until_sleep(fsm, t0 + i * 1ms, 1us);
+    // Narrowed down to 2 µs by sparse traffic.
+    sparse_fsm sparse(3, 1us);
+    progress_fsm& fsm = sparse.fsm;
     ASSERT_EQ(fsm.spin_window(), 2us);
     // A reply that comes within the window while spinning: it paid off.
-    const auto t = t0 + 10ms;
+    const auto t = sparse.t0 + 10ms;
     fsm.on_wait_done();
     EXPECT_EQ(fsm.begin(t), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(1, true, t), progress_step::progress); // the request goes out
@@ -938,16 +948,14 @@ TEST(ProgressFsm, AdaptiveWindowDoublesWhenASpinFindsEvents) {
 }
 
 TEST(ProgressFsm, AdaptiveWindowReopensWhenWakeUpsComeSoonAfterSleeping) {
-    progress_fsm fsm(adaptive_cfg(16us));
-    const clock_type::time_point t0 = clock_type::time_point{} + 1s;
-    for (int i = 1; i <= 5; ++i)
-        pass_until_sleep(fsm, t0 + i * 1ms, 250ns);
+    sparse_fsm sparse(5, 250ns);
+    progress_fsm& fsm = sparse.fsm;
     ASSERT_EQ(fsm.spin_window(), 0us);
     // Closed, the engine sleeps right after each activity; a peer whose
     // answers wake it within 16 µs of sleeping reopens the window, one
     // doubling per short sleep. With no spin the sleep starts at the quiet
     // call that follows the activity (here 1 µs after it).
-    auto t = t0 + 10ms;
+    auto t = sparse.t0 + 10ms;
     pass_until_sleep(fsm, t, 1us); // slept at t + 1 µs
     const std::chrono::nanoseconds expected[] = {1us, 2us, 4us, 8us, 16us, 16us};
     for (auto w : expected) {
