@@ -1,6 +1,7 @@
 // ucx::file_store: one file per key in a shared directory.
 #include <ucx/file_store.hpp>
 
+#include "store/post_result.hpp"
 #include "store/store_rules.hpp"
 #include "util/random.hpp"
 
@@ -185,11 +186,6 @@ bool key_exists(const std::filesystem::path& p) {
     return ::lstat(p.c_str(), &st) == 0;
 }
 
-template <class Handler, class... Args>
-void complete(const store::executor_type& ex, Handler h, Args... args) {
-    asio::post(ex, asio::append(std::move(h), std::move(args)...));
-}
-
 } // namespace
 
 /// The growing intervals at which a wait looks again, up to its deadline:
@@ -279,11 +275,11 @@ struct file_store::poll : std::enable_shared_from_this<file_store::poll> {
         if (want_value) {
             if (cancellable)
                 asio::get_associated_cancellation_slot(vh).clear();
-            complete(ex, std::move(vh), ec, std::move(v));
+            detail::post_result(ex, std::move(vh), ec, std::move(v));
         } else {
             if (cancellable)
                 asio::get_associated_cancellation_slot(dh).clear();
-            complete(ex, std::move(dh), ec);
+            detail::post_result(ex, std::move(dh), ec);
         }
     }
 };
@@ -363,7 +359,7 @@ void file_store::do_set(std::string key, value_type value, done_handler h) {
         ec = make_error_code(error::store_value_too_large);
     if (!ec)
         ec = write_file(dir_, p, value);
-    complete(ex_, std::move(h), ec);
+    detail::post_result(ex_, std::move(h), ec);
 }
 
 void file_store::do_get(std::string key, value_handler h) {
@@ -425,7 +421,7 @@ void file_store::with_lock(std::function<void(error_code)> body) {
 void file_store::do_add(std::string key, std::int64_t delta, count_handler h) {
     std::filesystem::path p;
     if (auto ec = key_path(dir_, key, p))
-        return complete(ex_, std::move(h), ec, std::int64_t{0});
+        return detail::post_result(ex_, std::move(h), ec, std::int64_t{0});
     auto hp = std::make_shared<count_handler>(std::move(h));
     // The body runs with the lock held, and touches the store only then (an
     // error: the store may be gone).
@@ -447,7 +443,7 @@ void file_store::do_add(std::string key, std::int64_t delta, count_handler h) {
             if (!ec)
                 ec = write_file(dir_, p, rules::counter_value(result));
         }
-        complete(ex, std::move(*hp), ec, ec ? std::int64_t{0} : result);
+        detail::post_result(ex, std::move(*hp), ec, ec ? std::int64_t{0} : result);
     });
 }
 
@@ -458,7 +454,7 @@ void file_store::do_compare_set(std::string key, value_type expected, value_type
     if (!ec && desired.size() > options_.max_value_size)
         ec = make_error_code(error::store_value_too_large);
     if (ec)
-        return complete(ex_, std::move(h), ec, value_type{});
+        return detail::post_result(ex_, std::move(h), ec, value_type{});
     auto hp = std::make_shared<value_handler>(std::move(h));
     with_lock([this, hp, ex = ex_, p = std::move(p), expected = std::move(expected),
                desired = std::move(desired)](error_code ec) mutable {
@@ -486,7 +482,7 @@ void file_store::do_compare_set(std::string key, value_type expected, value_type
         }
         if (ec)
             result.clear();
-        complete(ex, std::move(*hp), ec, std::move(result));
+        detail::post_result(ex, std::move(*hp), ec, std::move(result));
     });
 }
 
@@ -502,7 +498,7 @@ void file_store::do_check(std::vector<std::string> keys, bool_handler h) {
             break;
         }
     }
-    complete(ex_, std::move(h), ec, !ec && all);
+    detail::post_result(ex_, std::move(h), ec, !ec && all);
 }
 
 void file_store::do_erase(std::string key, bool_handler h) {
@@ -515,7 +511,7 @@ void file_store::do_erase(std::string key, bool_handler h) {
         else if (errno != ENOENT)
             ec = last_error();
     }
-    complete(ex_, std::move(h), ec, erased);
+    detail::post_result(ex_, std::move(h), ec, erased);
 }
 
 void file_store::do_num_keys(count_handler h) {
@@ -529,7 +525,7 @@ void file_store::do_num_keys(count_handler h) {
     } else {
         ec = last_error();
     }
-    complete(ex_, std::move(h), ec, ec ? std::int64_t{0} : n);
+    detail::post_result(ex_, std::move(h), ec, ec ? std::int64_t{0} : n);
 }
 
 } // namespace ucx

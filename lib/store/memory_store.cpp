@@ -2,6 +2,7 @@
 // store and safe to use from any thread.
 #include <ucx/store.hpp>
 
+#include "store/post_result.hpp"
 #include "store/store_rules.hpp"
 
 #include <boost/asio/append.hpp>
@@ -24,7 +25,7 @@ namespace {
 
 /// A `get` or `wait` waiting for keys: completed once, by the set that makes
 /// its last key present, its timer, a cancellation or the state's end.
-struct waiter {
+struct memory_waiter {
     std::vector<std::string> keys;
     /// Completes the handler on its executor (posts); called at most once.
     std::function<void(error_code, store::value_type)> finish;
@@ -39,13 +40,13 @@ struct waiter {
 struct memory_store::state {
     std::mutex mutex;
     rules::key_map keys;
-    std::list<std::shared_ptr<waiter>> waiters;
+    std::list<std::shared_ptr<memory_waiter>> waiters;
 
     bool has_all(const std::vector<std::string>& ks) const { return keys.check(ks); }
 
     /// Takes the waiters whose keys are all present (under the lock).
-    std::vector<std::shared_ptr<waiter>> take_ready() {
-        std::vector<std::shared_ptr<waiter>> ready;
+    std::vector<std::shared_ptr<memory_waiter>> take_ready() {
+        std::vector<std::shared_ptr<memory_waiter>> ready;
         for (auto it = waiters.begin(); it != waiters.end();) {
             if (has_all((*it)->keys)) {
                 (*it)->done = true;
@@ -68,15 +69,9 @@ struct memory_store::state {
 
 namespace {
 
-void wake(std::vector<std::shared_ptr<waiter>> ready) {
+void wake(std::vector<std::shared_ptr<memory_waiter>> ready) {
     for (auto& w : ready)
         w->finish({}, std::move(w->value));
-}
-
-/// Runs `h(args...)` through `ex` and then the handler's associated executor.
-template <class Handler, class... Args>
-void complete(const store::executor_type& ex, Handler h, Args&&... args) {
-    boost::asio::post(ex, boost::asio::append(std::move(h), std::forward<Args>(args)...));
 }
 
 } // namespace
@@ -90,14 +85,14 @@ memory_store& memory_store::operator=(const memory_store&) = default;
 memory_store::~memory_store() = default;
 
 void memory_store::do_set(std::string key, value_type value, done_handler h) {
-    std::vector<std::shared_ptr<waiter>> ready;
+    std::vector<std::shared_ptr<memory_waiter>> ready;
     {
         std::lock_guard lock(state_->mutex);
         state_->keys.set(key, std::move(value));
         ready = state_->take_ready();
     }
     wake(std::move(ready));
-    complete(ex_, std::move(h), error_code());
+    detail::post_result(ex_, std::move(h), error_code());
 }
 
 namespace {
@@ -108,7 +103,7 @@ template <class Handler, class Done>
 void wait_keys(const std::shared_ptr<memory_store::state>& state_, const store::executor_type& ex_,
                store::duration timeout, std::vector<std::string> keys, Handler h, Done done) {
     using value_type = store::value_type;
-    auto w = std::make_shared<waiter>();
+    auto w = std::make_shared<memory_waiter>();
     w->keys = std::move(keys);
     auto slot = boost::asio::get_associated_cancellation_slot(h);
     std::shared_ptr<boost::asio::steady_timer> timer;
@@ -177,7 +172,7 @@ void memory_store::do_get(std::string key, value_handler h) {
 
 void memory_store::do_wait(std::vector<std::string> keys, done_handler h) {
     if (keys.empty())
-        return complete(ex_, std::move(h), error_code());
+        return detail::post_result(ex_, std::move(h), error_code());
     wait_keys(state_, ex_, timeout(), std::move(keys), std::move(h),
               [](done_handler h, error_code ec, value_type) {
                   boost::asio::dispatch(boost::asio::append(std::move(h), ec));
@@ -185,7 +180,7 @@ void memory_store::do_wait(std::vector<std::string> keys, done_handler h) {
 }
 
 void memory_store::do_add(std::string key, std::int64_t delta, count_handler h) {
-    std::vector<std::shared_ptr<waiter>> ready;
+    std::vector<std::shared_ptr<memory_waiter>> ready;
     error_code ec;
     std::int64_t result = 0;
     {
@@ -199,12 +194,12 @@ void memory_store::do_add(std::string key, std::int64_t delta, count_handler h) 
         }
     }
     wake(std::move(ready));
-    complete(ex_, std::move(h), ec, result);
+    detail::post_result(ex_, std::move(h), ec, result);
 }
 
 void memory_store::do_compare_set(std::string key, value_type expected, value_type desired,
                                   value_handler h) {
-    std::vector<std::shared_ptr<waiter>> ready;
+    std::vector<std::shared_ptr<memory_waiter>> ready;
     value_type result;
     {
         std::lock_guard lock(state_->mutex);
@@ -214,7 +209,7 @@ void memory_store::do_compare_set(std::string key, value_type expected, value_ty
             ready = state_->take_ready();
     }
     wake(std::move(ready));
-    complete(ex_, std::move(h), error_code(), std::move(result));
+    detail::post_result(ex_, std::move(h), error_code(), std::move(result));
 }
 
 void memory_store::do_check(std::vector<std::string> keys, bool_handler h) {
@@ -223,7 +218,7 @@ void memory_store::do_check(std::vector<std::string> keys, bool_handler h) {
         std::lock_guard lock(state_->mutex);
         all = state_->has_all(keys);
     }
-    complete(ex_, std::move(h), error_code(), all);
+    detail::post_result(ex_, std::move(h), error_code(), all);
 }
 
 void memory_store::do_erase(std::string key, bool_handler h) {
@@ -232,7 +227,7 @@ void memory_store::do_erase(std::string key, bool_handler h) {
         std::lock_guard lock(state_->mutex);
         erased = state_->keys.erase(key);
     }
-    complete(ex_, std::move(h), error_code(), erased);
+    detail::post_result(ex_, std::move(h), error_code(), erased);
 }
 
 void memory_store::do_num_keys(count_handler h) {
@@ -241,7 +236,7 @@ void memory_store::do_num_keys(count_handler h) {
         std::lock_guard lock(state_->mutex);
         n = static_cast<std::int64_t>(state_->keys.size());
     }
-    complete(ex_, std::move(h), error_code(), n);
+    detail::post_result(ex_, std::move(h), error_code(), n);
 }
 
 } // namespace ucx

@@ -1,6 +1,8 @@
 // Rounds over a launcher's key-value space (round_store.hpp).
 #include "store/round_store.hpp"
 
+#include "store/post_result.hpp"
+
 #include <ucx/log.hpp>
 
 #include <boost/asio/append.hpp>
@@ -25,11 +27,6 @@ struct round_waiter {
     std::unique_ptr<boost::asio::steady_timer> timer;
     bool done = false;
 };
-
-template <class Handler, class... Args>
-void complete(const store::executor_type& ex, Handler h, Args&&... args) {
-    boost::asio::post(ex, boost::asio::append(std::move(h), std::forward<Args>(args)...));
-}
 
 } // namespace
 
@@ -183,9 +180,9 @@ round_store::~round_store() {
 
 void round_store::set(std::string key, store::value_type value, done_handler h) {
     if (!state_)
-        return complete(ex_, std::move(h), unusable_);
+        return post_result(ex_, std::move(h), unusable_);
     if (key.size() > state_->max_key)
-        return complete(ex_, std::move(h), error_code(boost::asio::error::invalid_argument));
+        return post_result(ex_, std::move(h), error_code(boost::asio::error::invalid_argument));
     state_->unsent[key] = value;
     state_->known[key] = std::move(value);
     // A waiter of this process for that key.
@@ -194,52 +191,52 @@ void round_store::set(std::string key, store::value_type value, done_handler h) 
         if (state_->has_all(w->keys))
             state_->end(w, {});
     }
-    complete(ex_, std::move(h), error_code());
+    post_result(ex_, std::move(h), error_code());
 }
 
 void round_store::get(std::string key, store::duration timeout, value_handler h) {
     if (!state_)
-        return complete(ex_, std::move(h), unusable_, store::value_type{});
+        return post_result(ex_, std::move(h), unusable_, store::value_type{});
     state_->wait_keys(timeout, std::vector<std::string>{std::move(key)}, std::move(h),
                       [ex = ex_](value_handler h, error_code ec, store::value_type v) {
-                          complete(ex, std::move(h), ec, std::move(v));
+                          post_result(ex, std::move(h), ec, std::move(v));
                       });
 }
 
 void round_store::wait(std::vector<std::string> keys, store::duration timeout, done_handler h) {
     if (!state_)
-        return complete(ex_, std::move(h), unusable_);
+        return post_result(ex_, std::move(h), unusable_);
     if (keys.empty())
-        return complete(ex_, std::move(h), error_code());
+        return post_result(ex_, std::move(h), error_code());
     state_->wait_keys(timeout, std::move(keys), std::move(h),
                       [ex = ex_](done_handler h, error_code ec, store::value_type) {
-                          complete(ex, std::move(h), ec);
+                          post_result(ex, std::move(h), ec);
                       });
 }
 
 void round_store::check(const std::vector<std::string>& keys, bool_handler h) {
     if (!state_)
-        return complete(ex_, std::move(h), unusable_, false);
-    complete(ex_, std::move(h), error_code(), state_->has_all(keys));
+        return post_result(ex_, std::move(h), unusable_, false);
+    post_result(ex_, std::move(h), error_code(), state_->has_all(keys));
 }
 
 void round_store::add(count_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             std::int64_t{0});
+    post_result(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
+                std::int64_t{0});
 }
 
 void round_store::compare_set(value_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             store::value_type{});
+    post_result(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
+                store::value_type{});
 }
 
 void round_store::erase(bool_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported), false);
+    post_result(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported), false);
 }
 
 void round_store::num_keys(count_handler h) {
-    complete(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
-             std::int64_t{0});
+    post_result(ex_, std::move(h), error_code(boost::asio::error::operation_not_supported),
+                std::int64_t{0});
 }
 
 std::uint64_t round_store::rounds() const noexcept {

@@ -32,7 +32,7 @@ namespace {
 class session;
 
 /// A WAIT not answered yet: the keys it still needs.
-struct waiter {
+struct key_waiter {
     std::weak_ptr<session> s;
     std::vector<std::string> keys;
     std::size_t missing = 0;
@@ -69,7 +69,7 @@ struct tcp_store_server::impl : std::enable_shared_from_this<tcp_store_server::i
     asio::steady_timer retry;
     tcp_store_server_options options;
     rules::key_map keys;
-    std::unordered_map<std::string, std::vector<std::shared_ptr<waiter>>> waiting;
+    std::unordered_map<std::string, std::vector<std::shared_ptr<key_waiter>>> waiting;
     std::unordered_set<std::shared_ptr<session>> sessions;
     /// Accept failures in a row (logged at the first and when they end).
     std::size_t accept_failures = 0;
@@ -127,7 +127,7 @@ public:
     }
 
     /// The keys of `w` are all set.
-    void wait_done(const std::shared_ptr<waiter>& w) {
+    void wait_done(const std::shared_ptr<key_waiter>& w) {
         std::erase(waits_, w);
         wait_cost_ -= w->cost;
         // The answer counts as activity: the idle time starts again now.
@@ -214,7 +214,7 @@ private:
 
     void add_wait(proto::request& q) {
         auto& s = *server_;
-        auto w = std::make_shared<waiter>();
+        auto w = std::make_shared<key_waiter>();
         w->s = weak_from_this();
         for (auto& k : q.keys) {
             if (s.keys.find(k))
@@ -323,7 +323,7 @@ private:
     std::array<std::byte, 16 * 1024> rbuf_{};
     proto::buffer out_;
     proto::buffer pending_;
-    std::vector<std::shared_ptr<waiter>> waits_;
+    std::vector<std::shared_ptr<key_waiter>> waits_;
     std::size_t wait_cost_ = 0;
     clock_type::time_point last_activity_;
     clock_type::time_point request_start_;
