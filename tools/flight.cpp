@@ -1,38 +1,201 @@
 // ucx-asio-flight: reads the flight records of a group's ranks (the JSON
 // files a ucx::group writes when it fails, group_options::flight_recorder_dump,
-// or those of group::flight_record()) and says which rank diverged or never
-// called the collective the others waited in.
+// or those of group::flight_record()), or asks running ranks for them over
+// HTTP (the /flight answers of a ucx::metrics_exporter), and says which rank
+// diverged or never called the collective the others waited in.
 //
-//   ucx-asio-flight FILE...
+//   ucx-asio-flight [--timeout MS] SOURCE...
+//
+// A SOURCE is a file, or a URL http://HOST:PORT[/flight/NAME]: the record of
+// the group the exporter serves as NAME; without the path, that of the one
+// group the exporter serves (it lists them at /flight). --timeout bounds each
+// request (default 10000 ms): a rank that is stopped, or whose group's
+// executor does not answer, is reported rather than waited for.
 //
 // Prints one line per rank read, then the findings (ucx::diagnose), the most
 // telling first, and "culprit: rank(s) ..." when a rank is to blame. Exits 0
 // when the records name a culprit, 1 when they show nothing wrong, and 2 when
-// a file cannot be read or is not a flight record (its name is printed).
+// a source cannot be read or is not a flight record (it is named, with why).
 #include <ucx/flight_recorder.hpp>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include <cctype>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
+namespace {
+
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+/// GET `target` from `host`:`port`, within `timeout`. Returns false with
+/// `why` set when there is no 200 answer.
+bool http_get(const std::string& host, const std::string& port, const std::string& target,
+              std::chrono::milliseconds timeout, std::string& body, std::string& why) {
+    asio::io_context io;
+    boost::beast::tcp_stream stream(io);
+    tcp::resolver resolver(io);
+    boost::beast::flat_buffer buffer;
+    http::request<http::empty_body> req(http::verb::get, target, 11);
+    req.set(http::field::host, host);
+    req.set(http::field::connection, "close");
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    boost::system::error_code failure;
+    const auto fail = [&](const boost::system::error_code& ec) { failure = ec; };
+    stream.expires_after(timeout);
+    resolver.async_resolve(host, port, [&](const auto& ec, const tcp::resolver::results_type& at) {
+        if (ec)
+            return fail(ec);
+        stream.async_connect(at, [&](const auto& ec, const auto&) {
+            if (ec)
+                return fail(ec);
+            http::async_write(stream, req, [&](const auto& ec, std::size_t) {
+                if (ec)
+                    return fail(ec);
+                http::async_read(stream, buffer, parser, [&](const auto& ec, std::size_t) {
+                    if (ec)
+                        fail(ec);
+                });
+            });
+        });
+    });
+    io.run();
+    if (failure) {
+        why = failure == boost::beast::error::timeout
+                  ? "no answer within " + std::to_string(timeout.count()) + " ms"
+                  : failure.message();
+        return false;
+    }
+    const auto& res = parser.get();
+    if (res.result() != http::status::ok) {
+        why = "HTTP " + std::to_string(res.result_int()) + ": " + res.body();
+        while (!why.empty() && why.back() == '\n')
+            why.pop_back();
+        return false;
+    }
+    body = res.body();
+    return true;
+}
+
+/// The names in the exporter's `{"groups":["a","b"]}`.
+std::vector<std::string> group_names(std::string_view json) {
+    std::vector<std::string> names;
+    const auto open = json.find('[');
+    if (open == std::string_view::npos)
+        return names;
+    for (std::size_t i = open + 1; i < json.size() && json[i] != ']'; ++i) {
+        if (json[i] != '"')
+            continue;
+        std::string name;
+        for (++i; i < json.size() && json[i] != '"'; ++i) {
+            if (json[i] == '\\' && i + 1 < json.size())
+                ++i;
+            name += json[i];
+        }
+        names.push_back(std::move(name));
+    }
+    return names;
+}
+
+/// Percent-encodes what a path segment cannot hold as it is.
+std::string path_segment(std::string_view s) {
+    std::string out;
+    for (const char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
+            out += c;
+        } else {
+            char buf[4];
+            std::snprintf(buf, sizeof buf, "%%%02X", u);
+            out += buf;
+        }
+    }
+    return out;
+}
+
+/// The record at `url` (http://HOST:PORT[/PATH]).
+bool fetch(const std::string& url, std::chrono::milliseconds timeout, std::string& json,
+           std::string& why) {
+    std::string_view rest = std::string_view(url).substr(7);
+    const auto slash = rest.find('/');
+    const std::string_view authority = rest.substr(0, slash);
+    std::string path(slash == std::string_view::npos ? "" : rest.substr(slash));
+    const auto colon = authority.rfind(':');
+    if (colon == std::string_view::npos || colon + 1 == authority.size()) {
+        why = "not http://HOST:PORT[/flight/NAME]";
+        return false;
+    }
+    std::string host(authority.substr(0, colon));
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
+    const std::string port(authority.substr(colon + 1));
+    if (path.empty() || path == "/" || path == "/flight") {
+        std::string list;
+        if (!http_get(host, port, "/flight", timeout, list, why))
+            return false;
+        const auto names = group_names(list);
+        if (names.size() != 1) {
+            why = names.empty() ? "the exporter serves no group"
+                                : "the exporter serves several groups: name one, as " + url +
+                                      (path.empty() || path == "/" ? "/flight/" : "/") +
+                                      path_segment(names[0]);
+            return false;
+        }
+        path = "/flight/" + path_segment(names[0]);
+    }
+    return http_get(host, port, path, timeout, json, why);
+}
+
+} // namespace
+
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::fprintf(stderr, "usage: %s FILE...\n", argv[0]);
+    std::chrono::milliseconds timeout(10000);
+    int first = 1;
+    if (argc > 2 && std::string_view(argv[1]) == "--timeout") {
+        timeout = std::chrono::milliseconds(std::atol(argv[2]));
+        first = 3;
+    }
+    if (argc <= first || timeout.count() <= 0) {
+        std::fprintf(stderr, "usage: %s [--timeout MS] FILE|http://HOST:PORT[/flight/NAME]...\n",
+                     argv[0]);
         return 2;
     }
     std::vector<ucx::flight_record> records;
-    for (int i = 1; i < argc; ++i) {
-        std::ifstream f(argv[i], std::ios::binary);
-        std::ostringstream text;
-        text << f.rdbuf();
-        if (!f) {
-            std::fprintf(stderr, "%s: cannot be read\n", argv[i]);
-            return 2;
+    for (int i = first; i < argc; ++i) {
+        const std::string source = argv[i];
+        std::string text;
+        if (source.starts_with("http://")) {
+            std::string why;
+            if (!fetch(source, timeout, text, why)) {
+                std::fprintf(stderr, "%s: %s\n", argv[i], why.c_str());
+                return 2;
+            }
+        } else {
+            std::ifstream f(source, std::ios::binary);
+            std::ostringstream in;
+            in << f.rdbuf();
+            if (!f) {
+                std::fprintf(stderr, "%s: cannot be read\n", argv[i]);
+                return 2;
+            }
+            text = in.str();
         }
         ucx::flight_record r;
-        if (ucx::from_json(text.str(), r)) {
+        if (ucx::from_json(text, r)) {
             std::fprintf(stderr, "%s: not a flight record\n", argv[i]);
             return 2;
         }

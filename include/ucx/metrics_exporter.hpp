@@ -42,7 +42,12 @@ class metrics_exporter_impl;
 /// metrics of the workers and groups added to it (`worker::metrics()`,
 /// `group::metrics()`), as the families listed in docs/guide/metrics.md,
 /// each series labelled with the worker's or group's name and the options'
-/// labels. Other paths answer 404, other methods 405.
+/// labels. `GET /flight` answers the names of the groups added, as JSON
+/// (`{"groups":["world"]}`); `GET /flight/NAME` (NAME percent-encoded)
+/// answers the flight record of the group added as NAME (`to_json`, reason
+/// "request"), taken on the group's executor: 404 for a name not added (or
+/// a group released), 503 when that executor does not run it within
+/// `request_timeout`. Other paths answer 404, other methods 405.
 ///
 /// It runs on its executor, as an Asio TCP server would (for example the
 /// io_context that runs the workers): while it is open, its pending accept

@@ -2,6 +2,7 @@
 // diagnosis of the records of a group's ranks. Free of I/O.
 #include <ucx/flight_recorder.hpp>
 
+#include "util/json_string.hpp"
 #include "util/text.hpp"
 
 #include <boost/asio/error.hpp>
@@ -20,6 +21,8 @@
 namespace ucx {
 
 namespace {
+
+using detail::append_json_string;
 
 constexpr std::array<std::string_view, 4> event_kind_names = {"collective", "send", "recv",
                                                               "check"};
@@ -49,24 +52,6 @@ bool value_of(const std::array<std::string_view, N>& names, std::string_view s, 
 
 // --- writing ---
 
-void put_string(std::string& out, std::string_view s) {
-    out += '"';
-    for (const char c : s) {
-        const auto u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (u < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", u);
-            out += buf;
-        } else {
-            out += c;
-        }
-    }
-    out += '"';
-}
-
 template <class T>
 void put_number(std::string& out, T v) {
     char buf[24];
@@ -78,7 +63,7 @@ void put_number(std::string& out, T v) {
 void key(std::string& out, std::string_view name, bool first = false) {
     if (!first)
         out += ',';
-    put_string(out, name);
+    append_json_string(out, name);
     out += ':';
 }
 
@@ -87,12 +72,12 @@ void put_event(std::string& out, const flight_event& e) {
     key(out, "id", true);
     put_number(out, e.id);
     key(out, "kind");
-    put_string(out, to_string(e.kind));
+    append_json_string(out, to_string(e.kind));
     key(out, "state");
-    put_string(out, to_string(e.state));
+    append_json_string(out, to_string(e.state));
     if (e.kind == flight_event_kind::collective || e.kind == flight_event_kind::check) {
         key(out, "collective");
-        put_string(out, name_of(collective_names, e.collective));
+        append_json_string(out, name_of(collective_names, e.collective));
         key(out, "seq");
         put_number(out, e.seq);
         key(out, "root");
@@ -105,9 +90,9 @@ void put_event(std::string& out, const flight_event& e) {
     }
     if (e.has_reduction) {
         key(out, "type");
-        put_string(out, to_string(e.type));
+        append_json_string(out, to_string(e.type));
         key(out, "op");
-        put_string(out, to_string(e.op));
+        append_json_string(out, to_string(e.op));
     }
     key(out, "in_bytes");
     put_number(out, e.in_bytes);
@@ -133,7 +118,7 @@ void put_event(std::string& out, const flight_event& e) {
     }
     if (!e.error.empty()) {
         key(out, "error");
-        put_string(out, e.error);
+        append_json_string(out, e.error);
     }
     out += '}';
 }
@@ -544,25 +529,25 @@ std::string_view to_string(reduce_op op) noexcept {
 std::string to_json(const flight_record& r) {
     std::string out = "{";
     key(out, "format", true);
-    put_string(out, "ucx-asio-flight-record");
+    append_json_string(out, "ucx-asio-flight-record");
     key(out, "version");
     put_number(out, 1);
     key(out, "group");
-    put_string(out, r.group);
+    append_json_string(out, r.group);
     key(out, "rank");
     put_number(out, r.rank);
     key(out, "size");
     put_number(out, r.size);
     key(out, "host");
-    put_string(out, r.host);
+    append_json_string(out, r.host);
     key(out, "pid");
     put_number(out, r.pid);
     key(out, "time_us");
     put_number(out, r.time_us);
     key(out, "reason");
-    put_string(out, r.reason);
+    append_json_string(out, r.reason);
     key(out, "error");
-    put_string(out, r.error);
+    append_json_string(out, r.error);
     key(out, "collectives");
     put_number(out, r.collectives);
     key(out, "dropped");

@@ -6,9 +6,12 @@
 #include "engine/worker_impl.hpp"
 #include "group/group_impl.hpp"
 #include "metrics/exposition.hpp"
+#include "util/json_string.hpp"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
@@ -17,13 +20,44 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
-#include <unordered_set>
+#include <unordered_map>
 
 namespace ucx {
 namespace detail {
 
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
+
+namespace {
+
+/// `in` with its `%XX` escapes decoded (a path segment, RFC 3986); false for
+/// a `%` not followed by two hexadecimal digits.
+bool percent_decode(std::string_view in, std::string& out) {
+    const auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9')
+            return c - '0';
+        if (c >= 'a' && c <= 'f')
+            return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+            return c - 'A' + 10;
+        return -1;
+    };
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        if (in[i] != '%') {
+            out += in[i];
+            continue;
+        }
+        const int hi = i + 2 < in.size() ? hex(in[i + 1]) : -1;
+        const int lo = i + 2 < in.size() ? hex(in[i + 2]) : -1;
+        if (hi < 0 || lo < 0)
+            return false;
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+    }
+    return true;
+}
+
+} // namespace
 
 class metrics_exporter_impl : public std::enable_shared_from_this<metrics_exporter_impl> {
 public:
@@ -67,6 +101,33 @@ public:
                                                       "\" is there already");
         std::erase_if(groups_, [](const group_source& s) { return s.group.expired(); });
         groups_.push_back({std::move(name), std::move(g)});
+    }
+
+    /// The live group added as `name`, or null.
+    std::shared_ptr<group_impl> find_group(std::string_view name) {
+        std::lock_guard lock(mu_);
+        for (const group_source& s : groups_)
+            if (s.name == name)
+                if (auto g = s.group.lock())
+                    return g;
+        return nullptr;
+    }
+
+    /// `{"groups":["name",...]}`: the live groups' names, as JSON.
+    std::string group_names() {
+        std::string out = "{\"groups\":[";
+        std::lock_guard lock(mu_);
+        bool first = true;
+        for (const group_source& s : groups_) {
+            if (s.group.expired())
+                continue;
+            if (!first)
+                out += ',';
+            first = false;
+            append_json_string(out, s.name);
+        }
+        out += "]}\n";
+        return out;
     }
 
     std::string exposition() {
@@ -119,7 +180,8 @@ public:
     class session : public std::enable_shared_from_this<session> {
     public:
         session(std::shared_ptr<metrics_exporter_impl> owner, tcp::socket s)
-            : owner_(std::move(owner)), stream_(std::move(s)) {}
+            : owner_(std::move(owner)), stream_(std::move(s)),
+              strand_(boost::asio::make_strand(owner_->ex_)), wait_(strand_) {}
 
         void read() {
             parser_.emplace();
@@ -136,6 +198,10 @@ public:
             error_code ignored;
             stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
             stream_.close();
+            boost::asio::dispatch(strand_, [self = shared_from_this()] {
+                self->waiting_ = false;
+                self->wait_.cancel();
+            });
         }
 
     private:
@@ -143,29 +209,73 @@ public:
             if (ec) // closed, timed out, not HTTP, too large, a body: the connection ends
                 return finish();
             const auto& req = parser_->get();
+            head_ = req.method() == http::verb::head;
             response_ = {};
             response_.version(req.version());
             response_.keep_alive(req.keep_alive());
             response_.set(http::field::server, "ucx-asio");
             std::string_view target(req.target().data(), req.target().size());
             target = target.substr(0, target.find('?'));
-            if (req.method() != http::verb::get && req.method() != http::verb::head) {
-                response_.result(http::status::method_not_allowed);
+            if (req.method() != http::verb::get && !head_) {
+                answer(http::status::method_not_allowed, "text/plain; charset=utf-8",
+                       "only GET and HEAD\n");
                 response_.set(http::field::allow, "GET, HEAD");
-                response_.set(http::field::content_type, "text/plain; charset=utf-8");
-                response_.body() = "only GET and HEAD\n";
-            } else if (target != "/metrics") {
-                response_.result(http::status::not_found);
-                response_.set(http::field::content_type, "text/plain; charset=utf-8");
-                response_.body() = "not found: the metrics are at /metrics\n";
+            } else if (target == "/metrics") {
+                answer(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                       owner_->exposition());
+            } else if (target == "/flight") {
+                answer(http::status::ok, "application/json", owner_->group_names());
+            } else if (target.starts_with("/flight/")) {
+                std::string name;
+                if (percent_decode(target.substr(8), name))
+                    if (auto g = owner_->find_group(name))
+                        return fetch_record(std::move(g));
+                answer(http::status::not_found, "text/plain; charset=utf-8",
+                       "no group of that name: /flight lists them\n");
             } else {
-                response_.result(http::status::ok);
-                response_.set(http::field::content_type,
-                              "text/plain; version=0.0.4; charset=utf-8");
-                response_.body() = owner_->exposition();
+                answer(http::status::not_found, "text/plain; charset=utf-8",
+                       "not found: the metrics are at /metrics, the flight records at "
+                       "/flight\n");
             }
+            respond();
+        }
+
+        void answer(http::status status, std::string_view type, std::string body) {
+            response_.result(status);
+            response_.set(http::field::content_type, type);
+            response_.body() = std::move(body);
+        }
+
+        /// A group's flight record is taken on the group's executor (as
+        /// group::flight_record()), which may be another thread's or busy:
+        /// the answer waits for it, at most `request_timeout` (503 then).
+        void fetch_record(std::shared_ptr<group_impl> g) {
+            waiting_ = true;
+            wait_.expires_after(owner_->options_.request_timeout);
+            wait_.async_wait([self = shared_from_this()](const error_code& ec) {
+                if (!ec && std::exchange(self->waiting_, false)) {
+                    self->answer(http::status::service_unavailable, "text/plain; charset=utf-8",
+                                 "the group's executor did not answer in time\n");
+                    self->respond();
+                }
+            });
+            const auto& ex = g->executor();
+            boost::asio::post(ex, [self = shared_from_this(), g = std::move(g)] {
+                ucx::flight_record r;
+                group_flight_record(*g, r);
+                boost::asio::post(self->strand_, [self, json = to_json(r)]() mutable {
+                    if (!std::exchange(self->waiting_, false))
+                        return; // answered 503 already, or stopped
+                    self->wait_.cancel();
+                    self->answer(http::status::ok, "application/json", std::move(json));
+                    self->respond();
+                });
+            });
+        }
+
+        void respond() {
             response_.prepare_payload();
-            if (req.method() == http::verb::head) {
+            if (head_) {
                 const auto n = response_.body().size();
                 response_.body().clear();
                 response_.content_length(n);
@@ -181,7 +291,9 @@ public:
 
         void finish() {
             stop();
-            owner_->sessions_.erase(this);
+            boost::asio::dispatch(owner_->ex_, [self = shared_from_this()] {
+                self->owner_->sessions_.erase(self.get());
+            });
         }
 
         std::shared_ptr<metrics_exporter_impl> owner_;
@@ -189,6 +301,11 @@ public:
         boost::beast::flat_buffer buffer_;
         std::optional<http::request_parser<http::empty_body>> parser_;
         http::response<http::string_body> response_;
+        bool head_ = false;
+        // A flight record being fetched (on the strand).
+        boost::asio::strand<boost::asio::any_io_executor> strand_;
+        boost::asio::steady_timer wait_;
+        bool waiting_ = false;
     };
 
 private:
@@ -214,11 +331,9 @@ private:
                 s.close(ignored);
             } else {
                 auto session_ptr = std::make_shared<session>(self, std::move(s));
-                self->sessions_.insert(session_ptr.get());
-                self->live_.push_back(session_ptr);
+                self->sessions_.emplace(session_ptr.get(), session_ptr);
                 session_ptr->read();
             }
-            std::erase_if(self->live_, [](const std::weak_ptr<session>& w) { return w.expired(); });
             self->accept();
         });
     }
@@ -227,10 +342,9 @@ private:
         error_code ignored;
         acceptor_.close(ignored);
         retry_.cancel();
-        for (const auto& w : live_)
+        for (const auto& [ptr, w] : sessions_)
             if (auto s = w.lock())
                 s->stop();
-        live_.clear();
     }
 
     struct source {
@@ -253,9 +367,8 @@ private:
     std::vector<source> sources_;
     std::vector<group_source> groups_;
     // On the executor: the sessions being served (counted against
-    // max_connections), and weak references to close them.
-    std::unordered_set<session*> sessions_;
-    std::vector<std::weak_ptr<session>> live_;
+    // max_connections, closed by `close()`), until each finishes.
+    std::unordered_map<session*, std::weak_ptr<session>> sessions_;
 };
 
 } // namespace detail

@@ -2,7 +2,9 @@
 // with explicit variables and a file store, 4 ranks under mpirun, 4 ranks
 // with torchrun's variables and rank 0's TCP store; every collective checked
 // in each rank. Then a rank SIGKILLed, and one SIGSTOPped, while the others
-// loop on allreduce: the others report the group failed, and exit.
+// loop on allreduce: the others report the group failed, and exit. A rank
+// that skips a barrier, diagnosed from the files the ranks write when their
+// deadline fires, and from the running ranks' exporters while they wait.
 #include "child_process.hpp"
 #include "test_support.hpp"
 
@@ -241,4 +243,78 @@ TEST(group_processes, the_flight_records_name_a_rank_that_skipped_a_barrier) {
     EXPECT_TRUE(contains(report, "culprit: rank 3\n")) << report;
     std::filesystem::remove_all(dir);
     std::filesystem::remove_all(records);
+}
+
+// The same skipped barrier with no deadline, diagnosed while the job hangs:
+// each rank serves its flight record (--metrics), and ucx-asio-flight, given
+// the four exporters' addresses, names rank 3 from the records it fetches.
+TEST(group_processes, a_hung_job_is_diagnosed_from_its_running_ranks) {
+    const std::string dir = store_dir("flight-live");
+    std::vector<std::unique_ptr<child_process>> ranks;
+    for (int r = 0; r < 4; ++r)
+        ranks.push_back(
+            start_rank(r, 4, {"UCXASIO_STORE_DIR=" + dir, "UCX_TLS=tcp,sm,self"},
+                       {"--count", "1000", "--metrics", "127.0.0.1:0", "--skip-barrier", "3"}));
+    std::vector<std::string> urls;
+    for (int r = 0; r < 4; ++r) {
+        std::string line;
+        for (std::string l; (l = ranks[r]->read_line()).size();)
+            if (contains(l, "metrics on http://")) {
+                line = l;
+                break;
+            }
+        const auto at = line.find("http://");
+        ASSERT_NE(at, std::string::npos) << "rank " << r << " printed no metrics address";
+        // http://127.0.0.1:PORT/metrics: the exporter's address, the tool
+        // finds the one group it serves.
+        urls.push_back(line.substr(at, line.rfind("/metrics") - at));
+    }
+    // The ranks join, allreduce and reach the barrier at their own pace: ask
+    // until the records show the barrier on ranks 0 to 2 (no deadline here;
+    // at most about two minutes on a loaded machine).
+    std::string report;
+    int status = -1;
+    for (int attempt = 0; attempt < 240 && status != 0; ++attempt) {
+        if (attempt)
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::vector<std::string> argv = {UCX_ASIO_FLIGHT, "--timeout", "30000"};
+        argv.insert(argv.end(), urls.begin(), urls.end());
+        child_process tool(argv);
+        report = tool.read_all();
+        status = tool.wait();
+    }
+    std::printf("ucx-asio-flight %s %s %s %s:\n%s", urls[0].c_str(), urls[1].c_str(),
+                urls[2].c_str(), urls[3].c_str(), report.c_str());
+    EXPECT_EQ(status, 0) << report;
+    EXPECT_TRUE(contains(report, "rank 0 of 4 (group group_allreduce, ")) << report;
+    EXPECT_TRUE(contains(report, "): request, 2 collectives, ")) << report;
+    EXPECT_TRUE(contains(report, "rank 3 never called collective 1 (barrier), which ranks 0, 1, 2 "
+                                 "called"))
+        << report;
+    EXPECT_TRUE(contains(report, "culprit: rank 3\n")) << report;
+
+    // What the tool cannot use is named, with why, and exits 2: a group the
+    // exporter does not serve; an address that accepts and never answers,
+    // within --timeout.
+    const auto tool_fails = [](const std::vector<std::string>& args, const std::string& why) {
+        // Its standard error with its output.
+        std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        child_process tool(argv);
+        const std::string out = tool.read_all();
+        EXPECT_EQ(tool.wait(), 2) << out;
+        EXPECT_TRUE(contains(out, why)) << out;
+    };
+    tool_fails({UCX_ASIO_FLIGHT, urls[0] + "/flight/nobody"}, "/flight/nobody: HTTP 404");
+    asio::io_context io;
+    asio::ip::tcp::acceptor silent(io, {asio::ip::make_address("127.0.0.1"), 0});
+    const std::string silent_url =
+        "http://127.0.0.1:" + std::to_string(silent.local_endpoint().port());
+    tool_fails({UCX_ASIO_FLIGHT, "--timeout", "300", silent_url},
+               silent_url + ": no answer within 300 ms");
+    for (auto& rank : ranks) {
+        rank->kill_now();
+        rank->wait();
+    }
+    std::filesystem::remove_all(dir);
 }

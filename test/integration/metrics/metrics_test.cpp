@@ -493,6 +493,90 @@ TEST_F(exporter, bounds_connections_idle_clients_and_garbage) {
 
 // Prometheus's own checker accepts the exposition, with latency histograms
 // and errors in it.
+// Three ranks allreduce, then ranks 0 and 1 call a barrier that rank 2 does
+// not: rank 0's flight record, served at /flight/world while the barrier
+// waits, shows the barrier running and waiting for rank 2.
+TEST(exporter_flight, serves_each_group_s_flight_record_while_a_collective_waits) {
+    local_ranks r(3, "flight", group_worker_options());
+    ASSERT_TRUE(r.joined);
+    std::vector<std::optional<ucx::error_code>> done(3);
+    std::vector<std::vector<float>> v(3, std::vector<float>(100, 1.0f));
+    for (int i = 0; i < 3; ++i)
+        r.groups[static_cast<std::size_t>(i)].async_allreduce(
+            std::span<float>(v[static_cast<std::size_t>(i)]), ucx::reduce_op::sum,
+            [&, i](ucx::error_code ec) { done[static_cast<std::size_t>(i)] = ec; });
+    ASSERT_TRUE(run_until(r.io, [&] { return all_set(done); }));
+    std::vector<std::optional<ucx::error_code>> barrier(2);
+    for (int i = 0; i < 2; ++i)
+        r.groups[static_cast<std::size_t>(i)].async_barrier(
+            [&, i](ucx::error_code ec) { barrier[static_cast<std::size_t>(i)] = ec; });
+
+    ucx::metrics_exporter ex(r.io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    ex.add(r.groups[0], "world");
+    ex.add(r.groups[1], "a \"quoted\" name");
+    const auto port = ex.local_endpoint().port();
+    const http_answer list = request(r.io, port, http::verb::get, "/flight");
+    EXPECT_EQ(list.status, 200u);
+    EXPECT_EQ(list.content_type, "application/json");
+    EXPECT_EQ(list.body, "{\"groups\":[\"world\",\"a \\\"quoted\\\" name\"]}\n");
+
+    const http_answer a = request(r.io, port, http::verb::get, "/flight/world");
+    EXPECT_EQ(a.status, 200u);
+    EXPECT_EQ(a.content_type, "application/json");
+    ucx::flight_record rec;
+    ASSERT_FALSE(ucx::from_json(a.body, rec)) << a.body;
+    EXPECT_EQ(rec.rank, 0);
+    EXPECT_EQ(rec.size, 3);
+    EXPECT_EQ(rec.reason, "request");
+    EXPECT_EQ(rec.collectives, 2u) << a.body;
+    ASSERT_EQ(rec.events.size(), 2u) << a.body;
+    EXPECT_EQ(rec.events[0].collective, ucx::collective_kind::allreduce);
+    EXPECT_EQ(rec.events[0].state, ucx::flight_state::completed);
+    EXPECT_EQ(rec.events[1].collective, ucx::collective_kind::barrier);
+    EXPECT_EQ(rec.events[1].state, ucx::flight_state::running) << a.body;
+
+    const http_answer head = request(r.io, port, http::verb::head, "/flight/world");
+    EXPECT_EQ(head.status, 200u);
+    EXPECT_GT(head.content_length, 0u);
+    EXPECT_TRUE(head.body.empty());
+    // The name percent-encoded, as a path segment.
+    const http_answer quoted =
+        request(r.io, port, http::verb::get, "/flight/a%20%22quoted%22%20name");
+    EXPECT_EQ(quoted.status, 200u);
+    ucx::flight_record rec1;
+    ASSERT_FALSE(ucx::from_json(quoted.body, rec1)) << quoted.body;
+    EXPECT_EQ(rec1.rank, 1);
+    EXPECT_EQ(request(r.io, port, http::verb::get, "/flight/a%2").status, 404u);
+    EXPECT_EQ(request(r.io, port, http::verb::get, "/flight/nobody").status, 404u);
+    EXPECT_EQ(request(r.io, port, http::verb::get, "/flight/").status, 404u);
+    EXPECT_EQ(request(r.io, port, http::verb::post, "/flight/world").status, 405u);
+
+    // Rank 2 calls the barrier at last: every rank completes it.
+    std::optional<ucx::error_code> last;
+    r.groups[2].async_barrier([&](ucx::error_code ec) { last = ec; });
+    ASSERT_TRUE(run_until(r.io, [&] { return last && all_set(barrier); }));
+    EXPECT_FALSE(*last);
+
+    // A group whose executor does not run: the exporter, on an io_context
+    // of its own, answers 503 once its request timeout passes.
+    asio::io_context other;
+    ucx::metrics_exporter_options o;
+    o.request_timeout = std::chrono::milliseconds(200);
+    ucx::metrics_exporter slow(other, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), o);
+    slow.add(r.groups[0], "world");
+    EXPECT_EQ(request(other, slow.local_endpoint().port(), http::verb::get, "/flight/world").status,
+              503u);
+    // The record's answer comes late, to a request already answered.
+    EXPECT_TRUE(run_ticks(r.io, 5));
+    EXPECT_TRUE(run_ticks(other, 5));
+    ex.close();
+    slow.close();
+    r.io.restart();
+    r.io.poll();
+    other.restart();
+    other.poll();
+}
+
 TEST_F(exporter, promtool_accepts_the_exposition) {
     ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), options());
     ex.add(server_worker, "server");
