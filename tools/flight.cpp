@@ -18,12 +18,7 @@
 // a source cannot be read or is not a flight record (it is named, with why).
 #include <ucx/flight_recorder.hpp>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http.hpp>
+#include "http_get.hpp"
 
 #include <cctype>
 #include <chrono>
@@ -36,60 +31,6 @@
 #include <vector>
 
 namespace {
-
-namespace asio = boost::asio;
-namespace http = boost::beast::http;
-using tcp = asio::ip::tcp;
-
-/// GET `target` from `host`:`port`, within `timeout`. Returns false with
-/// `why` set when there is no 200 answer.
-bool http_get(const std::string& host, const std::string& port, const std::string& target,
-              std::chrono::milliseconds timeout, std::string& body, std::string& why) {
-    asio::io_context io;
-    boost::beast::tcp_stream stream(io);
-    tcp::resolver resolver(io);
-    boost::beast::flat_buffer buffer;
-    http::request<http::empty_body> req(http::verb::get, target, 11);
-    req.set(http::field::host, host);
-    req.set(http::field::connection, "close");
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    boost::system::error_code failure;
-    const auto fail = [&](const boost::system::error_code& ec) { failure = ec; };
-    stream.expires_after(timeout);
-    resolver.async_resolve(host, port, [&](const auto& ec, const tcp::resolver::results_type& at) {
-        if (ec)
-            return fail(ec);
-        stream.async_connect(at, [&](const auto& ec, const auto&) {
-            if (ec)
-                return fail(ec);
-            http::async_write(stream, req, [&](const auto& ec, std::size_t) {
-                if (ec)
-                    return fail(ec);
-                http::async_read(stream, buffer, parser, [&](const auto& ec, std::size_t) {
-                    if (ec)
-                        fail(ec);
-                });
-            });
-        });
-    });
-    io.run();
-    if (failure) {
-        why = failure == boost::beast::error::timeout
-                  ? "no answer within " + std::to_string(timeout.count()) + " ms"
-                  : failure.message();
-        return false;
-    }
-    const auto& res = parser.get();
-    if (res.result() != http::status::ok) {
-        why = "HTTP " + std::to_string(res.result_int()) + ": " + res.body();
-        while (!why.empty() && why.back() == '\n')
-            why.pop_back();
-        return false;
-    }
-    body = res.body();
-    return true;
-}
 
 /// The names in the exporter's `{"groups":["a","b"]}`.
 std::vector<std::string> group_names(std::string_view json) {
@@ -130,22 +71,15 @@ std::string path_segment(std::string_view s) {
 /// The record at `url` (http://HOST:PORT[/PATH]).
 bool fetch(const std::string& url, std::chrono::milliseconds timeout, std::string& json,
            std::string& why) {
-    std::string_view rest = std::string_view(url).substr(7);
-    const auto slash = rest.find('/');
-    const std::string_view authority = rest.substr(0, slash);
-    std::string path(slash == std::string_view::npos ? "" : rest.substr(slash));
-    const auto colon = authority.rfind(':');
-    if (colon == std::string_view::npos || colon + 1 == authority.size()) {
+    ucx_tools::http_url at;
+    if (!ucx_tools::parse_http_url(url, at)) {
         why = "not http://HOST:PORT[/flight/NAME]";
         return false;
     }
-    std::string host(authority.substr(0, colon));
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-        host = host.substr(1, host.size() - 2);
-    const std::string port(authority.substr(colon + 1));
+    std::string path = at.path;
     if (path.empty() || path == "/" || path == "/flight") {
         std::string list;
-        if (!http_get(host, port, "/flight", timeout, list, why))
+        if (!ucx_tools::http_get(at.host, at.port, "/flight", timeout, list, why))
             return false;
         const auto names = group_names(list);
         if (names.size() != 1) {
@@ -157,7 +91,7 @@ bool fetch(const std::string& url, std::chrono::milliseconds timeout, std::strin
         }
         path = "/flight/" + path_segment(names[0]);
     }
-    return http_get(host, port, path, timeout, json, why);
+    return ucx_tools::http_get(at.host, at.port, path, timeout, json, why);
 }
 
 } // namespace

@@ -2,6 +2,7 @@
 //
 //   ucx-asio-info [--config FILE] [--prefix PREFIX] [--connect HOST:PORT]
 //                 [--method handshake|ucx_sockaddr|plain] [--no-connection]
+//   ucx-asio-info --endpoints http://HOST:PORT [--timeout MS]
 //   ucx-asio-info --launch
 //
 // With --launch it prints only this process's place in its job, as
@@ -36,11 +37,24 @@
 // - atomics: with UCX 1.16 and later (and its protocol layer on, the default)
 //   the tool warns that atomics fail endpoints in peer error mode.
 //
+// With --endpoints URL (http://HOST:PORT, a ucx::metrics_exporter of a
+// running process) it prints, instead, that process's endpoints (its
+// /endpoints: each endpoint's worker, role, state, addresses and lanes), and
+// warns about the same traps in them: a peer on the same host (its address
+// that of the endpoint, or loopback) with no shared-memory lane, and
+// atomics on endpoints in peer error mode under UCX 1.16 and later (the
+// process's UCX); and names the workers that did not answer. --timeout MS
+// bounds the request (default 10000).
+//
 // Exit status: 0; 1 when a warning was printed; 2 for a bad command line or
-// configuration, or a failed test connection.
+// configuration, or a failed test connection (with --endpoints: an address
+// that does not answer, or an answer that is not an endpoints report).
 #include <ucx/asio.hpp>
 
+#include "http_get.hpp"
+
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -60,9 +74,11 @@ void warn(const std::string& what) {
 }
 
 int usage() {
-    std::fprintf(
-        stderr, "usage: ucx-asio-info [--config FILE] [--prefix PREFIX] [--connect HOST:PORT]\n"
-                "                     [--method handshake|ucx_sockaddr|plain] [--no-connection]\n");
+    std::fprintf(stderr,
+                 "usage: ucx-asio-info [--config FILE] [--prefix PREFIX] [--connect HOST:PORT]\n"
+                 "                     [--method handshake|ucx_sockaddr|plain] [--no-connection]\n"
+                 "       ucx-asio-info --endpoints http://HOST:PORT [--timeout MS]\n"
+                 "       ucx-asio-info --launch\n");
     return 2;
 }
 
@@ -107,6 +123,79 @@ bool has_shared_memory_lane(const std::vector<ucx::endpoint_lane>& lanes) {
             if (lane.transport == t)
                 return true;
     return false;
+}
+
+/// Whether `remote` is on the host of `local` ("ADDRESS:PORT", IPv6 in
+/// brackets): the same address, or a loopback one.
+bool same_host(const std::string& local, const std::string& remote) {
+    const auto address_of = [](const std::string& at) {
+        std::string a = at.substr(0, at.rfind(':'));
+        if (a.size() > 2 && a.front() == '[')
+            a = a.substr(1, a.size() - 2);
+        boost::system::error_code ec;
+        const auto parsed = asio::ip::make_address(a, ec);
+        return ec ? std::optional<asio::ip::address>() : parsed;
+    };
+    const auto l = address_of(local), r = address_of(remote);
+    return r && (r->is_loopback() || (l && *l == *r));
+}
+
+/// --endpoints: the endpoints of the process serving metrics at `url`.
+int print_endpoints(const std::string& url, std::chrono::milliseconds timeout) {
+    ucx_tools::http_url at;
+    if (!ucx_tools::parse_http_url(url, at)) {
+        std::fprintf(stderr, "ucx-asio-info: %s: not http://HOST:PORT\n", url.c_str());
+        return 2;
+    }
+    std::string body, why;
+    if (!ucx_tools::http_get(at.host, at.port, "/endpoints", timeout, body, why)) {
+        std::printf("ERROR: %s/endpoints: %s\n", url.c_str(), why.c_str());
+        return 2;
+    }
+    ucx::endpoints_report r;
+    if (ucx::from_json(body, r)) {
+        std::printf("ERROR: %s/endpoints: not an endpoints report\n", url.c_str());
+        return 2;
+    }
+    std::printf("== endpoints of %s, pid %lld (UCX %s): %zu\n", r.host.c_str(),
+                static_cast<long long>(r.pid), r.ucx_version.c_str(), r.endpoints.size());
+    bool any_open = false;
+    for (const auto& e : r.endpoints) {
+        std::printf("  worker %s, endpoint %llu: %s%s, %s%s%s", e.worker.c_str(),
+                    static_cast<unsigned long long>(e.id), e.role.c_str(),
+                    e.fabric ? " (group)" : "", e.state.c_str(), e.error.empty() ? "" : ": ",
+                    e.error.c_str());
+        if (!e.local.empty() || !e.remote.empty())
+            std::printf(", %s -> %s", e.local.empty() ? "?" : e.local.c_str(),
+                        e.remote.empty() ? "?" : e.remote.c_str());
+        std::printf("\n");
+        for (const auto& lane : e.lanes) {
+            std::printf("    %d: %s/%s", lane.index, lane.transport.c_str(),
+                        lane.device.empty() ? "-" : lane.device.c_str());
+            for (const auto& use : lane.uses)
+                std::printf(" %s", use.c_str());
+            std::printf("\n");
+        }
+        any_open = any_open || e.state == "open";
+        if (e.state == "open" && !e.remote.empty() && same_host(e.local, e.remote) &&
+            !has_shared_memory_lane(e.lanes))
+            warn("worker " + e.worker + ", endpoint " + std::to_string(e.id) +
+                 ": the peer is on this host but no lane uses shared memory: its traffic goes "
+                 "over the network transports. Either the process's transports leave shared "
+                 "memory out (UCX_TLS, context_options::transports), or its error handling is "
+                 "off, which UCX 1.13 needs under peer error mode (shared_memory_error_handling, "
+                 "or UCX_MM_ERROR_HANDLING=y)");
+    }
+    for (const auto& w : r.unanswered)
+        warn("worker " + w + " did not answer: its executor did not run the request in time");
+    ucx::ucx_version version;
+    const bool parsed = std::sscanf(r.ucx_version.c_str(), "%u.%u.%u", &version.major,
+                                    &version.minor, &version.release) == 3;
+    if (any_open && parsed && version >= ucx::ucx_version{1, 16, 0})
+        warn("the process runs UCX " + r.ucx_version +
+             ": an atomic fails an endpoint in peer error mode (every endpoint of this library) "
+             "unless its protocol layer is off (UCX_PROTO_ENABLE=n)");
+    return warnings ? 1 : 0;
 }
 
 /// Runs `io` until `done` or 10 s passed.
@@ -158,6 +247,16 @@ int main(int argc, char** argv) {
                                                    ? "none (the store's own keys)"
                                                    : plan.run_namespace.c_str());
         return 0;
+    }
+    if (argc >= 3 && std::string(argv[1]) == "--endpoints") {
+        std::chrono::milliseconds timeout(10000);
+        if (argc == 5 && std::string(argv[3]) == "--timeout")
+            timeout = std::chrono::milliseconds(std::atol(argv[4]));
+        else if (argc != 3)
+            return usage();
+        if (timeout.count() <= 0)
+            return usage();
+        return print_endpoints(argv[2], timeout);
     }
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];

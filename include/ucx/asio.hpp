@@ -10,6 +10,7 @@
 #include <ucx/context.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/endpoint_lane.hpp>
+#include <ucx/endpoint_report.hpp>
 #include <ucx/error.hpp>
 #include <ucx/file_store.hpp>
 #include <ucx/group.hpp>

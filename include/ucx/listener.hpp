@@ -99,8 +99,14 @@ public:
     void close() noexcept;
 
     /// Connection requests refused so far (filter, backlog, and with the
-    /// handshake method every client whose handshake failed).
+    /// handshake method every client whose handshake failed): the sum of
+    /// `metrics().refused`. Safe to call from any thread.
     std::size_t rejected() const noexcept;
+
+    /// The connections it accepted (their handshake finished) and those it
+    /// refused, by cause (docs/guide/metrics.md). Safe to call from any
+    /// thread; zeros for a listener that was moved from.
+    listener_metrics metrics() const noexcept;
 
     /// Accepts the next connection. Completion signature:
     /// `void(error_code, ucx::endpoint)`. Cancellable through the handler's

@@ -90,6 +90,16 @@ struct worker_metrics {
     /// Operations whose device buffer went through pinned host memory, and their bytes.
     std::uint64_t staged_operations = 0;
     std::uint64_t staged_bytes = 0;
+    /// Heartbeats of the worker's connections (`worker_options::peer_timeout`):
+    /// pings sent after a heartbeat tick in which nothing came from the peer,
+    /// the pongs that answered them, and the connections that failed because
+    /// their peer stopped answering (`error::peer_unresponsive`).
+    std::uint64_t heartbeat_pings = 0;
+    std::uint64_t heartbeat_pongs = 0;
+    std::uint64_t peers_unresponsive = 0;
+    /// How long each pong took to come back, from the endpoint's last ping
+    /// (one clock read at each end; pings are rare).
+    latency_histogram heartbeat_round_trip{};
     /// Operations in flight now.
     std::uint64_t in_flight = 0;
     /// By `operation_kind` (index with `static_cast<std::size_t>(kind)`).
@@ -105,6 +115,34 @@ struct worker_metrics {
 
     const operation_counts& of(operation_kind k) const noexcept {
         return operations[static_cast<std::size_t>(k)];
+    }
+};
+
+/// Why a listener refused a connection (`listener_metrics::refused`).
+enum class refusal_cause : std::uint8_t {
+    backlog_full,       ///< the connections waiting for `async_accept` filled the backlog
+    filter,             ///< the listener's filter refused the client's address
+    out_of_descriptors, ///< the process had no file descriptor left for it
+    handshake_timeout,  ///< its handshake did not finish within `handshake_timeout`
+    handshake_failed,   ///< its handshake failed: another protocol, a wrong secret, the client left
+};
+
+/// Number of `refusal_cause` values.
+inline constexpr std::size_t refusal_cause_count = 5;
+
+/// The cause's name as the metrics label it ("backlog_full", ...).
+std::string_view to_string(refusal_cause c) noexcept;
+
+/// A snapshot of one listener's metrics (`listener::metrics()`), taken from
+/// any thread. Counters only grow while the listener lives.
+struct listener_metrics {
+    /// Connections whose handshake finished: queued for `async_accept`.
+    std::uint64_t accepted = 0;
+    /// Connections refused, by cause (index with `static_cast<std::size_t>(cause)`).
+    std::array<std::uint64_t, refusal_cause_count> refused{};
+
+    std::uint64_t of(refusal_cause c) const noexcept {
+        return refused[static_cast<std::size_t>(c)];
     }
 };
 

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <ucx/detail/access.hpp>
+#include <ucx/endpoint_report.hpp>
 #include <ucx/error.hpp>
 #include <ucx/group.hpp>
+#include <ucx/listener.hpp>
 #include <ucx/worker.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -24,8 +26,8 @@ namespace ucx {
 struct metrics_exporter_options {
     /// Labels on every series the exporter serves, as (name, value) pairs:
     /// for example {{"rank", "3"}} for one rank of a job. A name must match
-    /// `[a-zA-Z_][a-zA-Z0-9_]*` and not begin with `__`; values may hold any
-    /// text.
+    /// `[a-zA-Z_][a-zA-Z0-9_]*`, not begin with `__`, and not be `worker`,
+    /// `group` or `listener` (the exporter's own); values may hold any text.
     std::vector<std::pair<std::string, std::string>> labels;
     /// Most scrapers served at once; one more is closed at once.
     std::size_t max_connections = 16;
@@ -47,7 +49,11 @@ class metrics_exporter_impl;
 /// answers the flight record of the group added as NAME (`to_json`, reason
 /// "request"), taken on the group's executor: 404 for a name not added (or
 /// a group released), 503 when that executor does not run it within
-/// `request_timeout`. Other paths answer 404, other methods 405.
+/// `request_timeout`. `GET /endpoints` answers the endpoints of the
+/// workers added, with their lanes (`endpoints_report` as JSON), each
+/// worker's read on its executor; a worker whose executor does not run it
+/// within `request_timeout` is listed in `unanswered`. Other paths answer
+/// 404, other methods 405.
 ///
 /// It runs on its executor, as an Asio TCP server would (for example the
 /// io_context that runs the workers): while it is open, its pending accept
@@ -89,6 +95,13 @@ public:
     /// `invalid_argument` when another added group has this name. Its
     /// worker's metrics are added separately (`add(worker, name)`).
     void add(const group& g, std::string name);
+
+    /// Serves the metrics of `l` (`listener::metrics()`: connections
+    /// accepted, refused by cause) with the label `listener="name"`. Throws
+    /// `boost::system::system_error` with `bad_descriptor` for a moved-from
+    /// listener or exporter, `invalid_argument` when another added listener
+    /// has this name. A listener that is destroyed drops out.
+    void add(const listener& l, std::string name);
 
     /// The exposition a scrape would answer now (the body of `GET /metrics`).
     /// Empty for a moved-from exporter.

@@ -417,6 +417,13 @@ void control_channel::arm_unclaimed_timer() noexcept {
     }
 }
 
+void control_channel::add_metrics(worker_metrics& m) const noexcept {
+    m.heartbeat_pings = liveness_.pings.load();
+    m.heartbeat_pongs = liveness_.pongs.load();
+    m.peers_unresponsive = liveness_.unresponsive.load();
+    liveness_.round_trip.snapshot(m.heartbeat_round_trip);
+}
+
 void control_channel::shutdown() noexcept {
     queue_.clear();
     hellos_.clear();

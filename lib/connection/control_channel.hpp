@@ -158,7 +158,19 @@ public:
     /// The UCP worker goes: the acceptor is told.
     void release_service() noexcept override;
 
+    /// The heartbeats of the worker's connections, counted by their
+    /// endpoints (owner thread), read by `worker::metrics()` (any thread).
+    struct liveness_counters {
+        counter pings;
+        counter pongs;
+        counter unresponsive;
+        histogram_counters round_trip;
+    };
+    liveness_counters& liveness() noexcept { return liveness_; }
+    void add_metrics(worker_metrics& m) const noexcept override;
+
 private:
+    liveness_counters liveness_;
     static ucs_status_t on_message(void* arg, const void* header, std::size_t header_length,
                                    void* data, std::size_t length,
                                    const ucp_am_recv_param_t* param) noexcept;

@@ -1,6 +1,7 @@
 #include <ucx/detail/results.hpp>
 #include <ucx/detail/throw_on_error.hpp>
 #include <ucx/endpoint.hpp>
+#include <ucx/endpoint_report.hpp>
 #include <ucx/log.hpp>
 
 #include "connection/control_channel.hpp"
@@ -343,7 +344,20 @@ endpoint_impl::connection_params(role r, bool by_address, bool listener,
 }
 
 void endpoint_impl::on_control(const control_message& m) noexcept {
+    if (m.type == control_type::pong) [[unlikely]]
+        pong_came();
     execute(fsm_.on_control(m));
+}
+
+void endpoint_impl::pong_came() noexcept {
+    ++pongs_;
+    auto& counts = control_channel::of(*worker_).liveness();
+    ++counts.pongs;
+    if (ping_at_ == std::chrono::steady_clock::time_point{})
+        return; // a pong no ping of this side asked for
+    const auto took = std::chrono::steady_clock::now() - std::exchange(ping_at_, {});
+    round_trip_ = std::chrono::duration_cast<std::chrono::nanoseconds>(took);
+    counts.round_trip.add(round_trip_);
 }
 
 void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_close_op) noexcept {
@@ -355,6 +369,11 @@ void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_
     for (const connection_action& a : actions) {
         switch (a.type) {
         case type::send_control:
+            if (a.message == control_type::ping) [[unlikely]] {
+                ++pings_;
+                ++control_channel::of(w).liveness().pings;
+                ping_at_ = std::chrono::steady_clock::now();
+            }
             control_channel::of(w).send(ep_, control_message{a.message, a.value});
             break;
         case type::complete_connect:
@@ -369,6 +388,8 @@ void endpoint_impl::execute(const connection_actions& actions, endpoint_op* new_
                 l->on_failed(this);
             break;
         case type::fail_operations:
+            if (a.ec == error::peer_unresponsive) [[unlikely]]
+                ++control_channel::of(w).liveness().unresponsive;
             fail_pending(a.ec);
             break;
         case type::abort_operations:
@@ -950,13 +971,7 @@ std::vector<endpoint_lane> endpoint::lanes(error_code& ec) const {
             ec = boost::asio::error::bad_descriptor;
         return {};
     }
-    const auto text = detail::printed([&](FILE* f) { ucp_ep_print_info(impl_->native(), f); });
-    if (!text) {
-        ec = make_error_code(boost::system::errc::not_enough_memory);
-        return {};
-    }
-    ec = {};
-    return detail::parse_lanes(*text);
+    return impl_->lanes(ec);
 }
 
 std::vector<endpoint_lane> endpoint::lanes() const {
@@ -998,6 +1013,65 @@ bool endpoint_is_open(const endpoint_impl& ep) noexcept {
 }
 const std::shared_ptr<worker_impl>& endpoint_worker(const endpoint_impl& ep) noexcept {
     return ep.worker();
+}
+
+} // namespace ucx::detail
+
+namespace ucx::detail {
+
+std::vector<endpoint_lane> endpoint_impl::lanes(error_code& ec) const {
+    const auto text = printed([&](FILE* f) { ucp_ep_print_info(ep_, f); });
+    if (!text) {
+        ec = make_error_code(boost::system::errc::not_enough_memory);
+        return {};
+    }
+    ec = {};
+    return parse_lanes(*text);
+}
+
+namespace {
+
+constexpr std::string_view role_names[] = {"address",  "client",       "server",
+                                           "borrowed", "plain_client", "plain_server"};
+constexpr std::string_view state_names[] = {"idle",    "connecting", "accepting", "open",
+                                            "closing", "lingering",  "closed"};
+
+std::string address_text(const endpoint_impl& e, bool remote) {
+    sockaddr_storage ss{};
+    if (!e.query_sockaddr(remote, ss))
+        return {};
+    const auto at = to_tcp_endpoint(ss);
+    const std::string ip = at.address().to_string();
+    return (at.address().is_v6() ? "[" + ip + "]" : ip) + ':' + std::to_string(at.port());
+}
+
+} // namespace
+
+void report_endpoints(const worker_impl& w, std::string_view worker_name,
+                      std::vector<endpoint_report>& out) {
+    const std::size_t first = out.size();
+    for (worker_component* c = w.components(component_kind::endpoint); c; c = c->next_component()) {
+        const auto& e = static_cast<const endpoint_impl&>(*c);
+        endpoint_report& r = out.emplace_back();
+        r.worker = worker_name;
+        r.id = e.serial();
+        r.role = role_names[static_cast<std::size_t>(e.kind())];
+        r.state = state_names[static_cast<std::size_t>(e.protocol().state())];
+        if (e.error())
+            r.error = e.error().message();
+        r.fabric = e.is_fabric();
+        r.local = address_text(e, false);
+        r.remote = address_text(e, true);
+        if (e.is_open()) {
+            error_code ec;
+            r.lanes = e.lanes(ec);
+        }
+        r.pings = e.pings();
+        r.pongs = e.pongs();
+        r.round_trip_ns = e.round_trip().count();
+    }
+    std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+              [](const endpoint_report& a, const endpoint_report& b) { return a.id < b.id; });
 }
 
 } // namespace ucx::detail

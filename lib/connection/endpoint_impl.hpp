@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <ucx/detail/operation.hpp>
+#include <ucx/endpoint_lane.hpp>
+#include <ucx/endpoint_report.hpp>
 #include <ucx/worker_address.hpp>
 
 #include "connection/control_message.hpp"
@@ -102,6 +104,18 @@ public:
                         const connection_timeouts& timeouts, error_code& ec);
 
     ucp_ep_h native() const noexcept { return ep_; }
+    /// The lanes UCX chose (`ucp_ep_print_info`, parsed); needs the UCP
+    /// endpoint (`native()`). Fails only with `not_enough_memory`.
+    std::vector<endpoint_lane> lanes(error_code& ec) const;
+    /// The connection protocol's state (its role, state and error).
+    const connection_fsm& protocol() const noexcept { return fsm_; }
+    /// One of a group's connections (`mark_fabric`).
+    bool is_fabric() const noexcept { return fabric_; }
+    /// Its heartbeats: pings sent, pongs received, and the round trip of the
+    /// last ping answered (-1 ns: none yet).
+    std::uint64_t pings() const noexcept { return pings_; }
+    std::uint64_t pongs() const noexcept { return pongs_; }
+    std::chrono::nanoseconds round_trip() const noexcept { return round_trip_; }
     const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
     role kind() const noexcept { return fsm_.role(); }
     /// A client/server endpoint (with the hello/welcome handshake).
@@ -288,6 +302,8 @@ private:
     void orphan_operations() noexcept;
     /// Whether a message for this endpoint waits in UCX's unexpected queue.
     bool has_message_waiting(ucp_tag_t tag, ucp_tag_t mask) const noexcept;
+    /// A pong came: counted, and the round trip of the last ping measured.
+    void pong_came() noexcept;
 
     std::shared_ptr<worker_impl> worker_;
     const std::uint64_t serial_;
@@ -315,6 +331,11 @@ private:
     std::unique_ptr<guarded_timer> linger_timer_;
     // The connection's deadline: the handshake's, then the heartbeat ticks.
     std::unique_ptr<guarded_timer> timer_;
+    // Heartbeats (owner thread).
+    std::uint64_t pings_ = 0;
+    std::uint64_t pongs_ = 0;
+    std::chrono::steady_clock::time_point ping_at_{};
+    std::chrono::nanoseconds round_trip_{-1};
 };
 
 class context_impl;
@@ -326,6 +347,11 @@ class context_impl;
 /// socket-address methods refuse another address up front with
 /// `asio::error::address_family_not_supported`.
 bool ucx_connects_over(const context_impl& ctx, const boost::asio::ip::address& a) noexcept;
+
+/// Appends a report of each endpoint of `w` to `out`, by id, with
+/// `worker_name` (owner thread: the metrics exporter's /endpoints).
+void report_endpoints(const worker_impl& w, std::string_view worker_name,
+                      std::vector<endpoint_report>& out);
 
 /// Bit 63 of an endpoint's id (the high half of its receive tags) is set for
 /// the connections of a group's fabric only (`fabric_tag`), so a group's

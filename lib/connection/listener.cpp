@@ -93,9 +93,10 @@ void listener_impl::process_requests() noexcept {
             client = to_tcp_endpoint(attr.client_address);
         const bool full = handshaking_.size() + queue_.ready() >= backlog_;
         if (full || (filter_ && !filter_(client))) {
-            ++rejected_;
-            log::write(log::severity::info, full ? "listener: backlog full, connection rejected"
-                                                 : "listener: connection rejected by filter");
+            if (full)
+                refuse(refusal_cause::backlog_full, "backlog full");
+            else
+                refuse(refusal_cause::filter, "rejected by the filter");
             ucp_listener_reject(handle_, request);
             continue;
         }
@@ -108,7 +109,7 @@ void listener_impl::process_requests() noexcept {
             continue;
         }
         if (plain)
-            queue_.offer(std::move(ep)); // no handshake: connected now
+            queue_accepted(std::move(ep)); // no handshake: connected now
         else
             handshaking_.push_back(std::move(ep));
     }
@@ -116,11 +117,37 @@ void listener_impl::process_requests() noexcept {
 
 void listener_impl::on_established(std::shared_ptr<endpoint_impl> ep) noexcept {
     std::erase(handshaking_, ep);
-    queue_.offer(std::move(ep));
+    queue_accepted(std::move(ep));
 }
 
 void listener_impl::on_failed(endpoint_impl* ep) noexcept {
-    std::erase_if(handshaking_, [ep](const auto& p) { return p.get() == ep; });
+    const auto gone = std::erase_if(handshaking_, [ep](const auto& p) { return p.get() == ep; });
+    if (gone == 0 || !ep->error())
+        return;
+    if (ep->error() == error::handshake_timeout)
+        refuse(refusal_cause::handshake_timeout, "handshake timed out");
+    else
+        refuse(refusal_cause::handshake_failed, "handshake failed: " + ep->error().message());
+}
+
+bool listener_impl::queue_accepted(std::shared_ptr<endpoint_impl> ep) noexcept {
+    if (!queue_.offer(std::move(ep)))
+        return false;
+    ++accepted_;
+    return true;
+}
+
+std::size_t listener_impl::rejected() const noexcept {
+    std::size_t n = 0;
+    for (const counter& c : refused_)
+        n += c.load();
+    return n;
+}
+
+void listener_impl::metrics(listener_metrics& m) const noexcept {
+    m.accepted = accepted_.load();
+    for (std::size_t i = 0; i < refusal_cause_count; ++i)
+        m.refused[i] = refused_[i].load();
 }
 
 void listener_impl::accept(endpoint_op* op) noexcept {
@@ -202,9 +229,9 @@ std::size_t listener_impl::waiting() const noexcept {
     return sessions_.size() + expected_.size() + queue_.ready();
 }
 
-void listener_impl::refuse(const char* why) noexcept {
-    ++rejected_;
-    log::write(log::severity::info, std::string("listener: connection refused: ") + why);
+void listener_impl::refuse(refusal_cause cause, const std::string& why) noexcept {
+    ++refused_[static_cast<std::size_t>(cause)];
+    log::write(log::severity::info, "listener: connection refused: " + why);
 }
 
 namespace {
@@ -287,7 +314,7 @@ void listener_impl::take_client_out_of_descriptors() {
         ::close(std::exchange(spare_fd_, -1));
         acceptor_->accept(client, ec);
         if (!ec) {
-            refuse("out of descriptors");
+            refuse(refusal_cause::out_of_descriptors, "out of descriptors");
             refuse_door_client(std::move(client), door_status::refused);
         }
         spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -313,13 +340,13 @@ void listener_impl::take_door_client(boost::asio::ip::tcp::socket socket) {
         // The lifeline is open but the connection would fail for want of
         // descriptors (UCX opens some to connect: a TCP socket, the peer's
         // shared memory): refuse now rather than let the client wait.
-        refuse("out of descriptors");
+        refuse(refusal_cause::out_of_descriptors, "out of descriptors");
         refuse_door_client(std::move(socket), door_status::refused);
     } else if (waiting() >= backlog_) {
-        refuse("backlog full");
+        refuse(refusal_cause::backlog_full, "backlog full");
         refuse_door_client(std::move(socket), door_status::refused);
     } else if (filter_ && !filter_(client)) {
-        refuse("rejected by the filter");
+        refuse(refusal_cause::filter, "rejected by the filter");
         refuse_door_client(std::move(socket), door_status::refused);
     } else {
         try {
@@ -347,10 +374,10 @@ void listener_impl::session_done(door_session& s, const error_code& ec,
                                  const worker_address& peer) {
     std::erase_if(sessions_, [&s](const auto& p) { return p.get() == &s; });
     if (ec) {
-        ++rejected_;
-        log::write(log::severity::info,
-                   "listener: handshake with " + s.remote().address().to_string() + ":" +
-                       std::to_string(s.remote().port()) + " failed: " + ec.message());
+        refuse(ec == error::handshake_timeout ? refusal_cause::handshake_timeout
+                                              : refusal_cause::handshake_failed,
+               "handshake with " + s.remote().address().to_string() + ":" +
+                   std::to_string(s.remote().port()) + " failed: " + ec.message());
         return;
     }
     const auto wait = timeouts_.handshake_timeout.count() > 0 ? timeouts_.handshake_timeout
@@ -376,7 +403,7 @@ void listener_impl::expire_clients() noexcept {
     const auto now = std::chrono::steady_clock::now();
     while (!expected_.empty() && expected_.front().deadline <= now) {
         expected_.pop_front();
-        refuse("admitted client did not connect in time");
+        refuse(refusal_cause::handshake_timeout, "admitted client did not connect in time");
     }
     if (expected_.empty() || !door_attached_)
         return;
@@ -409,7 +436,7 @@ bool listener_impl::offer(std::shared_ptr<endpoint_impl> ep, const worker_addres
         return false;
     ep->adopt_lifeline(std::move(it->socket));
     expected_.erase(it);
-    return queue_.offer(std::move(ep));
+    return queue_accepted(std::move(ep));
 }
 
 void listener_impl::channel_gone() noexcept {
@@ -494,6 +521,13 @@ void listener::close() noexcept {
 
 std::size_t listener::rejected() const noexcept {
     return impl_ ? impl_->rejected() : 0;
+}
+
+listener_metrics listener::metrics() const noexcept {
+    listener_metrics m;
+    if (impl_)
+        impl_->metrics(m);
+    return m;
 }
 
 } // namespace ucx

@@ -8,12 +8,15 @@
 #include "connection/door.hpp"
 #include "connection/endpoint_impl.hpp"
 #include "engine/worker_component.hpp"
+#include "util/counter.hpp"
 
+#include <ucx/metrics.hpp>
 #include <ucx/worker.hpp>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <array>
 #include <functional>
 #include <list>
 #include <memory>
@@ -56,7 +59,10 @@ public:
     bool is_open() const noexcept { return handle_ != nullptr || door_attached_; }
     boost::asio::ip::tcp::endpoint local_endpoint(error_code& ec) const;
     const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
-    std::size_t rejected() const noexcept { return rejected_; }
+    /// The connections refused so far, all causes (any thread).
+    std::size_t rejected() const noexcept;
+    /// Its counts (any thread).
+    void metrics(listener_metrics& m) const noexcept;
 
     /// Starts an accept (owner thread).
     void accept(endpoint_op* op) noexcept;
@@ -90,7 +96,10 @@ private:
     /// Connections under way (handshaking or admitted, not yet queued) and
     /// queued: what the backlog bounds.
     std::size_t waiting() const noexcept;
-    void refuse(const char* why) noexcept;
+    /// Counts a connection refused for `cause`, and logs `why`.
+    void refuse(refusal_cause cause, const std::string& why) noexcept;
+    /// A connection finished its handshake: queued (counted) for an accept.
+    bool queue_accepted(std::shared_ptr<endpoint_impl> ep) noexcept;
 
     /// A client the door admitted, until its UCX hello comes (or its
     /// handshake time runs out).
@@ -134,7 +143,9 @@ private:
     std::vector<std::shared_ptr<door_session>> sessions_;
     std::list<expected_client> expected_;
     bool door_attached_ = false;
-    std::size_t rejected_ = 0;
+    // Written on the owner thread, read from any (`metrics`).
+    counter accepted_;
+    std::array<counter, refusal_cause_count> refused_{};
     std::vector<ucp_conn_request_h> requests_;
     std::vector<std::shared_ptr<endpoint_impl>> handshaking_;
     accept_queue queue_{*worker_};

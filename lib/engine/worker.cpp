@@ -130,6 +130,7 @@ worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type&
 worker_impl::~worker_impl() {
     shutdown();
     // The services go in the reverse order of their coming, as they were released.
+    std::lock_guard lock(services_mu_);
     while (!services_.empty())
         services_.pop_back();
 }
@@ -233,6 +234,9 @@ void worker_impl::metrics(worker_metrics& m) const {
     m.staged_bytes = s.staged_bytes;
     m.in_flight = in_flight_count_.load();
     ops_.snapshot(m);
+    std::lock_guard lock(services_mu_);
+    for (const auto& s : services_)
+        s->add_metrics(m);
 }
 
 // ---- operations ----
@@ -675,7 +679,10 @@ void worker_impl::add_service(std::size_t key, std::shared_ptr<worker_service> s
     if (key >= service_slots_.size())
         service_slots_.resize(key + 1, nullptr);
     service_slots_[key] = s.get();
-    services_.push_back(s);
+    {
+        std::lock_guard lock(services_mu_);
+        services_.push_back(s);
+    }
     add_component(*s);
 }
 

@@ -20,6 +20,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <utility>
 #include <vector>
@@ -312,8 +313,11 @@ private:
     /// The stage running now: its queue as it was when the stage started.
     std::vector<deferred_work*> running_;
     std::array<worker_component*, component_kind_count> heads_{};
-    /// The services, in the order they came, and by key.
+    /// The services, in the order they came, and by key. `services_mu_`
+    /// guards the list's changes on the owner thread and `metrics()`'s walk
+    /// of it from any thread (which asks each for its counts).
     std::vector<std::shared_ptr<worker_service>> services_;
+    mutable std::mutex services_mu_;
     std::vector<worker_service*> service_slots_;
     std::shared_ptr<worker_component> staging_;
     std::vector<worker_resource*> resources_;

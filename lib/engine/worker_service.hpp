@@ -9,6 +9,10 @@
 
 #include <cstddef>
 
+namespace ucx {
+struct worker_metrics;
+}
+
 namespace ucx::detail {
 
 class worker_impl;
@@ -26,6 +30,10 @@ public:
     /// called back and the worker's resources were released): services are
     /// released in the reverse order of their coming. Nothing by default.
     virtual void release_service() noexcept {}
+    /// Adds what it counts to the worker's metrics (`worker::metrics()`,
+    /// from any thread: what it reads must be safe to read there, such as
+    /// `counter`s). Nothing by default.
+    virtual void add_metrics(worker_metrics& /*m*/) const noexcept {}
 
 protected:
     worker_service() noexcept : worker_component(component_kind::service) {}

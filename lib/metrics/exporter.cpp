@@ -1,14 +1,18 @@
 // The Prometheus exporter: a small HTTP server (Beast) on the application's
 // executor that answers the workers' metrics in the text format.
+#include <ucx/context.hpp>
 #include <ucx/log.hpp>
 #include <ucx/metrics_exporter.hpp>
 
+#include "connection/endpoint_impl.hpp"
+#include "connection/listener_impl.hpp"
 #include "engine/worker_impl.hpp"
 #include "group/group_impl.hpp"
 #include "metrics/exposition.hpp"
-#include "util/json_string.hpp"
+#include "util/json.hpp"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/host_name.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -22,6 +26,8 @@
 #include <optional>
 #include <unordered_map>
 
+#include <unistd.h>
+
 namespace ucx {
 namespace detail {
 
@@ -33,22 +39,13 @@ namespace {
 /// `in` with its `%XX` escapes decoded (a path segment, RFC 3986); false for
 /// a `%` not followed by two hexadecimal digits.
 bool percent_decode(std::string_view in, std::string& out) {
-    const auto hex = [](char c) -> int {
-        if (c >= '0' && c <= '9')
-            return c - '0';
-        if (c >= 'a' && c <= 'f')
-            return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-            return c - 'A' + 10;
-        return -1;
-    };
     for (std::size_t i = 0; i < in.size(); ++i) {
         if (in[i] != '%') {
             out += in[i];
             continue;
         }
-        const int hi = i + 2 < in.size() ? hex(in[i + 1]) : -1;
-        const int lo = i + 2 < in.size() ? hex(in[i + 2]) : -1;
+        const int hi = i + 2 < in.size() ? hex_digit(in[i + 1]) : -1;
+        const int lo = i + 2 < in.size() ? hex_digit(in[i + 2]) : -1;
         if (hi < 0 || lo < 0)
             return false;
         out += static_cast<char>(hi * 16 + lo);
@@ -65,7 +62,8 @@ public:
                           const metrics_exporter_options& options)
         : ex_(ex), acceptor_(ex), retry_(ex), options_(options) {
         for (const auto& [name, value] : options.labels)
-            if (!valid_label_name(name) || name == "worker" || name == "group")
+            if (!valid_label_name(name) || name == "worker" || name == "group" ||
+                name == "listener")
                 throw boost::system::system_error(boost::asio::error::invalid_argument,
                                                   "ucx::metrics_exporter: label name \"" + name +
                                                       "\"");
@@ -103,6 +101,17 @@ public:
         groups_.push_back({std::move(name), std::move(g)});
     }
 
+    void add_listener(std::weak_ptr<listener_impl> l, std::string name) {
+        std::lock_guard lock(mu_);
+        for (const listener_source& s : listeners_)
+            if (s.name == name && !s.listener.expired())
+                throw boost::system::system_error(boost::asio::error::invalid_argument,
+                                                  "ucx::metrics_exporter::add: listener \"" + name +
+                                                      "\" is there already");
+        std::erase_if(listeners_, [](const listener_source& s) { return s.listener.expired(); });
+        listeners_.push_back({std::move(name), std::move(l)});
+    }
+
     /// The live group added as `name`, or null.
     std::shared_ptr<group_impl> find_group(std::string_view name) {
         std::lock_guard lock(mu_);
@@ -111,6 +120,16 @@ public:
                 if (auto g = s.group.lock())
                     return g;
         return nullptr;
+    }
+
+    /// The live workers added, with their names, in the order added.
+    std::vector<std::pair<std::string, std::shared_ptr<worker_impl>>> live_workers() {
+        std::vector<std::pair<std::string, std::shared_ptr<worker_impl>>> out;
+        std::lock_guard lock(mu_);
+        for (const source& s : sources_)
+            if (auto w = s.worker.lock())
+                out.emplace_back(s.name, std::move(w));
+        return out;
     }
 
     /// `{"groups":["name",...]}`: the live groups' names, as JSON.
@@ -133,6 +152,7 @@ public:
     std::string exposition() {
         std::vector<labelled_worker> workers;
         std::vector<labelled_group> groups;
+        std::vector<labelled_listener> listeners;
         const auto labelled = [this](std::string_view key, const std::string& name) {
             const std::pair<std::string, std::string> own[] = {{std::string(key), name}};
             return labels_.empty() ? render_labels(own) : labels_ + ',' + render_labels(own);
@@ -154,10 +174,18 @@ public:
                     g->metrics(lg.metrics);
                 }
             }
+            for (const listener_source& s : listeners_) {
+                if (auto l = s.listener.lock()) {
+                    labelled_listener& ll = listeners.emplace_back();
+                    ll.labels = labelled("listener", s.name);
+                    l->metrics(ll.metrics);
+                }
+            }
         }
         std::string out;
         write_worker_metrics(out, workers);
         write_group_metrics(out, groups);
+        write_listener_metrics(out, listeners);
         return out;
     }
 
@@ -223,6 +251,8 @@ public:
             } else if (target == "/metrics") {
                 answer(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
                        owner_->exposition());
+            } else if (target == "/endpoints") {
+                return fetch_endpoints();
             } else if (target == "/flight") {
                 answer(http::status::ok, "application/json", owner_->group_names());
             } else if (target.starts_with("/flight/")) {
@@ -234,8 +264,8 @@ public:
                        "no group of that name: /flight lists them\n");
             } else {
                 answer(http::status::not_found, "text/plain; charset=utf-8",
-                       "not found: the metrics are at /metrics, the flight records at "
-                       "/flight\n");
+                       "not found: the metrics are at /metrics, the endpoints at "
+                       "/endpoints, the flight records at /flight\n");
             }
             respond();
         }
@@ -250,14 +280,10 @@ public:
         /// group::flight_record()), which may be another thread's or busy:
         /// the answer waits for it, at most `request_timeout` (503 then).
         void fetch_record(std::shared_ptr<group_impl> g) {
-            waiting_ = true;
-            wait_.expires_after(owner_->options_.request_timeout);
-            wait_.async_wait([self = shared_from_this()](const error_code& ec) {
-                if (!ec && std::exchange(self->waiting_, false)) {
-                    self->answer(http::status::service_unavailable, "text/plain; charset=utf-8",
-                                 "the group's executor did not answer in time\n");
-                    self->respond();
-                }
+            wait_for_executors([self = shared_from_this()] {
+                self->answer(http::status::service_unavailable, "text/plain; charset=utf-8",
+                             "the group's executor did not answer in time\n");
+                self->respond();
             });
             const auto& ex = g->executor();
             boost::asio::post(ex, [self = shared_from_this(), g = std::move(g)] {
@@ -271,6 +297,70 @@ public:
                     self->respond();
                 });
             });
+        }
+
+        /// Waits (on the strand) for what was posted to other executors, at
+        /// most `request_timeout`; then `on_deadline` runs, unless the
+        /// answer came first (it clears `waiting_`).
+        template <class F>
+        void wait_for_executors(F on_deadline) {
+            waiting_ = true;
+            wait_.expires_after(owner_->options_.request_timeout);
+            wait_.async_wait([self = shared_from_this(), on_deadline](const error_code& ec) {
+                if (!ec && std::exchange(self->waiting_, false))
+                    on_deadline();
+            });
+        }
+
+        /// Each worker's endpoints are its executor's to read: the answer
+        /// gathers them there, and names the workers that did not answer
+        /// within `request_timeout`.
+        void fetch_endpoints() {
+            auto workers = owner_->live_workers();
+            names_.clear();
+            parts_.assign(workers.size(), std::nullopt);
+            pending_ = workers.size();
+            for (const auto& w : workers)
+                names_.push_back(w.first);
+            if (workers.empty())
+                return endpoints_gathered();
+            wait_for_executors([self = shared_from_this()] { self->endpoints_gathered(); });
+            for (std::size_t i = 0; i < workers.size(); ++i) {
+                auto& [name, w] = workers[i];
+                const auto ex = w->get_executor();
+                boost::asio::post(ex, [self = shared_from_this(), w = std::move(w), i,
+                                       name = std::move(name)] {
+                    std::vector<endpoint_report> part;
+                    report_endpoints(*w, name, part);
+                    boost::asio::post(self->strand_, [self, i, part = std::move(part)]() mutable {
+                        if (!self->waiting_)
+                            return; // answered already, or stopped
+                        self->parts_[i] = std::move(part);
+                        if (--self->pending_ == 0) {
+                            self->waiting_ = false;
+                            self->wait_.cancel();
+                            self->endpoints_gathered();
+                        }
+                    });
+                });
+            }
+        }
+
+        void endpoints_gathered() {
+            endpoints_report r;
+            r.host = boost::asio::ip::host_name();
+            r.pid = ::getpid();
+            r.ucx_version = ucx_runtime_version().to_string();
+            for (std::size_t i = 0; i < parts_.size(); ++i) {
+                if (!parts_[i]) {
+                    r.unanswered.push_back(names_[i]);
+                    continue;
+                }
+                for (auto& e : *parts_[i])
+                    r.endpoints.push_back(std::move(e));
+            }
+            answer(http::status::ok, "application/json", to_json(r));
+            respond();
         }
 
         void respond() {
@@ -306,6 +396,11 @@ public:
         boost::asio::strand<boost::asio::any_io_executor> strand_;
         boost::asio::steady_timer wait_;
         bool waiting_ = false;
+        // The endpoints being gathered (on the strand): each worker's name and
+        // its part once its executor answered.
+        std::vector<std::string> names_;
+        std::vector<std::optional<std::vector<endpoint_report>>> parts_;
+        std::size_t pending_ = 0;
     };
 
 private:
@@ -355,6 +450,10 @@ private:
         std::string name;
         std::weak_ptr<group_impl> group;
     };
+    struct listener_source {
+        std::string name;
+        std::weak_ptr<listener_impl> listener;
+    };
 
     boost::asio::any_io_executor ex_;
     tcp::acceptor acceptor_;
@@ -366,6 +465,7 @@ private:
     std::mutex mu_;
     std::vector<source> sources_;
     std::vector<group_source> groups_;
+    std::vector<listener_source> listeners_;
     // On the executor: the sessions being served (counted against
     // max_connections, closed by `close()`), until each finishes.
     std::unordered_map<session*, std::weak_ptr<session>> sessions_;
@@ -406,6 +506,14 @@ void metrics_exporter::add(const group& g, std::string name) {
         throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                           "ucx::metrics_exporter::add");
     impl_->add_group(gi, std::move(name));
+}
+
+void metrics_exporter::add(const listener& l, std::string name) {
+    const auto& li = detail::access::get_impl(l);
+    if (!impl_ || !li)
+        throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                          "ucx::metrics_exporter::add");
+    impl_->add_listener(li, std::move(name));
 }
 
 std::string metrics_exporter::exposition() const {

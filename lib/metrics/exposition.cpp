@@ -59,6 +59,22 @@ std::string_view to_string(collective_kind k) noexcept {
     return "unknown";
 }
 
+std::string_view to_string(refusal_cause c) noexcept {
+    switch (c) {
+    case refusal_cause::backlog_full:
+        return "backlog_full";
+    case refusal_cause::filter:
+        return "filter";
+    case refusal_cause::out_of_descriptors:
+        return "out_of_descriptors";
+    case refusal_cause::handshake_timeout:
+        return "handshake_timeout";
+    case refusal_cause::handshake_failed:
+        return "handshake_failed";
+    }
+    return "unknown";
+}
+
 } // namespace ucx
 
 namespace ucx::detail {
@@ -163,14 +179,15 @@ std::string kind_label(Kind k) {
     return s;
 }
 
-/// The samples of one histogram (`name`_bucket, _sum, _count).
+/// The samples of one histogram (`name`_bucket, _sum, _count); `kind`: its
+/// own label (`kind="..."`), or empty.
 void histogram_samples(std::string& out, std::string_view name, const std::string& labels,
                        const std::string& kind, const latency_histogram& h) {
     const std::string bucket = std::string(name) + "_bucket";
     std::uint64_t cumulative = 0;
     for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
         cumulative += h.buckets[b];
-        std::string extra = kind + ",le=\"";
+        std::string extra = kind.empty() ? "le=\"" : kind + ",le=\"";
         if (b + 1 < latency_histogram::bucket_count)
             append_seconds(extra, latency_histogram::upper_bound(b));
         else
@@ -179,12 +196,16 @@ void histogram_samples(std::string& out, std::string_view name, const std::strin
         write_sample(out, bucket, labels, extra, cumulative);
     }
     out += name;
-    out += "_sum{";
-    out += labels;
-    if (!labels.empty())
-        out += ',';
-    out += kind;
-    out += "} ";
+    out += "_sum";
+    if (!labels.empty() || !kind.empty()) {
+        out += '{';
+        out += labels;
+        if (!labels.empty() && !kind.empty())
+            out += ',';
+        out += kind;
+        out += '}';
+    }
+    out += ' ';
     append_seconds(out, h.sum);
     out += '\n';
     write_sample(out, std::string(name) + "_count", labels, kind, h.count);
@@ -293,6 +314,20 @@ void write_worker_metrics(std::string& out, std::span<const labelled_worker> wor
     per_worker(out, workers, "ucx_staged_bytes_total", "counter",
                "Bytes of the operations staged through pinned host memory.",
                [](const m& x) { return x.staged_bytes; });
+    per_worker(out, workers, "ucx_heartbeat_pings_total", "counter",
+               "Pings sent to peers that were silent for a heartbeat tick.",
+               [](const m& x) { return x.heartbeat_pings; });
+    per_worker(out, workers, "ucx_heartbeat_pongs_total", "counter",
+               "Pongs received in answer to pings.", [](const m& x) { return x.heartbeat_pongs; });
+    per_worker(out, workers, "ucx_peers_unresponsive_total", "counter",
+               "Connections failed because their peer stopped answering.",
+               [](const m& x) { return x.peers_unresponsive; });
+    if (!workers.empty()) {
+        constexpr std::string_view rtt = "ucx_heartbeat_round_trip_seconds";
+        header(out, rtt, "histogram", "Time from a connection's last ping to the pong.");
+        for (const labelled_worker& w : workers)
+            histogram_samples(out, rtt, w.labels, {}, w.metrics.heartbeat_round_trip);
+    }
 
     bool any_latency = false;
     for (const labelled_worker& w : workers)
@@ -351,6 +386,23 @@ void write_group_metrics(std::string& out, std::span<const labelled_group> group
         for (std::size_t k = 0; k < collective_kind_count; ++k)
             histogram_samples(out, hist, g.labels, kind_label(static_cast<collective_kind>(k)),
                               g.metrics.latency[k]);
+}
+
+void write_listener_metrics(std::string& out, std::span<const labelled_listener> listeners) {
+    if (listeners.empty())
+        return;
+    header(out, "ucx_listener_accepted_total", "counter",
+           "Connections whose handshake finished, queued for an accept.");
+    for (const labelled_listener& l : listeners)
+        write_sample(out, "ucx_listener_accepted_total", l.labels, {}, l.metrics.accepted);
+    header(out, "ucx_listener_refused_total", "counter", "Connections refused, by cause.");
+    for (const labelled_listener& l : listeners)
+        for (std::size_t c = 0; c < refusal_cause_count; ++c) {
+            std::string cause = "cause=\"";
+            cause += to_string(static_cast<refusal_cause>(c));
+            cause += '"';
+            write_sample(out, "ucx_listener_refused_total", l.labels, cause, l.metrics.refused[c]);
+        }
 }
 
 } // namespace ucx::detail

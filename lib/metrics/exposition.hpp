@@ -47,4 +47,13 @@ struct labelled_group {
 /// Appends the metric families of `groups` to `out` (nothing for none).
 void write_group_metrics(std::string& out, std::span<const labelled_group> groups);
 
+/// One listener's snapshot and its labels.
+struct labelled_listener {
+    std::string labels;
+    listener_metrics metrics;
+};
+
+/// Appends the metric families of `listeners` to `out` (nothing for none).
+void write_listener_metrics(std::string& out, std::span<const labelled_listener> listeners);
+
 } // namespace ucx::detail

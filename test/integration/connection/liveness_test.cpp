@@ -87,6 +87,10 @@ TEST_P(liveness, a_peer_that_stops_is_unresponsive_on_both_sides) {
     EXPECT_EQ(*client_received, ucx::error::peer_unresponsive) << client_received->message();
     EXPECT_EQ(client.error(), ucx::error::peer_unresponsive);
     EXPECT_FALSE(client.is_open());
+    // Counted: pings the stopped side never answered, one peer unresponsive.
+    const ucx::worker_metrics m = client_worker.metrics();
+    EXPECT_EQ(m.peers_unresponsive, 1u);
+    EXPECT_GE(m.heartbeat_pings, 2u);
     // Later operations fail at once with the same code.
     std::optional<ucx::error_code> late;
     client.async_send(asio::buffer(in), [&](ucx::error_code ec, std::size_t) { late = ec; });

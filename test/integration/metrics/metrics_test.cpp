@@ -493,6 +493,237 @@ TEST_F(exporter, bounds_connections_idle_clients_and_garbage) {
 
 // Prometheus's own checker accepts the exposition, with latency histograms
 // and errors in it.
+// A listener's counts: a connection accepted, one its filter refused, one
+// whose client spoke another protocol, one whose client said nothing within
+// the handshake timeout; served by the exporter with the listener's label.
+TEST(listener_metrics, count_accepted_and_refused_connections_by_cause) {
+    asio::io_context io;
+    ucx::context ctx{options_for(transport::tcp, true)};
+    ucx::worker server_worker{ctx, io, metric_options()};
+    ucx::worker client_worker{ctx, io, metric_options()};
+    bool refuse = false;
+    ucx::listener_options lo;
+    lo.accept_filter = [&](const tcp::endpoint&) { return !refuse; };
+    lo.handshake_timeout = std::chrono::milliseconds(300);
+    ucx::listener server{server_worker, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), lo};
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    EXPECT_EQ(server.metrics().accepted, 1u);
+
+    refuse = true;
+    std::optional<ucx::error_code> refused;
+    ucx::async_connect(client_worker, server.local_endpoint(),
+                       [&](ucx::error_code ec, ucx::endpoint) { refused = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return refused.has_value(); }));
+    EXPECT_TRUE(refused->failed());
+    EXPECT_EQ(server.metrics().of(ucx::refusal_cause::filter), 1u);
+    refuse = false;
+
+    // Another protocol: its bytes are not the handshake's.
+    tcp::socket garbage(io);
+    garbage.connect(server.local_endpoint());
+    const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    asio::write(garbage, asio::buffer(junk));
+    ASSERT_TRUE(run_until(
+        io, [&] { return server.metrics().of(ucx::refusal_cause::handshake_failed) == 1; }));
+    // A client that says nothing: refused when the handshake timeout passes.
+    tcp::socket silent(io);
+    silent.connect(server.local_endpoint());
+    ASSERT_TRUE(run_until(
+        io, [&] { return server.metrics().of(ucx::refusal_cause::handshake_timeout) == 1; }));
+    const ucx::listener_metrics m = server.metrics();
+    EXPECT_EQ(m.accepted, 1u);
+    EXPECT_EQ(m.of(ucx::refusal_cause::backlog_full), 0u);
+    EXPECT_EQ(m.of(ucx::refusal_cause::out_of_descriptors), 0u);
+    EXPECT_EQ(server.rejected(), 3u);
+    // A moved-from listener reports zeros.
+    ucx::listener other{server_worker, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+    ucx::listener taker = std::move(other);
+    EXPECT_EQ(other.metrics().accepted, 0u);
+    EXPECT_EQ(other.metrics().of(ucx::refusal_cause::filter), 0u);
+
+    ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    ex.add(server, "door");
+    EXPECT_THROW(ex.add(server, "door"), boost::system::system_error);
+    EXPECT_THROW(ex.add(other, "none"), boost::system::system_error);
+    const std::string text = ex.exposition();
+    EXPECT_TRUE(has_line(text, R"(ucx_listener_accepted_total{listener="door"} 1)")) << text;
+    EXPECT_TRUE(has_line(text, R"(ucx_listener_refused_total{listener="door",cause="filter"} 1)"));
+    EXPECT_TRUE(has_line(
+        text, R"(ucx_listener_refused_total{listener="door",cause="handshake_failed"} 1)"));
+    EXPECT_TRUE(has_line(
+        text, R"(ucx_listener_refused_total{listener="door",cause="handshake_timeout"} 1)"));
+    EXPECT_TRUE(
+        has_line(text, R"(ucx_listener_refused_total{listener="door",cause="backlog_full"} 0)"));
+    ex.close();
+}
+
+// Heartbeats: two workers watching an idle connection ping each other, and
+// count the pings, the pongs and their round trips; /endpoints shows them
+// per endpoint.
+TEST(heartbeat_metrics, count_pings_pongs_and_round_trips) {
+    asio::io_context io;
+    ucx::context ctx{options_for(transport::tcp, true)};
+    auto wo = metric_options();
+    wo.peer_timeout = std::chrono::milliseconds(300);
+    ucx::worker server_worker{ctx, io, wo};
+    ucx::worker client_worker{ctx, io, wo};
+    ucx::listener server{server_worker, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    const auto sum = [&](auto get) {
+        return get(client_worker.metrics()) + get(server_worker.metrics());
+    };
+    // Silent ticks come about every 100 ms: wait for a few round trips.
+    ASSERT_TRUE(run_until(io, [&] {
+        return sum([](const ucx::worker_metrics& m) { return m.heartbeat_round_trip.count; }) >= 3;
+    }));
+    const auto pings = sum([](const ucx::worker_metrics& m) { return m.heartbeat_pings; });
+    const auto pongs = sum([](const ucx::worker_metrics& m) { return m.heartbeat_pongs; });
+    EXPECT_GE(pings, 3u);
+    EXPECT_GE(pongs, 3u);
+    EXPECT_LE(pongs, pings);
+    EXPECT_EQ(sum([](const ucx::worker_metrics& m) { return m.peers_unresponsive; }), 0u);
+    EXPECT_TRUE(client.is_open());
+
+    ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    ex.add(client_worker, "client");
+    ex.add(server_worker, "server");
+    const std::string text = ex.exposition();
+    EXPECT_NE(text.find("ucx_heartbeat_pings_total{worker=\"client\"} "), std::string::npos);
+    EXPECT_NE(text.find("ucx_heartbeat_round_trip_seconds_count{worker=\"server\"} "),
+              std::string::npos)
+        << text;
+    EXPECT_TRUE(has_line(text, R"(ucx_peers_unresponsive_total{worker="client"} 0)"));
+    ucx::endpoints_report r;
+    ASSERT_FALSE(ucx::from_json(
+        request(io, ex.local_endpoint().port(), http::verb::get, "/endpoints").body, r));
+    ASSERT_EQ(r.endpoints.size(), 2u);
+    std::uint64_t endpoint_pings = 0, endpoint_pongs = 0;
+    for (const auto& e : r.endpoints) {
+        endpoint_pings += e.pings;
+        endpoint_pongs += e.pongs;
+        if (e.pongs > 0) {
+            EXPECT_GE(e.round_trip_ns, 0);
+        }
+    }
+    EXPECT_GE(endpoint_pings, pings);
+    EXPECT_GE(endpoint_pongs, pongs);
+    ex.close();
+}
+
+// /endpoints: each worker's endpoints with their lanes, as the endpoints
+// themselves report them, over TCP and shared memory; a worker whose
+// executor does not run is named, and the others still answer.
+class exporter_endpoints : public testing::TestWithParam<transport> {
+protected:
+    asio::io_context io;
+    ucx::context ctx{options_for(GetParam(), true)};
+    ucx::worker server_worker{ctx, io, metric_options()};
+    ucx::worker client_worker{ctx, io, metric_options()};
+    ucx::listener server{server_worker, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
+};
+
+std::string address_text(const tcp::endpoint& at) {
+    return at.address().to_string() + ":" + std::to_string(at.port());
+}
+
+const ucx::endpoint_report* find_endpoint(const ucx::endpoints_report& r,
+                                          const std::string& worker) {
+    for (const auto& e : r.endpoints)
+        if (e.worker == worker)
+            return &e;
+    return nullptr;
+}
+
+TEST_P(exporter_endpoints, serve_each_endpoint_s_lanes_as_the_endpoint_reports_them) {
+    ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    ex.add(server_worker, "server");
+    ex.add(client_worker, "client");
+    const auto port = ex.local_endpoint().port();
+    {
+        const http_answer none = request(io, port, http::verb::get, "/endpoints");
+        EXPECT_EQ(none.status, 200u);
+        ucx::endpoints_report r;
+        ASSERT_FALSE(ucx::from_json(none.body, r)) << none.body;
+        EXPECT_TRUE(r.endpoints.empty()) << none.body;
+    }
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    exchange(io, client, accepted, 100, 1);
+
+    const http_answer a = request(io, port, http::verb::get, "/endpoints");
+    EXPECT_EQ(a.status, 200u);
+    EXPECT_EQ(a.content_type, "application/json");
+    ucx::endpoints_report r;
+    ASSERT_FALSE(ucx::from_json(a.body, r)) << a.body;
+    EXPECT_EQ(r.pid, static_cast<std::int64_t>(getpid()));
+    EXPECT_EQ(r.ucx_version, ucx::ucx_runtime_version().to_string());
+    EXPECT_TRUE(r.unanswered.empty());
+    ASSERT_EQ(r.endpoints.size(), 2u) << a.body;
+    const ucx::endpoint_report* c = find_endpoint(r, "client");
+    const ucx::endpoint_report* s = find_endpoint(r, "server");
+    ASSERT_TRUE(c && s) << a.body;
+    EXPECT_EQ(c->role, "client");
+    EXPECT_EQ(s->role, "server");
+    EXPECT_EQ(c->state, "open");
+    EXPECT_EQ(s->state, "open");
+    EXPECT_TRUE(c->error.empty());
+    EXPECT_FALSE(c->fabric);
+    EXPECT_NE(c->id, s->id);
+    EXPECT_EQ(c->local, address_text(client.local_endpoint()));
+    EXPECT_EQ(c->remote, address_text(client.remote_endpoint()));
+    EXPECT_EQ(s->remote, address_text(accepted.remote_endpoint()));
+    // The lanes: what each endpoint says of itself, and the transport the
+    // test allowed.
+    EXPECT_EQ(c->lanes, client.lanes());
+    EXPECT_EQ(s->lanes, accepted.lanes());
+    ASSERT_FALSE(c->lanes.empty());
+    const std::string expected = GetParam() == transport::tcp ? "tcp" : "sysv|posix";
+    bool carried = false;
+    for (const auto& lane : c->lanes)
+        for (const auto& use : lane.uses)
+            if (use == "am" && expected.find(lane.transport) != std::string::npos)
+                carried = true;
+    EXPECT_TRUE(carried) << a.body;
+    std::printf("%s", a.body.c_str());
+
+    // A worker whose io_context does not run is named; the others answer.
+    asio::io_context idle;
+    ucx::worker stalled(ctx, idle, metric_options());
+    ucx::metrics_exporter_options o;
+    o.request_timeout = std::chrono::seconds(2);
+    ucx::metrics_exporter slow(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), o);
+    slow.add(client_worker, "client");
+    slow.add(stalled, "stalled");
+    const http_answer partial =
+        request(io, slow.local_endpoint().port(), http::verb::get, "/endpoints");
+    EXPECT_EQ(partial.status, 200u);
+    ucx::endpoints_report pr;
+    ASSERT_FALSE(ucx::from_json(partial.body, pr)) << partial.body;
+    EXPECT_EQ(pr.unanswered, std::vector<std::string>{"stalled"});
+    ASSERT_EQ(pr.endpoints.size(), 1u) << partial.body;
+    EXPECT_EQ(pr.endpoints[0].worker, "client");
+    // The stalled worker's executor runs at last: the late answer is dropped.
+    idle.poll();
+    EXPECT_TRUE(run_ticks(io, 5));
+
+    // A closed endpoint is no longer listed once it is gone.
+    client = {};
+    accepted = {};
+    EXPECT_TRUE(run_until(io, [&] {
+        ucx::endpoints_report now;
+        return !ucx::from_json(request(io, port, http::verb::get, "/endpoints").body, now) &&
+               now.endpoints.empty();
+    }));
+    slow.close();
+    ex.close();
+}
+
+INSTANTIATE_TEST_SUITE_P(all, exporter_endpoints,
+                         testing::Values(transport::tcp, transport::shared_memory),
+                         [](const auto& info) { return to_string(info.param); });
+
 // Three ranks allreduce, then ranks 0 and 1 call a barrier that rank 2 does
 // not: rank 0's flight record, served at /flight/world while the barrier
 // waits, shows the barrier running and waiting for rank 2.

@@ -1,10 +1,13 @@
 // tools/ucx-asio-info as a process: versions, configuration from the
 // environment and a file, resources, a loopback test connection and one to
 // another process (echo_server), the warning when shared memory is left out
-// of peer error mode, and a clear error for a bad setting.
+// of peer error mode, and a clear error for a bad setting; the endpoints of
+// a running process that serves metrics (echo_server --metrics), with the
+// same warning.
 #include "child_process.hpp"
+#include "test_support.hpp"
 
-#include <ucx/version.hpp>
+#include <ucx/asio.hpp>
 
 #include <gtest/gtest.h>
 
@@ -224,4 +227,63 @@ TEST(info_tool, accepts_the_launch_and_store_variables) {
         {"--launch"});
     EXPECT_EQ(named.status, 0) << named.output;
     EXPECT_TRUE(contains(named.output, "run namespace: run/nightly")) << named.output;
+}
+
+// echo_server serving metrics, with a client of this process connected: the
+// tool reads the server's endpoints and lanes from /endpoints; with UCX_TLS=tcp
+// the peer on this host has no shared-memory lane, and the tool warns.
+TEST(info_tool, prints_the_endpoints_of_a_running_process) {
+    for (const bool tcp_only : {false, true}) {
+        SCOPED_TRACE(tcp_only ? "UCX_TLS=tcp" : "default transports");
+        std::vector<std::string> argv = {"/usr/bin/env", "UCX_NET_DEVICES=lo"};
+        if (tcp_only)
+            argv.push_back("UCX_TLS=tcp");
+        argv.insert(argv.end(), {UCX_ASIO_ECHO_SERVER, "--address", "127.0.0.1", "--port", "0",
+                                 "--metrics", "127.0.0.1:0"});
+        child_process server(argv);
+        const std::string metrics_line = server.read_line();
+        ASSERT_EQ(metrics_line.rfind("metrics on http://", 0), 0u) << metrics_line;
+        const std::string url = metrics_line.substr(11, metrics_line.rfind("/metrics") - 11);
+        const std::string line = server.read_line();
+        ASSERT_EQ(line.rfind("listening on 127.0.0.1:", 0), 0u) << line;
+        const std::string port = line.substr(23, line.find(' ', 23) - 23);
+
+        asio::io_context io;
+        ucx::context ctx;
+        ucx::worker w(ctx, io);
+        std::optional<ucx::error_code> connected;
+        ucx::endpoint ep;
+        ucx::async_connect(w, "127.0.0.1", port, [&](ucx::error_code ec, ucx::endpoint e) {
+            connected = ec;
+            ep = std::move(e);
+        });
+        ASSERT_TRUE(run_until(io, [&] { return connected.has_value(); }));
+        ASSERT_FALSE(*connected) << connected->message();
+
+        // The tool runs while this process keeps its end of the connection.
+        child_process tool(
+            {"/bin/sh", "-c",
+             "exec " + std::string(UCX_ASIO_INFO) + " --endpoints " + url + " 2>&1"});
+        EXPECT_TRUE(run_until(io, [&] { return tool.exited(); }));
+        const std::string out = tool.read_all();
+        std::printf("%s", out.c_str());
+        EXPECT_EQ(tool.wait(), tcp_only ? 1 : 0) << out;
+        EXPECT_TRUE(contains(out, "== endpoints of ")) << out;
+        EXPECT_TRUE(contains(out, "worker shard0, endpoint ")) << out;
+        EXPECT_TRUE(contains(out, ": server, open, 127.0.0.1:")) << out;
+        const std::string local = ep.local_endpoint().address().to_string() + ":" +
+                                  std::to_string(ep.local_endpoint().port());
+        EXPECT_TRUE(contains(out, "-> " + local + "\n")) << out;
+        EXPECT_TRUE(contains(out, tcp_only ? ": tcp/lo " : "/memory ")) << out;
+        EXPECT_EQ(contains(out, "no lane uses shared memory"), tcp_only) << out;
+        ep = {};
+        io.poll();
+    }
+    // Nothing there, or not a URL: a clear failure.
+    const run_result none = run_info({}, {"--endpoints", "http://127.0.0.1:1"});
+    EXPECT_EQ(none.status, 2) << none.output;
+    EXPECT_TRUE(contains(none.output, "ERROR: http://127.0.0.1:1/endpoints: ")) << none.output;
+    const run_result bad = run_info({}, {"--endpoints", "127.0.0.1:1"});
+    EXPECT_EQ(bad.status, 2) << bad.output;
+    EXPECT_TRUE(contains(bad.output, "not http://HOST:PORT")) << bad.output;
 }

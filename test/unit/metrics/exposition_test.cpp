@@ -177,6 +177,61 @@ TEST(exposition, group_families_by_kind_with_size_rank_and_latency) {
     EXPECT_EQ(none, "");
 }
 
+TEST(exposition, heartbeat_families_and_a_histogram_without_a_kind) {
+    std::vector<labelled_worker> w(1);
+    w[0].labels = R"(worker="a")";
+    w[0].metrics.heartbeat_pings = 5;
+    w[0].metrics.heartbeat_pongs = 4;
+    w[0].metrics.peers_unresponsive = 1;
+    w[0].metrics.heartbeat_round_trip.buckets[3] = 4; // 4 to 8 us
+    w[0].metrics.heartbeat_round_trip.count = 4;
+    w[0].metrics.heartbeat_round_trip.sum = std::chrono::microseconds(20);
+    std::string out;
+    ucx::detail::write_worker_metrics(out, w);
+    EXPECT_TRUE(has_line(out, R"(ucx_heartbeat_pings_total{worker="a"} 5)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_heartbeat_pongs_total{worker="a"} 4)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_peers_unresponsive_total{worker="a"} 1)"));
+    EXPECT_TRUE(has_line(out, "# TYPE ucx_heartbeat_round_trip_seconds histogram"));
+    EXPECT_TRUE(
+        has_line(out, R"(ucx_heartbeat_round_trip_seconds_bucket{worker="a",le="0.000004"} 0)"));
+    EXPECT_TRUE(
+        has_line(out, R"(ucx_heartbeat_round_trip_seconds_bucket{worker="a",le="0.000008"} 4)"));
+    EXPECT_TRUE(
+        has_line(out, R"(ucx_heartbeat_round_trip_seconds_bucket{worker="a",le="+Inf"} 4)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_heartbeat_round_trip_seconds_sum{worker="a"} 0.00002)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_heartbeat_round_trip_seconds_count{worker="a"} 4)"));
+
+    // Without labels at all: no braces, no stray comma.
+    std::vector<labelled_worker> bare(1);
+    std::string plain;
+    ucx::detail::write_worker_metrics(plain, bare);
+    EXPECT_TRUE(has_line(plain, R"(ucx_heartbeat_round_trip_seconds_bucket{le="+Inf"} 0)"));
+    EXPECT_TRUE(has_line(plain, "ucx_heartbeat_round_trip_seconds_sum 0")) << plain;
+    EXPECT_TRUE(has_line(plain, "ucx_heartbeat_round_trip_seconds_count 0"));
+}
+
+TEST(exposition, listener_families_by_cause) {
+    std::vector<ucx::detail::labelled_listener> l(1);
+    l[0].labels = R"(listener="door")";
+    l[0].metrics.accepted = 12;
+    l[0].metrics.refused[static_cast<std::size_t>(ucx::refusal_cause::handshake_timeout)] = 3;
+    std::string out;
+    ucx::detail::write_listener_metrics(out, l);
+    EXPECT_TRUE(has_line(out, "# TYPE ucx_listener_accepted_total counter"));
+    EXPECT_TRUE(has_line(out, R"(ucx_listener_accepted_total{listener="door"} 12)"));
+    EXPECT_TRUE(has_line(
+        out, R"(ucx_listener_refused_total{listener="door",cause="handshake_timeout"} 3)"));
+    EXPECT_TRUE(
+        has_line(out, R"(ucx_listener_refused_total{listener="door",cause="backlog_full"} 0)"));
+    std::size_t causes = 0;
+    for (const auto& line : lines_of(out))
+        causes += line.rfind("ucx_listener_refused_total{", 0) == 0;
+    EXPECT_EQ(causes, ucx::refusal_cause_count);
+    std::string none;
+    ucx::detail::write_listener_metrics(none, {});
+    EXPECT_TRUE(none.empty());
+}
+
 TEST(exposition, kinds_have_distinct_names) {
     std::vector<std::string_view> names;
     for (std::size_t k = 0; k < ucx::operation_kind_count; ++k) {
@@ -184,6 +239,13 @@ TEST(exposition, kinds_have_distinct_names) {
         EXPECT_NE(n, "unknown");
         EXPECT_EQ(std::count(names.begin(), names.end(), n), 0) << n;
         names.push_back(n);
+    }
+    std::vector<std::string_view> causes;
+    for (std::size_t k = 0; k < ucx::refusal_cause_count; ++k) {
+        const auto n = ucx::to_string(static_cast<ucx::refusal_cause>(k));
+        EXPECT_NE(n, "unknown");
+        EXPECT_EQ(std::count(causes.begin(), causes.end(), n), 0) << n;
+        causes.push_back(n);
     }
     std::vector<std::string_view> collectives;
     for (std::size_t k = 0; k < ucx::collective_kind_count; ++k) {
