@@ -28,6 +28,7 @@ void staging_plan(input data);
 void fabric_fsm(input data);
 void collective_runner(input data);
 void flight_record(input data);
+void endpoint_report(input data);
 
 struct target {
     std::string_view name; ///< also the corpus directory, test/fuzz/corpus/<name>
@@ -46,6 +47,7 @@ inline constexpr target targets[] = {
     {"fabric_fsm", &fabric_fsm},
     {"collective_runner", &collective_runner},
     {"flight_record", &flight_record},
+    {"endpoint_report", &endpoint_report},
 };
 
 /// The events of the state machine targets: one byte each (modulo `count`),
