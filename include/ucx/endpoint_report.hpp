@@ -20,10 +20,12 @@ struct endpoint_report {
     std::string worker;
     /// A number no other endpoint of the process has.
     std::uint64_t id = 0;
-    /// How it was made: "client" and "server" (a listener's connection),
-    /// "address" (to a worker address), "plain_client" and "plain_server"
-    /// (a plain UCP connection), "borrowed" (the reply endpoint of an active
-    /// message).
+    /// How it was made: "client" and "server" (the two sides of a
+    /// connection with the library's handshake: a connect and a listener's,
+    /// an address acceptor's or a group's connection), "address" (made from
+    /// a worker address, with no handshake), "plain_client" and
+    /// "plain_server" (a plain UCP connection), "borrowed" (the reply
+    /// endpoint of an active message).
     std::string role;
     /// Where it stands: "idle", "connecting", "accepting", "open",
     /// "closing", "lingering" (a graceful close waiting for the peer's

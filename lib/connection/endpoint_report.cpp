@@ -27,18 +27,24 @@ void put_text(std::string& out, std::string_view name, std::string_view value, b
     append_json_string(out, value);
 }
 
+/// `,"name":["a","b"]`.
+void put_strings(std::string& out, std::string_view name, const std::vector<std::string>& v) {
+    put_key(out, name);
+    out += '[';
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (i)
+            out += ',';
+        append_json_string(out, v[i]);
+    }
+    out += ']';
+}
+
 void put_lane(std::string& out, const endpoint_lane& l) {
     out += "{\"index\":" + std::to_string(l.index);
     put_text(out, "transport", l.transport);
     put_text(out, "device", l.device);
-    put_key(out, "uses");
-    out += '[';
-    for (std::size_t i = 0; i < l.uses.size(); ++i) {
-        if (i)
-            out += ',';
-        append_json_string(out, l.uses[i]);
-    }
-    out += "]}";
+    put_strings(out, "uses", l.uses);
+    out += '}';
 }
 
 const json_array* array_of(const json_fields& f, std::string_view name) {
@@ -106,14 +112,8 @@ std::string to_json(const endpoints_report& r) {
     put_text(out, "host", r.host);
     out += ",\"pid\":" + std::to_string(r.pid);
     put_text(out, "ucx_version", r.ucx_version);
-    put_key(out, "unanswered");
-    out += '[';
-    for (std::size_t i = 0; i < r.unanswered.size(); ++i) {
-        if (i)
-            out += ',';
-        append_json_string(out, r.unanswered[i]);
-    }
-    out += "],\"endpoints\":[";
+    put_strings(out, "unanswered", r.unanswered);
+    out += ",\"endpoints\":[";
     for (std::size_t i = 0; i < r.endpoints.size(); ++i) {
         const endpoint_report& e = r.endpoints[i];
         out += i ? ",\n{" : "\n{";

@@ -56,6 +56,13 @@ bool percent_decode(std::string_view in, std::string& out) {
 
 } // namespace
 
+/// Something served, under its name, while it lives.
+template <class Impl>
+struct exported {
+    std::string name;
+    std::weak_ptr<Impl> impl;
+};
+
 class metrics_exporter_impl : public std::enable_shared_from_this<metrics_exporter_impl> {
 public:
     metrics_exporter_impl(const boost::asio::any_io_executor& ex, const tcp::endpoint& at,
@@ -79,45 +86,36 @@ public:
         boost::asio::dispatch(ex_, [self = shared_from_this()] { self->accept(); });
     }
 
-    void add(std::weak_ptr<worker_impl> w, std::string name) {
+    /// Serves `p` as `name` in `list` (of `what`s): names are unique among
+    /// the live ones; the expired ones are dropped.
+    template <class Impl>
+    void add(std::vector<exported<Impl>>& list, std::weak_ptr<Impl> p, std::string name,
+             const char* what) {
         std::lock_guard lock(mu_);
-        for (const source& s : sources_)
-            if (s.name == name && !s.worker.expired())
+        for (const exported<Impl>& s : list)
+            if (s.name == name && !s.impl.expired())
                 throw boost::system::system_error(boost::asio::error::invalid_argument,
-                                                  "ucx::metrics_exporter::add: worker \"" + name +
-                                                      "\" is there already");
-        std::erase_if(sources_, [](const source& s) { return s.worker.expired(); });
-        sources_.push_back({std::move(name), std::move(w)});
+                                                  std::string("ucx::metrics_exporter::add: ") +
+                                                      what + " \"" + name + "\" is there already");
+        std::erase_if(list, [](const exported<Impl>& s) { return s.impl.expired(); });
+        list.push_back({std::move(name), std::move(p)});
     }
-
+    void add_worker(std::weak_ptr<worker_impl> w, std::string name) {
+        add(workers_, std::move(w), std::move(name), "worker");
+    }
     void add_group(std::weak_ptr<group_impl> g, std::string name) {
-        std::lock_guard lock(mu_);
-        for (const group_source& s : groups_)
-            if (s.name == name && !s.group.expired())
-                throw boost::system::system_error(boost::asio::error::invalid_argument,
-                                                  "ucx::metrics_exporter::add: group \"" + name +
-                                                      "\" is there already");
-        std::erase_if(groups_, [](const group_source& s) { return s.group.expired(); });
-        groups_.push_back({std::move(name), std::move(g)});
+        add(groups_, std::move(g), std::move(name), "group");
     }
-
     void add_listener(std::weak_ptr<listener_impl> l, std::string name) {
-        std::lock_guard lock(mu_);
-        for (const listener_source& s : listeners_)
-            if (s.name == name && !s.listener.expired())
-                throw boost::system::system_error(boost::asio::error::invalid_argument,
-                                                  "ucx::metrics_exporter::add: listener \"" + name +
-                                                      "\" is there already");
-        std::erase_if(listeners_, [](const listener_source& s) { return s.listener.expired(); });
-        listeners_.push_back({std::move(name), std::move(l)});
+        add(listeners_, std::move(l), std::move(name), "listener");
     }
 
     /// The live group added as `name`, or null.
     std::shared_ptr<group_impl> find_group(std::string_view name) {
         std::lock_guard lock(mu_);
-        for (const group_source& s : groups_)
+        for (const exported<group_impl>& s : groups_)
             if (s.name == name)
-                if (auto g = s.group.lock())
+                if (auto g = s.impl.lock())
                     return g;
         return nullptr;
     }
@@ -126,8 +124,8 @@ public:
     std::vector<std::pair<std::string, std::shared_ptr<worker_impl>>> live_workers() {
         std::vector<std::pair<std::string, std::shared_ptr<worker_impl>>> out;
         std::lock_guard lock(mu_);
-        for (const source& s : sources_)
-            if (auto w = s.worker.lock())
+        for (const exported<worker_impl>& s : workers_)
+            if (auto w = s.impl.lock())
                 out.emplace_back(s.name, std::move(w));
         return out;
     }
@@ -137,8 +135,8 @@ public:
         std::string out = "{\"groups\":[";
         std::lock_guard lock(mu_);
         bool first = true;
-        for (const group_source& s : groups_) {
-            if (s.group.expired())
+        for (const exported<group_impl>& s : groups_) {
+            if (s.impl.expired())
                 continue;
             if (!first)
                 out += ',';
@@ -159,23 +157,23 @@ public:
         };
         {
             std::lock_guard lock(mu_);
-            workers.reserve(sources_.size());
-            for (const source& s : sources_) {
-                if (auto w = s.worker.lock()) {
+            workers.reserve(workers_.size());
+            for (const exported<worker_impl>& s : workers_) {
+                if (auto w = s.impl.lock()) {
                     labelled_worker& lw = workers.emplace_back();
                     lw.labels = labelled("worker", s.name);
                     w->metrics(lw.metrics);
                 }
             }
-            for (const group_source& s : groups_) {
-                if (auto g = s.group.lock()) {
+            for (const exported<group_impl>& s : groups_) {
+                if (auto g = s.impl.lock()) {
                     labelled_group& lg = groups.emplace_back();
                     lg.labels = labelled("group", s.name);
                     g->metrics(lg.metrics);
                 }
             }
-            for (const listener_source& s : listeners_) {
-                if (auto l = s.listener.lock()) {
+            for (const exported<listener_impl>& s : listeners_) {
+                if (auto l = s.impl.lock()) {
                     labelled_listener& ll = listeners.emplace_back();
                     ll.labels = labelled("listener", s.name);
                     l->metrics(ll.metrics);
@@ -442,19 +440,6 @@ private:
                 s->stop();
     }
 
-    struct source {
-        std::string name;
-        std::weak_ptr<worker_impl> worker;
-    };
-    struct group_source {
-        std::string name;
-        std::weak_ptr<group_impl> group;
-    };
-    struct listener_source {
-        std::string name;
-        std::weak_ptr<listener_impl> listener;
-    };
-
     boost::asio::any_io_executor ex_;
     tcp::acceptor acceptor_;
     boost::asio::steady_timer retry_;
@@ -463,9 +448,9 @@ private:
     tcp::endpoint local_;
     std::atomic<bool> closed_{false};
     std::mutex mu_;
-    std::vector<source> sources_;
-    std::vector<group_source> groups_;
-    std::vector<listener_source> listeners_;
+    std::vector<exported<worker_impl>> workers_;
+    std::vector<exported<group_impl>> groups_;
+    std::vector<exported<listener_impl>> listeners_;
     // On the executor: the sessions being served (counted against
     // max_connections, closed by `close()`), until each finishes.
     std::unordered_map<session*, std::weak_ptr<session>> sessions_;
@@ -497,7 +482,7 @@ void metrics_exporter::add(const worker& w, std::string name) {
     if (!impl_ || !wi)
         throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                           "ucx::metrics_exporter::add");
-    impl_->add(wi, std::move(name));
+    impl_->add_worker(wi, std::move(name));
 }
 
 void metrics_exporter::add(const group& g, std::string name) {
