@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ucx/detail/access.hpp>
+#include <ucx/detail/hooked_handler.hpp>
 #include <ucx/detail/initiate.hpp>
 #include <ucx/error.hpp>
 #include <ucx/flight_recorder.hpp>
@@ -109,14 +110,13 @@ struct collective_args {
     bool direct_handler = false;
 };
 
-/// The handler of the deprecated `group::async_recv_any`, called with the
-/// order of `async_recv_from_any` (error, bytes, sender); it keeps the
-/// handler's associated executor, allocator and cancellation slot.
-template <class Handler>
+/// The hook of the deprecated `group::async_recv_any`'s handler: the
+/// library's receive completes with the order of `async_recv_from_any`
+/// (error, bytes, sender), that handler takes (error, sender, bytes).
 struct sender_first {
-    Handler handler;
-    void operator()(error_code ec, std::size_t bytes, int from) {
-        std::move(handler)(ec, from, bytes);
+    template <class Handler>
+    void operator()(Handler&& h, error_code ec, std::size_t bytes, int from) {
+        std::move(h)(ec, from, bytes);
     }
 };
 
@@ -412,7 +412,8 @@ public:
                     [](const auto& g, boost::asio::mutable_buffer data, tag_t tag, auto&& h) {
                         detail::group_recv_any(
                             g, data.data(), data.size(), tag,
-                            detail::sender_first<std::decay_t<decltype(h)>>{std::move(h)});
+                            detail::hooked_handler<std::decay_t<decltype(h)>, detail::sender_first>{
+                                std::move(h), {}});
                     },
                     impl, data, tag, std::move(h));
             },
@@ -672,19 +673,3 @@ auto async_join(
 }
 
 } // namespace ucx
-
-namespace boost::asio {
-/// `sender_first` has the associations of the handler it wraps.
-template <template <class, class> class Associator, class Handler, class DefaultCandidate>
-struct associator<Associator, ucx::detail::sender_first<Handler>, DefaultCandidate>
-    : Associator<Handler, DefaultCandidate> {
-    static typename Associator<Handler, DefaultCandidate>::type
-    get(const ucx::detail::sender_first<Handler>& h) noexcept {
-        return Associator<Handler, DefaultCandidate>::get(h.handler);
-    }
-    static auto get(const ucx::detail::sender_first<Handler>& h, const DefaultCandidate& c) noexcept
-        -> decltype(Associator<Handler, DefaultCandidate>::get(h.handler, c)) {
-        return Associator<Handler, DefaultCandidate>::get(h.handler, c);
-    }
-};
-} // namespace boost::asio

@@ -146,6 +146,39 @@ struct listener_metrics {
     }
 };
 
+/// An operation of a `ucx::store`, as its metrics count it.
+enum class store_operation : std::uint8_t {
+    set,         ///< `async_set`
+    get,         ///< `async_get`
+    add,         ///< `async_add`
+    compare_set, ///< `async_compare_set`
+    check,       ///< `async_check`
+    wait,        ///< `async_wait`
+    erase,       ///< `async_erase`
+    num_keys,    ///< `async_num_keys`
+};
+
+/// Number of `store_operation` values.
+inline constexpr std::size_t store_operation_count = 8;
+
+/// The operation's name as the metrics label it ("set", "get", ...).
+std::string_view to_string(store_operation op) noexcept;
+
+/// A snapshot of one store's metrics (`store::metrics()`), taken from any
+/// thread. Counters only grow while the store lives.
+struct store_metrics {
+    /// By operation (index with `static_cast<std::size_t>(op)`): `started`,
+    /// `completed` (failed or not), `failed` (timeouts, cancellations and
+    /// I/O errors included); `bytes` is not counted (0).
+    std::array<operation_counts, store_operation_count> operations{};
+    /// Operations started and not completed yet.
+    std::uint64_t in_flight = 0;
+
+    const operation_counts& of(store_operation op) const noexcept {
+        return operations[static_cast<std::size_t>(op)];
+    }
+};
+
 /// A collective of a `ucx::group`, as the metrics count it.
 enum class collective_kind : std::uint8_t {
     barrier,

@@ -7,6 +7,7 @@
 #include <ucx/error.hpp>
 #include <ucx/group.hpp>
 #include <ucx/listener.hpp>
+#include <ucx/store.hpp>
 #include <ucx/worker.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -27,7 +28,8 @@ struct metrics_exporter_options {
     /// Labels on every series the exporter serves, as (name, value) pairs:
     /// for example {{"rank", "3"}} for one rank of a job. A name must match
     /// `[a-zA-Z_][a-zA-Z0-9_]*`, not begin with `__`, and not be `worker`,
-    /// `group` or `listener` (the exporter's own); values may hold any text.
+    /// `group`, `listener` or `store` (the exporter's own); values may hold
+    /// any text.
     std::vector<std::pair<std::string, std::string>> labels;
     /// Most scrapers served at once; one more is closed at once.
     std::size_t max_connections = 16;
@@ -102,6 +104,13 @@ public:
     /// listener or exporter, `invalid_argument` when another added listener
     /// has this name. A listener that is destroyed drops out.
     void add(const listener& l, std::string name);
+
+    /// Serves the operation counts of `s` (`store::metrics()`) with the
+    /// label `store="name"`. Throws `boost::system::system_error` with
+    /// `bad_descriptor` for a moved-from exporter, `invalid_argument` when
+    /// another added store has this name. A destroyed store drops out once
+    /// its last operation has completed.
+    void add(const store& s, std::string name);
 
     /// The exposition a scrape would answer now (the body of `GET /metrics`).
     /// Empty for a moved-from exporter.

@@ -3,8 +3,10 @@
 // prefix_store, a view of a store under a key prefix.
 #pragma once
 
+#include <ucx/detail/hooked_handler.hpp>
 #include <ucx/detail/initiate.hpp>
 #include <ucx/error.hpp>
+#include <ucx/metrics.hpp>
 
 #include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
@@ -14,6 +16,8 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +61,48 @@ namespace ucx {
 /// The stores of this library follow one set of rules for what each
 /// operation does to the keys (those of torch's TCPStore server): see
 /// `async_add` and `async_compare_set`; an empty value is a value.
+namespace detail {
+
+/// A store's operation counts, by `store_operation`: started by any thread,
+/// completed on the handlers' executors, read from any thread.
+struct store_counters {
+    std::array<std::atomic<std::uint64_t>, store_operation_count> started{};
+    std::array<std::atomic<std::uint64_t>, store_operation_count> completed{};
+    std::array<std::atomic<std::uint64_t>, store_operation_count> failed{};
+
+    /// The counts (the ends read first: `started` is never reported below
+    /// `completed`).
+    store_metrics snapshot() const noexcept {
+        store_metrics m;
+        for (std::size_t i = 0; i < store_operation_count; ++i) {
+            operation_counts& c = m.operations[i];
+            c.completed = completed[i].load(std::memory_order_relaxed);
+            c.failed = failed[i].load(std::memory_order_relaxed);
+            const std::uint64_t s = started[i].load(std::memory_order_relaxed);
+            c.started = s < c.completed ? c.completed : s;
+            m.in_flight += c.started - c.completed;
+        }
+        return m;
+    }
+};
+
+/// The hook of a store operation's handler: counts its end, then completes it.
+struct store_count {
+    std::shared_ptr<store_counters> counts;
+    store_operation op;
+
+    template <class Handler, class... Args>
+    void operator()(Handler&& h, error_code ec, Args&&... args) {
+        const auto i = static_cast<std::size_t>(op);
+        counts->completed[i].fetch_add(1, std::memory_order_relaxed);
+        if (ec)
+            counts->failed[i].fetch_add(1, std::memory_order_relaxed);
+        std::move(h)(ec, std::forward<Args>(args)...);
+    }
+};
+
+} // namespace detail
+
 class store {
 public:
     using executor_type = boost::asio::any_io_executor;
@@ -84,7 +130,8 @@ public:
               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
             [this](auto handler, std::string k, value_type v) {
-                start(&store::do_set, std::move(k), std::move(v), done_handler(std::move(handler)));
+                start(&store::do_set, std::move(k), std::move(v),
+                      done_handler(counted(store_operation::set, std::move(handler))));
             },
             token, std::move(key), std::move(value));
     }
@@ -110,7 +157,8 @@ public:
               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, value_type)>(
             [this](auto handler, std::string k) {
-                start(&store::do_get, std::move(k), value_handler(std::move(handler)));
+                start(&store::do_get, std::move(k),
+                      value_handler(counted(store_operation::get, std::move(handler))));
             },
             token, std::move(key));
     }
@@ -135,7 +183,8 @@ public:
               CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::int64_t)>(
             [this](auto handler, std::string k, std::int64_t d) {
-                start(&store::do_add, std::move(k), d, count_handler(std::move(handler)));
+                start(&store::do_add, std::move(k), d,
+                      count_handler(counted(store_operation::add, std::move(handler))));
             },
             token, std::move(key), delta);
     }
@@ -155,7 +204,7 @@ public:
         return boost::asio::async_initiate<CompletionToken, void(error_code, value_type)>(
             [this](auto handler, std::string k, value_type e, value_type d) {
                 start(&store::do_compare_set, std::move(k), std::move(e), std::move(d),
-                      value_handler(std::move(handler)));
+                      value_handler(counted(store_operation::compare_set, std::move(handler))));
             },
             token, std::move(key), std::move(expected), std::move(desired));
     }
@@ -170,7 +219,8 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, bool)>(
             [this](auto handler, std::vector<std::string> k) {
-                start(&store::do_check, std::move(k), bool_handler(std::move(handler)));
+                start(&store::do_check, std::move(k),
+                      bool_handler(counted(store_operation::check, std::move(handler))));
             },
             token, std::move(keys));
     }
@@ -186,7 +236,8 @@ public:
                CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code)>(
             [this](auto handler, std::vector<std::string> k) {
-                start(&store::do_wait, std::move(k), done_handler(std::move(handler)));
+                start(&store::do_wait, std::move(k),
+                      done_handler(counted(store_operation::wait, std::move(handler))));
             },
             token, std::move(keys));
     }
@@ -201,7 +252,8 @@ public:
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, bool)>(
             [this](auto handler, std::string k) {
-                start(&store::do_erase, std::move(k), bool_handler(std::move(handler)));
+                start(&store::do_erase, std::move(k),
+                      bool_handler(counted(store_operation::erase, std::move(handler))));
             },
             token, std::move(key));
     }
@@ -215,9 +267,17 @@ public:
     auto async_num_keys(
         CompletionToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
         return boost::asio::async_initiate<CompletionToken, void(error_code, std::int64_t)>(
-            [this](auto handler) { start(&store::do_num_keys, count_handler(std::move(handler))); },
+            [this](auto handler) {
+                start(&store::do_num_keys,
+                      count_handler(counted(store_operation::num_keys, std::move(handler))));
+            },
             token);
     }
+
+    /// Its operations so far, by kind: started here, completed (failed or
+    /// not) and failed (docs/guide/metrics.md). Safe to call from any
+    /// thread. A `prefix_store` counts its own operations (not its base's).
+    store_metrics metrics() const noexcept { return counts_->snapshot(); }
 
 protected:
     using done_handler = boost::asio::any_completion_handler<void(error_code)>;
@@ -249,6 +309,17 @@ protected:
     friend class prefix_store;
 
 private:
+    friend class metrics_exporter;
+
+    /// `h`, counted: its operation `op` as started now, and as completed
+    /// (and failed) when it completes.
+    template <class Handler>
+    auto counted(store_operation op, Handler&& h) {
+        counts_->started[static_cast<std::size_t>(op)].fetch_add(1, std::memory_order_relaxed);
+        return detail::hooked_handler<std::decay_t<Handler>, detail::store_count>{
+            std::forward<Handler>(h), {counts_, op}};
+    }
+
     // Runs `(this->*f)(args...)` on the store's executor: at once when the
     // calling thread runs it, else dispatched (detail::start_on_executor). A
     // store destroyed before a dispatched start reached it completes that
@@ -279,6 +350,9 @@ private:
     // Alive while the object is: a start dispatched from another thread
     // checks it on the executor's thread.
     std::shared_ptr<store*> self_ = std::make_shared<store*>(this);
+    // Its operations' counts (a copy of the store counts its own), shared
+    // with the handlers of the operations in flight.
+    std::shared_ptr<detail::store_counters> counts_ = std::make_shared<detail::store_counters>();
 };
 
 /// A view of `base` in which every key is `prefix + "/" + key`, as

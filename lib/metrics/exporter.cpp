@@ -70,7 +70,7 @@ public:
         : ex_(ex), acceptor_(ex), retry_(ex), options_(options) {
         for (const auto& [name, value] : options.labels)
             if (!valid_label_name(name) || name == "worker" || name == "group" ||
-                name == "listener")
+                name == "listener" || name == "store")
                 throw boost::system::system_error(boost::asio::error::invalid_argument,
                                                   "ucx::metrics_exporter: label name \"" + name +
                                                       "\"");
@@ -108,6 +108,9 @@ public:
     }
     void add_listener(std::weak_ptr<listener_impl> l, std::string name) {
         add(listeners_, std::move(l), std::move(name), "listener");
+    }
+    void add_store(std::weak_ptr<const store_counters> s, std::string name) {
+        add(stores_, std::move(s), std::move(name), "store");
     }
 
     /// The live group added as `name`, or null.
@@ -151,6 +154,7 @@ public:
         std::vector<labelled_worker> workers;
         std::vector<labelled_group> groups;
         std::vector<labelled_listener> listeners;
+        std::vector<labelled_store> stores;
         const auto labelled = [this](std::string_view key, const std::string& name) {
             const std::pair<std::string, std::string> own[] = {{std::string(key), name}};
             return labels_.empty() ? render_labels(own) : labels_ + ',' + render_labels(own);
@@ -179,11 +183,19 @@ public:
                     l->metrics(ll.metrics);
                 }
             }
+            for (const exported<const store_counters>& s : stores_) {
+                if (auto counts = s.impl.lock()) {
+                    labelled_store& ls = stores.emplace_back();
+                    ls.labels = labelled("store", s.name);
+                    ls.metrics = counts->snapshot();
+                }
+            }
         }
         std::string out;
         write_worker_metrics(out, workers);
         write_group_metrics(out, groups);
         write_listener_metrics(out, listeners);
+        write_store_metrics(out, stores);
         return out;
     }
 
@@ -451,6 +463,7 @@ private:
     std::vector<exported<worker_impl>> workers_;
     std::vector<exported<group_impl>> groups_;
     std::vector<exported<listener_impl>> listeners_;
+    std::vector<exported<const store_counters>> stores_;
     // On the executor: the sessions being served (counted against
     // max_connections, closed by `close()`), until each finishes.
     std::unordered_map<session*, std::weak_ptr<session>> sessions_;
@@ -499,6 +512,13 @@ void metrics_exporter::add(const listener& l, std::string name) {
         throw boost::system::system_error(boost::asio::error::bad_descriptor,
                                           "ucx::metrics_exporter::add");
     impl_->add_listener(li, std::move(name));
+}
+
+void metrics_exporter::add(const store& s, std::string name) {
+    if (!impl_)
+        throw boost::system::system_error(boost::asio::error::bad_descriptor,
+                                          "ucx::metrics_exporter::add");
+    impl_->add_store(s.counts_, std::move(name));
 }
 
 std::string metrics_exporter::exposition() const {

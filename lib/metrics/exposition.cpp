@@ -59,6 +59,28 @@ std::string_view to_string(collective_kind k) noexcept {
     return "unknown";
 }
 
+std::string_view to_string(store_operation op) noexcept {
+    switch (op) {
+    case store_operation::set:
+        return "set";
+    case store_operation::get:
+        return "get";
+    case store_operation::add:
+        return "add";
+    case store_operation::compare_set:
+        return "compare_set";
+    case store_operation::check:
+        return "check";
+    case store_operation::wait:
+        return "wait";
+    case store_operation::erase:
+        return "erase";
+    case store_operation::num_keys:
+        return "num_keys";
+    }
+    return "unknown";
+}
+
 std::string_view to_string(refusal_cause c) noexcept {
     switch (c) {
     case refusal_cause::backlog_full:
@@ -403,6 +425,32 @@ void write_listener_metrics(std::string& out, std::span<const labelled_listener>
             cause += '"';
             write_sample(out, "ucx_listener_refused_total", l.labels, cause, l.metrics.refused[c]);
         }
+}
+
+void write_store_metrics(std::string& out, std::span<const labelled_store> stores) {
+    if (stores.empty())
+        return;
+    const auto per_op = [&](std::string_view name, std::string_view help, auto get) {
+        header(out, name, "counter", help);
+        for (const labelled_store& st : stores)
+            for (std::size_t k = 0; k < store_operation_count; ++k) {
+                std::string op = "op=\"";
+                op += to_string(static_cast<store_operation>(k));
+                op += '"';
+                write_sample(out, name, st.labels, op, get(st.metrics.operations[k]));
+            }
+    };
+    per_op("ucx_store_operations_started_total", "Store operations started, by operation.",
+           [](const operation_counts& c) { return c.started; });
+    per_op("ucx_store_operations_completed_total",
+           "Store operations completed (failed or not), by operation.",
+           [](const operation_counts& c) { return c.completed; });
+    per_op("ucx_store_operations_failed_total",
+           "Store operations that failed (timeouts and cancellations included), by operation.",
+           [](const operation_counts& c) { return c.failed; });
+    header(out, "ucx_store_operations_in_flight", "gauge", "Store operations in flight.");
+    for (const labelled_store& st : stores)
+        write_sample(out, "ucx_store_operations_in_flight", st.labels, {}, st.metrics.in_flight);
 }
 
 } // namespace ucx::detail

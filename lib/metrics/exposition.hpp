@@ -56,4 +56,13 @@ struct labelled_listener {
 /// Appends the metric families of `listeners` to `out` (nothing for none).
 void write_listener_metrics(std::string& out, std::span<const labelled_listener> listeners);
 
+/// One store's snapshot and its labels.
+struct labelled_store {
+    std::string labels;
+    store_metrics metrics;
+};
+
+/// Appends the metric families of `stores` to `out` (nothing for none).
+void write_store_metrics(std::string& out, std::span<const labelled_store> stores);
+
 } // namespace ucx::detail

@@ -232,6 +232,25 @@ TEST(exposition, listener_families_by_cause) {
     EXPECT_TRUE(none.empty());
 }
 
+TEST(exposition, store_families_by_operation) {
+    std::vector<ucx::detail::labelled_store> st(1);
+    st[0].labels = R"(store="rdv")";
+    st[0].metrics.operations[static_cast<std::size_t>(ucx::store_operation::get)] = {3, 2, 1, 0};
+    st[0].metrics.in_flight = 1;
+    std::string out;
+    ucx::detail::write_store_metrics(out, st);
+    EXPECT_TRUE(has_line(out, R"(ucx_store_operations_started_total{store="rdv",op="get"} 3)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_store_operations_completed_total{store="rdv",op="get"} 2)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_store_operations_failed_total{store="rdv",op="get"} 1)"));
+    EXPECT_TRUE(
+        has_line(out, R"(ucx_store_operations_started_total{store="rdv",op="num_keys"} 0)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_store_operations_in_flight{store="rdv"} 1)"));
+    EXPECT_TRUE(has_line(out, "# TYPE ucx_store_operations_in_flight gauge"));
+    std::string none;
+    ucx::detail::write_store_metrics(none, {});
+    EXPECT_TRUE(none.empty());
+}
+
 TEST(exposition, kinds_have_distinct_names) {
     std::vector<std::string_view> names;
     for (std::size_t k = 0; k < ucx::operation_kind_count; ++k) {
@@ -246,6 +265,13 @@ TEST(exposition, kinds_have_distinct_names) {
         EXPECT_NE(n, "unknown");
         EXPECT_EQ(std::count(causes.begin(), causes.end(), n), 0) << n;
         causes.push_back(n);
+    }
+    std::vector<std::string_view> ops;
+    for (std::size_t k = 0; k < ucx::store_operation_count; ++k) {
+        const auto n = ucx::to_string(static_cast<ucx::store_operation>(k));
+        EXPECT_NE(n, "unknown");
+        EXPECT_EQ(std::count(ops.begin(), ops.end(), n), 0) << n;
+        ops.push_back(n);
     }
     std::vector<std::string_view> collectives;
     for (std::size_t k = 0; k < ucx::collective_kind_count; ++k) {
