@@ -176,6 +176,17 @@ int print_endpoints(const std::string& url, std::chrono::milliseconds timeout) {
                 std::printf(" %s", use.c_str());
             std::printf("\n");
         }
+        for (std::size_t k = 0; k < ucx::operation_kind_count; ++k) {
+            const ucx::operation_counts& c = e.metrics.operations[k];
+            if (c == ucx::operation_counts{})
+                continue;
+            std::printf("    %s: %llu started, %llu completed, %llu failed, %llu bytes\n",
+                        std::string(ucx::to_string(static_cast<ucx::operation_kind>(k))).c_str(),
+                        static_cast<unsigned long long>(c.started),
+                        static_cast<unsigned long long>(c.completed),
+                        static_cast<unsigned long long>(c.failed),
+                        static_cast<unsigned long long>(c.bytes));
+        }
         any_open = any_open || e.state == "open";
         if (e.state == "open" && !e.remote.empty() && same_host(e.local, e.remote) &&
             !has_shared_memory_lane(e.lanes))

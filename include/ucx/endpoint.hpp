@@ -7,6 +7,7 @@
 #include <ucx/detail/results.hpp>
 #include <ucx/endpoint_lane.hpp>
 #include <ucx/error.hpp>
+#include <ucx/metrics.hpp>
 #include <ucx/tag_type.hpp>
 #include <ucx/worker.hpp>
 #include <ucx/worker_address.hpp>
@@ -147,6 +148,13 @@ public:
     /// `boost::system::errc::not_enough_memory`.
     std::vector<endpoint_lane> lanes() const;
     std::vector<endpoint_lane> lanes(error_code& ec) const;
+
+    /// The operations made on this endpoint so far, by kind: started,
+    /// completed, failed, bytes, and those in flight
+    /// (docs/guide/metrics.md). Safe to call from any thread while the
+    /// endpoint is not being moved or destroyed; zeros for an endpoint that
+    /// was moved from. A closed endpoint keeps its counts.
+    endpoint_metrics metrics() const noexcept;
 
     /// Sends `data` to this endpoint's peer, where only a receive on the
     /// matching endpoint (`async_recv`) gets it, tagged with a 32-bit `tag`.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ucx/endpoint_lane.hpp>
+#include <ucx/metrics.hpp>
 
 #include <boost/system/error_code.hpp>
 
@@ -48,6 +49,8 @@ struct endpoint_report {
     std::uint64_t pings = 0;
     std::uint64_t pongs = 0;
     std::int64_t round_trip_ns = -1;
+    /// The operations made on it (`endpoint::metrics()`).
+    endpoint_metrics metrics{};
 
     bool operator==(const endpoint_report&) const = default;
 };

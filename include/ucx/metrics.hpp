@@ -50,6 +50,8 @@ struct operation_counts {
     /// Bytes moved by the operations that succeeded (a receive counts what
     /// arrived, not its buffer's size).
     std::uint64_t bytes = 0;
+
+    bool operator==(const operation_counts&) const = default;
 };
 
 /// How long operations took, from their start to the end of their UCX
@@ -116,6 +118,28 @@ struct worker_metrics {
     const operation_counts& of(operation_kind k) const noexcept {
         return operations[static_cast<std::size_t>(k)];
     }
+};
+
+/// A snapshot of one endpoint's metrics (`endpoint::metrics()`), taken from
+/// any thread. Counters only grow while the endpoint lives.
+struct endpoint_metrics {
+    /// The operations made on this endpoint, by `operation_kind`, counted as
+    /// its worker counts them (the worker's counts include these): sends
+    /// and its own receives (`async_send`, `async_receive`,
+    /// `async_tag_send`), active-message sends, stream reads and writes,
+    /// puts, gets, atomics, its connect, and its flushes and error watch
+    /// (`other`).
+    /// Worker-wide receives (`async_tag_recv`, `async_am_receive`), accepts
+    /// and closes are the worker's only.
+    std::array<operation_counts, operation_kind_count> operations{};
+    /// Operations of this endpoint started and not completed yet.
+    std::uint64_t in_flight = 0;
+
+    const operation_counts& of(operation_kind k) const noexcept {
+        return operations[static_cast<std::size_t>(k)];
+    }
+
+    bool operator==(const endpoint_metrics&) const = default;
 };
 
 /// Why a listener refused a connection (`listener_metrics::refused`).

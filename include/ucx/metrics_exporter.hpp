@@ -27,15 +27,26 @@ namespace ucx {
 struct metrics_exporter_options {
     /// Labels on every series the exporter serves, as (name, value) pairs:
     /// for example {{"rank", "3"}} for one rank of a job. A name must match
-    /// `[a-zA-Z_][a-zA-Z0-9_]*`, not begin with `__`, and not be `worker`,
-    /// `group`, `listener` or `store` (the exporter's own); values may hold
-    /// any text.
+    /// `[a-zA-Z_][a-zA-Z0-9_]*`, not begin with `__`, and not be one of the
+    /// exporter's own: `worker`, `group`, `listener`, `store`, `endpoint`,
+    /// `kind`, `op`, `cause`, `le`, `error`, `message`, `role`, `state`,
+    /// `local`, `remote`, `fabric`, `lane`, `transport`, `device`, `uses`;
+    /// values may hold any text.
     std::vector<std::pair<std::string, std::string>> labels;
     /// Most scrapers served at once; one more is closed at once.
     std::size_t max_connections = 16;
     /// A connection that sends no complete request for this long is closed
     /// (a scraper that stalls, or a client that opens and says nothing).
     std::chrono::milliseconds request_timeout = std::chrono::seconds(10);
+    /// Whether `GET /metrics` includes a series set per endpoint of the
+    /// workers added (`ucx_endpoint_*`: what each is, its lanes, its
+    /// operations by kind). Each worker's endpoints are read on its
+    /// executor, as for `GET /endpoints`: the answer waits for them, at most
+    /// `request_timeout`, and leaves out the workers that did not answer
+    /// (counted in `ucx_exporter_workers_unanswered`). Off, a scrape reads
+    /// counters only and never waits; turn it off for a process with many
+    /// thousands of connections, whose endpoint series would be too many.
+    bool endpoint_series = true;
 };
 
 namespace detail {
@@ -43,10 +54,13 @@ class metrics_exporter_impl;
 }
 
 /// An HTTP server of the Prometheus text format: `GET /metrics` answers the
-/// metrics of the workers and groups added to it (`worker::metrics()`,
-/// `group::metrics()`), as the families listed in docs/guide/metrics.md,
-/// each series labelled with the worker's or group's name and the options'
-/// labels. `GET /flight` answers the names of the groups added, as JSON
+/// metrics of the workers, groups, listeners and stores added to it
+/// (`worker::metrics()`, `group::metrics()`, ...), and those of each
+/// endpoint of the workers (`endpoint::metrics()`, `endpoint::lanes()`,
+/// unless `metrics_exporter_options::endpoint_series` is off), as the
+/// families listed in docs/guide/metrics.md, each series labelled with the
+/// name it was added under and the options' labels. `GET /flight`
+/// answers the names of the groups added, as JSON
 /// (`{"groups":["world"]}`); `GET /flight/NAME` (NAME percent-encoded)
 /// answers the flight record of the group added as NAME (`to_json`, reason
 /// "request"), taken on the group's executor: 404 for a name not added (or
@@ -112,8 +126,9 @@ public:
     /// its last operation has completed.
     void add(const store& s, std::string name);
 
-    /// The exposition a scrape would answer now (the body of `GET /metrics`).
-    /// Empty for a moved-from exporter.
+    /// The exposition a scrape would answer now (the body of `GET /metrics`)
+    /// but the endpoints' series, which only a scrape gathers (from the
+    /// workers' executors). Empty for a moved-from exporter.
     std::string exposition() const;
 
     /// Where it listens. Throws `boost::system::system_error` with

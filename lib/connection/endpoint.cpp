@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,12 @@ endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker)
 endpoint_impl::~endpoint_impl() {
     force_close(boost::asio::error::operation_aborted);
     orphan_operations();
+    // Operations orphaned earlier may still count in this endpoint's counters.
+    const std::less<const kind_counters*> before;
+    for (operation* op = worker_->in_flight_ops(); op; op = op->next)
+        if (op->counted_in && !before(op->counted_in, ops_.data()) &&
+            before(op->counted_in, ops_.data() + ops_.size()))
+            op->counted_in = nullptr;
     // Also takes it out of the deferred queues.
     worker_->remove_component(*this);
 }
@@ -93,6 +100,17 @@ void endpoint_impl::orphan_operations() noexcept {
             op->counted_send = false;
         }
     }
+}
+
+void endpoint_impl::metrics(endpoint_metrics& m) const noexcept {
+    std::uint64_t started = 0;
+    std::uint64_t completed = 0;
+    for (std::size_t k = 0; k < operation_kind_count; ++k) {
+        ops_[k].snapshot(m.operations[k]);
+        started += m.operations[k].started;
+        completed += m.operations[k].completed;
+    }
+    m.in_flight = started - completed;
 }
 
 void endpoint_impl::send_finished() noexcept {
@@ -134,7 +152,7 @@ bool endpoint_impl::begin_connect(endpoint_op* op) noexcept {
     w.start(op);
     op->library_owned = true;
     op->cancel_hook = &endpoint_impl::cancel_connect;
-    op->endpoint = this;
+    attach(op);
     if (!w.is_open()) {
         w.complete(op, boost::asio::error::operation_aborted);
         return false;
@@ -689,7 +707,7 @@ void endpoint_impl::detach() noexcept {
 bool endpoint_impl::begin(operation* op, bool counted) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
-    op->endpoint = this;
+    attach(op);
     if (!w.is_open() || op->cancel_requested) {
         // Closed, or cancelled before it was submitted.
         w.complete(op, boost::asio::error::operation_aborted);
@@ -727,7 +745,7 @@ void endpoint_impl::send(transfer_op* op, const void* data, std::size_t size,
                          std::uint32_t tag) noexcept {
     if (!has_handshake() || !fsm_.established()) {
         worker_->start(op);
-        op->endpoint = this;
+        attach(op);
         return worker_->complete(op, error() ? error() : make_error_code(error::not_connected));
     }
     tag_send(op, data, size, (fsm_.peer_tag() & id_mask) | tag);
@@ -778,7 +796,7 @@ endpoint_impl::at_once endpoint_impl::recv_at_once(void* data, std::size_t size,
 }
 
 void endpoint_impl::adopt_recv(tag_recv_op* op, ucs_status_ptr_t pending) noexcept {
-    op->endpoint = this;
+    attach(op);
     worker_->adopt_recv(op, pending);
 }
 
@@ -794,10 +812,10 @@ void endpoint_impl::recv(tag_recv_op* op, void* data, std::size_t size, std::uin
         err == boost::asio::error::eof && w.native() && has_message_waiting(ucx_tag, ucx_mask);
     if (!has_handshake() || !fsm_.established() || (err && !drain)) {
         w.start(op);
-        op->endpoint = this;
+        attach(op);
         return w.complete(op, err ? err : make_error_code(error::not_connected));
     }
-    op->endpoint = this;
+    attach(op);
     w.tag_recv(op, data, size, ucx_tag, ucx_mask);
 }
 
@@ -812,7 +830,7 @@ void endpoint_impl::wait_error(operation* op) noexcept {
     op->background = true;
     w.start(op);
     op->library_owned = true;
-    op->endpoint = this;
+    attach(op);
     op->cancel_hook = &endpoint_impl::cancel_wait;
     if (error() || !ep_)
         return w.complete(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));
@@ -979,6 +997,13 @@ std::vector<endpoint_lane> endpoint::lanes() const {
                                   [&](error_code& ec) { return lanes(ec); });
 }
 
+endpoint_metrics endpoint::metrics() const noexcept {
+    endpoint_metrics m;
+    if (impl_)
+        impl_->metrics(m);
+    return m;
+}
+
 ucp_ep_h endpoint::native_handle() const noexcept {
     return impl_ ? impl_->native() : nullptr;
 }
@@ -1069,6 +1094,7 @@ void report_endpoints(const worker_impl& w, std::string_view worker_name,
         r.pings = e.pings();
         r.pongs = e.pongs();
         r.round_trip_ns = e.round_trip().count();
+        e.metrics(r.metrics);
     }
     std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
               [](const endpoint_report& a, const endpoint_report& b) { return a.id < b.id; });

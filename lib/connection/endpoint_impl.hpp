@@ -10,12 +10,14 @@
 #include <ucx/worker_address.hpp>
 
 #include "connection/control_message.hpp"
+#include "engine/engine_metrics.hpp"
 #include "engine/worker_component.hpp"
 #include "util/guarded_timer.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <sys/socket.h>
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <span>
@@ -116,6 +118,8 @@ public:
     std::uint64_t pings() const noexcept { return pings_; }
     std::uint64_t pongs() const noexcept { return pongs_; }
     std::chrono::nanoseconds round_trip() const noexcept { return round_trip_; }
+    /// The operations made on it, by kind (from any thread: its counters).
+    void metrics(endpoint_metrics& m) const noexcept;
     const std::shared_ptr<worker_impl>& worker() const noexcept { return worker_; }
     role kind() const noexcept { return fsm_.role(); }
     /// A client/server endpoint (with the hello/welcome handshake).
@@ -140,6 +144,23 @@ public:
     /// operation holds back a graceful close until UCX completes it (sends,
     /// puts): call `submitted(op, r)` next.
     bool begin(operation* op, bool counted) noexcept;
+    /// Ties `op` (started on the worker, or about to be) to this endpoint:
+    /// its endpoint's failure fails it, and it is counted in this
+    /// endpoint's metrics under its kind (`op->kind`, set already).
+    void attach(operation* op) noexcept {
+        op->endpoint = this;
+        count(op);
+    }
+    /// Counts `op` in this endpoint's metrics only (once, however often
+    /// called): an operation of its stream, which this endpoint's failure
+    /// does not end directly.
+    void count(operation* op) noexcept {
+        if (op->counted_in)
+            return;
+        kind_counters& c = ops_[static_cast<std::size_t>(op->kind)];
+        ++c.started;
+        op->counted_in = &c;
+    }
     /// Hands UCX's answer for an operation begun with `begin`.
     void submitted(operation* op, ucs_status_ptr_t result) noexcept;
     void tag_send(transfer_op* op, const void* data, std::size_t size, ucp_tag_t tag) noexcept;
@@ -298,7 +319,8 @@ private:
     /// completes with it; else force).
     void close_ucp(bool flush) noexcept;
     void unmap() noexcept;
-    /// Operations still in flight forget this endpoint (it goes away).
+    /// Operations still in flight forget this endpoint (it goes away, or
+    /// leaves its worker); they still count in its counters while it lives.
     void orphan_operations() noexcept;
     /// Whether a message for this endpoint waits in UCX's unexpected queue.
     bool has_message_waiting(ucp_tag_t tag, ucp_tag_t mask) const noexcept;
@@ -336,6 +358,9 @@ private:
     std::uint64_t pongs_ = 0;
     std::chrono::steady_clock::time_point ping_at_{};
     std::chrono::nanoseconds round_trip_{-1};
+    // The operations made on it, by kind (`attach`; their ends are counted
+    // by the worker through `operation::counted_in`).
+    std::array<kind_counters, operation_kind_count> ops_{};
 };
 
 class context_impl;

@@ -74,6 +74,49 @@ bool read_lane(const json& j, endpoint_lane& l) {
     return f.ok() && uses && read_strings(*uses, l.uses);
 }
 
+/// `,"operations":[{"kind":"tag_send","started":1,...},...]`: the kinds
+/// with any count.
+void put_operations(std::string& out, const endpoint_metrics& m) {
+    out += ",\"in_flight\":" + std::to_string(m.in_flight);
+    put_key(out, "operations");
+    out += '[';
+    bool first = true;
+    for (std::size_t k = 0; k < operation_kind_count; ++k) {
+        const operation_counts& c = m.operations[k];
+        if (c == operation_counts{})
+            continue;
+        out += first ? "{" : ",{";
+        first = false;
+        put_text(out, "kind", to_string(static_cast<operation_kind>(k)), true);
+        out += ",\"started\":" + std::to_string(c.started);
+        out += ",\"completed\":" + std::to_string(c.completed);
+        out += ",\"failed\":" + std::to_string(c.failed);
+        out += ",\"bytes\":" + std::to_string(c.bytes) + "}";
+    }
+    out += ']';
+}
+
+/// One entry of "operations"; a kind this library does not know is skipped.
+bool read_operation(const json& j, endpoint_metrics& m) {
+    const auto* o = std::get_if<json_object>(&j.v);
+    if (!o)
+        return false;
+    json_fields f(*o);
+    std::string kind;
+    operation_counts c;
+    f.text("kind", kind);
+    f.integer("started", c.started);
+    f.integer("completed", c.completed);
+    f.integer("failed", c.failed);
+    f.integer("bytes", c.bytes);
+    if (!f.ok())
+        return false;
+    for (std::size_t k = 0; k < operation_kind_count; ++k)
+        if (to_string(static_cast<operation_kind>(k)) == kind)
+            m.operations[k] = c;
+    return true;
+}
+
 bool read_endpoint(const json& j, endpoint_report& e) {
     const auto* o = std::get_if<json_object>(&j.v);
     if (!o)
@@ -100,6 +143,17 @@ bool read_endpoint(const json& j, endpoint_report& e) {
     for (const json& l : *lanes)
         if (!read_lane(l, e.lanes.emplace_back()))
             return false;
+    // The operations are optional: a report from a process that does not
+    // count them has none.
+    if (f.find("operations")) {
+        const json_array* ops = array_of(f, "operations");
+        f.integer("in_flight", e.metrics.in_flight);
+        if (!ops || !f.ok())
+            return false;
+        for (const json& op : *ops)
+            if (!read_operation(op, e.metrics))
+                return false;
+    }
     return true;
 }
 
@@ -128,6 +182,7 @@ std::string to_json(const endpoints_report& r) {
         out += ",\"pings\":" + std::to_string(e.pings);
         out += ",\"pongs\":" + std::to_string(e.pongs);
         out += ",\"round_trip_ns\":" + std::to_string(e.round_trip_ns);
+        put_operations(out, e.metrics);
         put_key(out, "lanes");
         out += '[';
         for (std::size_t k = 0; k < e.lanes.size(); ++k) {

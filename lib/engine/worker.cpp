@@ -269,8 +269,11 @@ void worker_impl::unlink(operation* op) noexcept {
     // does not occur: `complete` sets UCS_OK only without an error.)
     const operation_kind kind = op->kind;
     if (op->status == UCS_OK && !op->aborted && !ops_.measures_latency()) [[likely]] {
-        ops_.succeeded(kind,
-                       counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0);
+        const std::uint64_t n =
+            counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0;
+        ops_.succeeded(kind, n);
+        if (kind_counters* c = op->counted_in)
+            c->ended(false, n);
         return;
     }
     count_end(op);
@@ -278,8 +281,11 @@ void worker_impl::unlink(operation* op) noexcept {
 
 void worker_impl::count_end(operation* op) noexcept {
     const operation_kind kind = op->kind;
-    ops_.ended(kind, op->result_code(),
-               counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0);
+    const error_code ec = op->result_code();
+    const std::uint64_t n = counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0;
+    ops_.ended(kind, ec, n);
+    if (kind_counters* c = op->counted_in)
+        c->ended(ec.failed(), n);
     if (ops_.measures_latency())
         ops_.took(kind, std::chrono::nanoseconds(
                             std::chrono::steady_clock::now().time_since_epoch().count() -

@@ -35,7 +35,7 @@ namespace {
 void fail_at_start(endpoint_impl& ep, auto* op, const error_code& ec) noexcept {
     worker_impl& w = *ep.worker();
     w.start(op);
-    op->endpoint = &ep;
+    ep.attach(op);
     w.complete(op, ec);
 }
 } // namespace

@@ -36,6 +36,8 @@ using tcp = boost::asio::ip::tcp;
 
 namespace {
 
+constexpr std::string_view exposition_type = "text/plain; version=0.0.4; charset=utf-8";
+
 /// `in` with its `%XX` escapes decoded (a path segment, RFC 3986); false for
 /// a `%` not followed by two hexadecimal digits.
 bool percent_decode(std::string_view in, std::string& out) {
@@ -69,8 +71,7 @@ public:
                           const metrics_exporter_options& options)
         : ex_(ex), acceptor_(ex), retry_(ex), options_(options) {
         for (const auto& [name, value] : options.labels)
-            if (!valid_label_name(name) || name == "worker" || name == "group" ||
-                name == "listener" || name == "store")
+            if (!valid_label_name(name) || reserved_label_name(name))
                 throw boost::system::system_error(boost::asio::error::invalid_argument,
                                                   "ucx::metrics_exporter: label name \"" + name +
                                                       "\"");
@@ -150,15 +151,42 @@ public:
         return out;
     }
 
+    /// The labels of the series of something served as `name` (`key`: the
+    /// label naming it): the options' labels, then `key="name"`.
+    std::string labelled(std::string_view key, const std::string& name) const {
+        const std::pair<std::string, std::string> own[] = {{std::string(key), name}};
+        return labels_.empty() ? render_labels(own) : labels_ + ',' + render_labels(own);
+    }
+
+    /// `exposition()` and the series of the endpoints gathered from the
+    /// workers' executors (`GET /metrics`); `unanswered`: the workers whose
+    /// executor did not answer.
+    std::string exposition(const std::vector<endpoint_report>& endpoints, std::size_t unanswered) {
+        std::string out = exposition();
+        std::vector<labelled_endpoint> labelled_endpoints;
+        labelled_endpoints.reserve(endpoints.size());
+        for (const endpoint_report& r : endpoints) {
+            labelled_endpoint& e = labelled_endpoints.emplace_back();
+            e.labels = labelled("worker", r.worker);
+            e.labels += ",endpoint=\"" + std::to_string(r.id) + '"';
+            e.report = r;
+        }
+        write_endpoint_metrics(out, labelled_endpoints);
+        out += "# HELP ucx_exporter_workers_unanswered Workers whose executor did not answer "
+               "this scrape in time (their endpoints' series are left out).\n"
+               "# TYPE ucx_exporter_workers_unanswered gauge\n"
+               "ucx_exporter_workers_unanswered";
+        if (!labels_.empty())
+            out += '{' + labels_ + '}';
+        out += ' ' + std::to_string(unanswered) + '\n';
+        return out;
+    }
+
     std::string exposition() {
         std::vector<labelled_worker> workers;
         std::vector<labelled_group> groups;
         std::vector<labelled_listener> listeners;
         std::vector<labelled_store> stores;
-        const auto labelled = [this](std::string_view key, const std::string& name) {
-            const std::pair<std::string, std::string> own[] = {{std::string(key), name}};
-            return labels_.empty() ? render_labels(own) : labels_ + ',' + render_labels(own);
-        };
         {
             std::lock_guard lock(mu_);
             workers.reserve(workers_.size());
@@ -259,10 +287,12 @@ public:
                        "only GET and HEAD\n");
                 response_.set(http::field::allow, "GET, HEAD");
             } else if (target == "/metrics") {
-                answer(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
-                       owner_->exposition());
+                if (!owner_->options_.endpoint_series)
+                    answer(http::status::ok, exposition_type, owner_->exposition());
+                else
+                    return fetch_endpoints(true);
             } else if (target == "/endpoints") {
-                return fetch_endpoints();
+                return fetch_endpoints(false);
             } else if (target == "/flight") {
                 answer(http::status::ok, "application/json", owner_->group_names());
             } else if (target.starts_with("/flight/")) {
@@ -325,7 +355,8 @@ public:
         /// Each worker's endpoints are its executor's to read: the answer
         /// gathers them there, and names the workers that did not answer
         /// within `request_timeout`.
-        void fetch_endpoints() {
+        void fetch_endpoints(bool for_metrics) {
+            for_metrics_ = for_metrics;
             auto workers = owner_->live_workers();
             names_.clear();
             parts_.assign(workers.size(), std::nullopt);
@@ -357,6 +388,21 @@ public:
         }
 
         void endpoints_gathered() {
+            if (for_metrics_) {
+                std::vector<endpoint_report> endpoints;
+                std::size_t unanswered = 0;
+                for (auto& part : parts_) {
+                    if (!part) {
+                        ++unanswered;
+                        continue;
+                    }
+                    for (auto& e : *part)
+                        endpoints.push_back(std::move(e));
+                }
+                answer(http::status::ok, exposition_type,
+                       owner_->exposition(endpoints, unanswered));
+                return respond();
+            }
             endpoints_report r;
             r.host = boost::asio::ip::host_name();
             r.pid = ::getpid();
@@ -411,6 +457,8 @@ public:
         std::vector<std::string> names_;
         std::vector<std::optional<std::vector<endpoint_report>>> parts_;
         std::size_t pending_ = 0;
+        // They answer GET /metrics (else GET /endpoints).
+        bool for_metrics_ = false;
     };
 
 private:

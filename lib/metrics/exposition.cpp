@@ -453,4 +453,118 @@ void write_store_metrics(std::string& out, std::span<const labelled_store> store
         write_sample(out, "ucx_store_operations_in_flight", st.labels, {}, st.metrics.in_flight);
 }
 
+bool reserved_label_name(std::string_view name) noexcept {
+    constexpr std::string_view names[] = {"worker",  "group", "listener",  "store",  "endpoint",
+                                          "kind",    "op",    "cause",     "le",     "error",
+                                          "message", "role",  "state",     "local",  "remote",
+                                          "fabric",  "lane",  "transport", "device", "uses"};
+    for (std::string_view n : names)
+        if (n == name)
+            return true;
+    return false;
+}
+
+namespace {
+
+/// `,name="value"`.
+void append_label(std::string& out, std::string_view name, std::string_view value) {
+    if (!out.empty())
+        out += ',';
+    out += name;
+    out += "=\"";
+    append_label_value(out, value);
+    out += '"';
+}
+
+/// The operation kinds an endpoint has counts of.
+bool has_counts(const endpoint_metrics& m, std::size_t k) noexcept {
+    return m.operations[k] != operation_counts{};
+}
+
+} // namespace
+
+void write_endpoint_metrics(std::string& out, std::span<const labelled_endpoint> endpoints) {
+    if (endpoints.empty())
+        return;
+    header(out, "ucx_endpoint_info", "gauge",
+           "An endpoint (1): how it was made, where it stands, its socket addresses.");
+    for (const labelled_endpoint& e : endpoints) {
+        const endpoint_report& r = e.report;
+        std::string extra;
+        append_label(extra, "role", r.role);
+        append_label(extra, "state", r.state);
+        append_label(extra, "local", r.local);
+        append_label(extra, "remote", r.remote);
+        append_label(extra, "fabric", r.fabric ? "true" : "false");
+        write_sample(out, "ucx_endpoint_info", e.labels, extra, 1);
+    }
+    header(out, "ucx_endpoint_lane_info", "gauge",
+           "A lane UCX chose for an endpoint (1): its transport, device and uses.");
+    for (const labelled_endpoint& e : endpoints)
+        for (const endpoint_lane& l : e.report.lanes) {
+            std::string extra;
+            append_label(extra, "lane", std::to_string(l.index));
+            append_label(extra, "transport", l.transport);
+            append_label(extra, "device", l.device);
+            std::string uses;
+            for (const std::string& u : l.uses) {
+                if (!uses.empty())
+                    uses += ',';
+                uses += u;
+            }
+            append_label(extra, "uses", uses);
+            write_sample(out, "ucx_endpoint_lane_info", e.labels, extra, 1);
+        }
+    const auto per_kind = [&](std::string_view name, std::string_view help, auto get,
+                              bool (*include)(operation_kind)) {
+        header(out, name, "counter", help);
+        for (const labelled_endpoint& e : endpoints)
+            for (std::size_t k = 0; k < operation_kind_count; ++k) {
+                const auto kind = static_cast<operation_kind>(k);
+                if (has_counts(e.report.metrics, k) && (!include || include(kind)))
+                    write_sample(out, name, e.labels, kind_label(kind),
+                                 get(e.report.metrics.operations[k]));
+            }
+    };
+    per_kind(
+        "ucx_endpoint_operations_started_total", "Operations started on an endpoint, by kind.",
+        [](const operation_counts& c) { return c.started; }, nullptr);
+    per_kind(
+        "ucx_endpoint_operations_completed_total",
+        "Operations of an endpoint completed (failed or not), by kind.",
+        [](const operation_counts& c) { return c.completed; }, nullptr);
+    per_kind(
+        "ucx_endpoint_operations_failed_total",
+        "Operations of an endpoint completed with an error (cancellations included), by kind.",
+        [](const operation_counts& c) { return c.failed; }, nullptr);
+    per_kind(
+        "ucx_endpoint_bytes_sent_total",
+        "Bytes an endpoint's operations sent, wrote or put (those that succeeded), by kind.",
+        [](const operation_counts& c) { return c.bytes; },
+        +[](operation_kind k) { return sends_bytes(k); });
+    per_kind(
+        "ucx_endpoint_bytes_received_total",
+        "Bytes an endpoint's operations received, read or got (those that succeeded), by kind.",
+        [](const operation_counts& c) { return c.bytes; },
+        +[](operation_kind k) { return moves_bytes(k) && !sends_bytes(k); });
+    header(out, "ucx_endpoint_operations_in_flight", "gauge",
+           "Operations of an endpoint in flight.");
+    for (const labelled_endpoint& e : endpoints)
+        write_sample(out, "ucx_endpoint_operations_in_flight", e.labels, {},
+                     e.report.metrics.in_flight);
+    constexpr std::string_view rtt = "ucx_endpoint_heartbeat_round_trip_seconds";
+    header(out, rtt, "gauge",
+           "Round trip of an endpoint's last ping answered (endpoints with one only).");
+    for (const labelled_endpoint& e : endpoints) {
+        if (e.report.round_trip_ns < 0)
+            continue;
+        out += rtt;
+        out += '{';
+        out += e.labels;
+        out += "} ";
+        append_seconds(out, std::chrono::nanoseconds(e.report.round_trip_ns));
+        out += '\n';
+    }
+}
+
 } // namespace ucx::detail

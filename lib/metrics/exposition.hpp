@@ -9,6 +9,7 @@
 // `x_count`; counters end in `_total`.
 #pragma once
 
+#include <ucx/endpoint_report.hpp>
 #include <ucx/metrics.hpp>
 
 #include <span>
@@ -64,5 +65,20 @@ struct labelled_store {
 
 /// Appends the metric families of `stores` to `out` (nothing for none).
 void write_store_metrics(std::string& out, std::span<const labelled_store> stores);
+
+/// One endpoint's report and its labels (its worker's, with `endpoint="ID"`).
+struct labelled_endpoint {
+    std::string labels;
+    endpoint_report report;
+};
+
+/// Appends the families of `endpoints` to `out` (nothing for none): each
+/// endpoint's `ucx_endpoint_info`, its lanes, its operations by kind (the
+/// kinds it has counts of only), and the round trip of its last ping.
+void write_endpoint_metrics(std::string& out, std::span<const labelled_endpoint> endpoints);
+
+/// The label names the exporter's series use itself: an exporter's own
+/// labels may not take them.
+bool reserved_label_name(std::string_view name) noexcept;
 
 } // namespace ucx::detail

@@ -392,6 +392,8 @@ void stream_impl::read_direct(transfer_op* op, const boost::asio::mutable_buffer
                               std::size_t n) noexcept {
     worker_impl& w = *worker_;
     w.start(op);
+    if (ep_)
+        ep_->count(op);
     op->library_owned = true;
     op->cancel_hook = &stream_impl::cancel_read;
     op->cancel_context = this;

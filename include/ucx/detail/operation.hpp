@@ -48,6 +48,7 @@ class worker_impl;
 class endpoint_impl;
 class remote_key_impl;
 struct am_message_state;
+struct kind_counters;
 
 /// The type-erased base of every operation: its links in its worker's lists,
 /// its status, how it completes and how it is cancelled. What an operation
@@ -77,6 +78,9 @@ public:
     /// The endpoint whose failure must fail this operation (sends, per-endpoint
     /// receives, waits); null for worker-wide receives.
     endpoint_impl* endpoint = nullptr;
+    /// A second set of counts of its kind that its end is counted in too,
+    /// beside its worker's (its endpoint's); null for none.
+    kind_counters* counted_in = nullptr;
     /// How to cancel a library-owned operation (from a cancellation slot,
     /// with Asio's cancellation type), and the object that hook works on.
     void (*cancel_hook)(operation*, boost::asio::cancellation_type) = nullptr;

@@ -99,6 +99,67 @@ TEST_P(metrics, count_operations_and_bytes_by_kind_on_both_sides) {
     EXPECT_EQ(s.in_flight, server_worker.pending_operations());
 }
 
+// Each endpoint counts the operations made on it, apart from the worker's
+// other endpoints; the worker's counts are their sum.
+TEST_P(metrics, each_endpoint_counts_its_own_operations) {
+    auto [a, a_accepted] = connect_pair(io, server, client_worker);
+    auto [b, b_accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(a.is_open() && b.is_open());
+    for (std::uint32_t i = 0; i < 3; ++i)
+        exchange(io, a, a_accepted, 1000, i);
+    for (std::uint32_t i = 0; i < 2; ++i)
+        exchange(io, b, b_accepted, 500, i);
+    EXPECT_EQ(cancelled_receive(io, a_accepted), asio::error::operation_aborted);
+
+    using k = ucx::operation_kind;
+    const ucx::endpoint_metrics am = a.metrics(), bm = b.metrics();
+    EXPECT_EQ(am.of(k::connect), (ucx::operation_counts{1, 1, 0, 0}));
+    EXPECT_EQ(am.of(k::tag_send), (ucx::operation_counts{3, 3, 0, 3000}));
+    EXPECT_EQ(bm.of(k::tag_send), (ucx::operation_counts{2, 2, 0, 1000}));
+    EXPECT_EQ(am.of(k::tag_recv), ucx::operation_counts{});
+    const ucx::endpoint_metrics asm_ = a_accepted.metrics(), bsm = b_accepted.metrics();
+    EXPECT_EQ(asm_.of(k::tag_recv), (ucx::operation_counts{4, 4, 1, 3000}));
+    EXPECT_EQ(bsm.of(k::tag_recv), (ucx::operation_counts{2, 2, 0, 1000}));
+    EXPECT_EQ(asm_.of(k::tag_send), ucx::operation_counts{});
+    // The worker's counts hold both endpoints'.
+    const ucx::worker_metrics c = client_worker.metrics();
+    EXPECT_EQ(c.of(k::tag_send).completed, 5u);
+    EXPECT_EQ(c.of(k::tag_send).bytes, 4000u);
+
+    // A receive waiting is in flight on its endpoint only.
+    const std::uint64_t before = b_accepted.metrics().in_flight;
+    EXPECT_EQ(a_accepted.metrics().in_flight, before);
+    std::vector<char> in(64);
+    std::optional<ucx::error_code> got;
+    b_accepted.async_recv(asio::buffer(in), [&](ucx::error_code ec, std::size_t) { got = ec; });
+    EXPECT_TRUE(run_ticks(io, 3));
+    EXPECT_EQ(b_accepted.metrics().in_flight, before + 1);
+    EXPECT_EQ(a_accepted.metrics().in_flight, before);
+    const auto data = pattern(64, 9);
+    std::optional<ucx::error_code> sent;
+    b.async_send(asio::buffer(data), [&](ucx::error_code ec, std::size_t) { sent = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return got && sent; }));
+    EXPECT_EQ(b_accepted.metrics().in_flight, before);
+    EXPECT_EQ(b_accepted.metrics().of(k::tag_recv), (ucx::operation_counts{3, 3, 0, 1064}));
+
+    // An active message and a put have their kinds on the endpoint too.
+    std::optional<ucx::error_code> am_sent, am_got;
+    ucx::async_am_recv(server_worker, 4, [&](ucx::error_code ec, ucx::am_message) { am_got = ec; });
+    ucx::async_am_send(a, 4, asio::const_buffer(), asio::buffer(data),
+                       [&](ucx::error_code ec, std::size_t) { am_sent = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return am_sent && am_got; }));
+    EXPECT_EQ(a.metrics().of(k::am_send), (ucx::operation_counts{1, 1, 0, 64}));
+
+    // A closed endpoint keeps its counts; one moved from has none.
+    std::optional<ucx::error_code> closed;
+    a.async_close([&](ucx::error_code ec) { closed = ec; });
+    ASSERT_TRUE(run_until(io, [&] { return closed.has_value(); }));
+    EXPECT_EQ(a.metrics().of(k::tag_send), (ucx::operation_counts{3, 3, 0, 3000}));
+    ucx::endpoint moved = std::move(b);
+    EXPECT_EQ(b.metrics(), ucx::endpoint_metrics{}); // NOLINT(bugprone-use-after-move)
+    EXPECT_EQ(moved.metrics().of(k::tag_send).completed, 3u);
+}
+
 TEST_P(metrics, failures_count_by_error_code) {
     auto [client, accepted] = connect_pair(io, server, client_worker);
     ASSERT_TRUE(client.is_open());
@@ -398,7 +459,7 @@ TEST_F(exporter, serves_the_workers_metrics_at_slash_metrics) {
 
 TEST_F(exporter, refuses_bad_label_names_and_moved_from_objects) {
     const tcp::endpoint any(asio::ip::make_address("127.0.0.1"), 0);
-    for (const char* bad : {"", "9a", "__x", "a-b", "worker", "group"}) {
+    for (const char* bad : {"", "9a", "__x", "a-b", "worker", "group", "endpoint", "kind", "le"}) {
         ucx::metrics_exporter_options o;
         o.labels = {{bad, "v"}};
         try {
@@ -815,6 +876,134 @@ TEST_P(exporter_endpoints, serve_each_endpoint_s_lanes_as_the_endpoint_reports_t
     ex.close();
 }
 
+/// The sample line of `name` whose labels hold every one of `labels`
+/// (`worker="client"`, ...); empty for none.
+std::string sample(const std::string& text, const std::string& name,
+                   const std::vector<std::string>& labels) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+        if (labels.empty() && line.starts_with(name + " "))
+            return line;
+        if (!line.starts_with(name + "{"))
+            continue;
+        const std::string set = line.substr(0, line.rfind('}') + 1);
+        bool all = true;
+        for (const auto& l : labels)
+            all = all && (set.find("{" + l + ",") != std::string::npos ||
+                          set.find("," + l + ",") != std::string::npos ||
+                          set.find("," + l + "}") != std::string::npos ||
+                          set.find("{" + l + "}") != std::string::npos);
+        if (all)
+            return line;
+    }
+    return {};
+}
+
+/// The value of that sample, or -1.
+long long value_of(const std::string& text, const std::string& name,
+                   const std::vector<std::string>& labels) {
+    const std::string line = sample(text, name, labels);
+    return line.empty() ? -1 : std::stoll(line.substr(line.rfind(' ') + 1));
+}
+
+// GET /metrics: each endpoint's series (what it is, its lanes, its
+// operations), labelled with its worker and id; none with the option off; a
+// worker whose executor does not run is counted as unanswered.
+TEST_P(exporter_endpoints, serve_each_endpoint_s_operations_and_lanes_as_series) {
+    ucx::metrics_exporter_options o;
+    o.labels = {{"rank", "0"}};
+    ucx::metrics_exporter ex(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), o);
+    ex.add(server_worker, "server");
+    ex.add(client_worker, "client");
+    auto [client, accepted] = connect_pair(io, server, client_worker);
+    ASSERT_TRUE(client.is_open());
+    for (std::uint32_t i = 0; i < 4; ++i)
+        exchange(io, client, accepted, 300, i);
+    ucx::endpoints_report r;
+    ASSERT_FALSE(ucx::from_json(
+        request(io, ex.local_endpoint().port(), http::verb::get, "/endpoints").body, r));
+    const ucx::endpoint_report* c = find_endpoint(r, "client");
+    const ucx::endpoint_report* s = find_endpoint(r, "server");
+    ASSERT_TRUE(c && s);
+    EXPECT_EQ(c->metrics, client.metrics());
+    EXPECT_EQ(s->metrics, accepted.metrics());
+    const std::string cid = "endpoint=\"" + std::to_string(c->id) + "\"";
+    const std::string sid = "endpoint=\"" + std::to_string(s->id) + "\"";
+
+    const http_answer a = request(io, ex.local_endpoint().port(), http::verb::get, "/metrics");
+    EXPECT_EQ(a.status, 200u);
+    const std::string& t = a.body;
+    EXPECT_EQ(value_of(t, "ucx_endpoint_operations_completed_total",
+                       {"rank=\"0\"", "worker=\"client\"", cid, "kind=\"tag_send\""}),
+              4)
+        << t;
+    EXPECT_EQ(value_of(t, "ucx_endpoint_bytes_sent_total",
+                       {"worker=\"client\"", cid, "kind=\"tag_send\""}),
+              1200);
+    EXPECT_EQ(value_of(t, "ucx_endpoint_bytes_received_total",
+                       {"worker=\"server\"", sid, "kind=\"tag_recv\""}),
+              1200);
+    EXPECT_EQ(value_of(t, "ucx_endpoint_operations_failed_total",
+                       {"worker=\"server\"", sid, "kind=\"tag_recv\""}),
+              0);
+    // Kinds an endpoint never used have no series.
+    EXPECT_EQ(sample(t, "ucx_endpoint_operations_started_total", {cid, "kind=\"get\""}), "");
+    EXPECT_EQ(value_of(t, "ucx_endpoint_info",
+                       {"worker=\"client\"", cid, "role=\"client\"", "state=\"open\"",
+                        "remote=\"" + address_text(client.remote_endpoint()) + "\""}),
+              1)
+        << t;
+    // One lane series per lane the endpoint reports.
+    for (const auto& lane : client.lanes()) {
+        std::string uses;
+        for (const auto& u : lane.uses)
+            uses += (uses.empty() ? "" : ",") + u;
+        EXPECT_EQ(value_of(t, "ucx_endpoint_lane_info",
+                           {"worker=\"client\"", cid, "lane=\"" + std::to_string(lane.index) + "\"",
+                            "transport=\"" + lane.transport + "\"",
+                            "device=\"" + lane.device + "\"", "uses=\"" + uses + "\""}),
+                  1)
+            << t;
+    }
+    EXPECT_EQ(value_of(t, "ucx_exporter_workers_unanswered", {"rank=\"0\""}), 0);
+    // exposition() reads counters only.
+    EXPECT_EQ(ex.exposition().find("ucx_endpoint_"), std::string::npos);
+
+    // Off: no endpoint series, and no wait.
+    ucx::metrics_exporter_options off;
+    off.endpoint_series = false;
+    ucx::metrics_exporter plain(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), off);
+    plain.add(client_worker, "client");
+    const std::string pt =
+        request(io, plain.local_endpoint().port(), http::verb::get, "/metrics").body;
+    EXPECT_NE(pt.find("ucx_operations_started_total{"), std::string::npos);
+    EXPECT_EQ(pt.find("ucx_endpoint_"), std::string::npos) << pt;
+    EXPECT_EQ(pt.find("ucx_exporter_workers_unanswered"), std::string::npos) << pt;
+
+    // A stalled worker: the others' endpoints are served, it is counted.
+    asio::io_context idle;
+    ucx::worker stalled(ctx, idle, metric_options());
+    ucx::metrics_exporter_options so;
+    so.request_timeout = std::chrono::milliseconds(500);
+    ucx::metrics_exporter slow(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), so);
+    slow.add(client_worker, "client");
+    slow.add(stalled, "stalled");
+    const std::string st =
+        request(io, slow.local_endpoint().port(), http::verb::get, "/metrics").body;
+    EXPECT_EQ(value_of(st, "ucx_exporter_workers_unanswered", {}), 1) << st;
+    EXPECT_EQ(value_of(st, "ucx_endpoint_operations_completed_total",
+                       {"worker=\"client\"", cid, "kind=\"tag_send\""}),
+              4)
+        << st;
+    // The worker's own counters are still served.
+    EXPECT_NE(sample(st, "ucx_operations_started_total", {"worker=\"stalled\""}), "");
+    idle.poll();
+    EXPECT_TRUE(run_ticks(io, 5));
+    slow.close();
+    plain.close();
+    ex.close();
+}
+
 INSTANTIATE_TEST_SUITE_P(all, exporter_endpoints,
                          testing::Values(transport::tcp, transport::shared_memory),
                          [](const auto& info) { return to_string(info.param); });
@@ -920,8 +1109,12 @@ TEST_F(exporter, promtool_accepts_the_exposition) {
     ASSERT_TRUE(client.is_open());
     exchange(io, client, accepted, 100, 1);
     EXPECT_EQ(cancelled_receive(io, accepted), asio::error::operation_aborted);
-    const std::string text = ex.exposition();
+    // A scrape's answer, the endpoints' series included.
+    const std::string text =
+        request(io, ex.local_endpoint().port(), http::verb::get, "/metrics").body;
     ASSERT_NE(text.find("ucx_operation_errors_total{"), std::string::npos);
+    ASSERT_NE(text.find("ucx_endpoint_lane_info{"), std::string::npos);
+    ASSERT_NE(text.find("ucx_endpoint_operations_failed_total{"), std::string::npos);
     ASSERT_NE(text.find("ucx_collective_duration_seconds_bucket{"), std::string::npos);
     char path[] = "/tmp/ucx-asio-metrics-XXXXXX";
     const int fd = mkstemp(path);

@@ -5,6 +5,7 @@
 #include <boost/asio/error.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace {
@@ -251,35 +252,92 @@ TEST(exposition, store_families_by_operation) {
     EXPECT_TRUE(none.empty());
 }
 
-TEST(exposition, kinds_have_distinct_names) {
+/// Every value of `Enum` (`count` of them) has a name, none "unknown", no
+/// two the same.
+template <class Enum>
+void expect_distinct_names(std::size_t count) {
     std::vector<std::string_view> names;
-    for (std::size_t k = 0; k < ucx::operation_kind_count; ++k) {
-        const auto n = ucx::to_string(static_cast<ucx::operation_kind>(k));
+    for (std::size_t k = 0; k < count; ++k) {
+        const auto n = ucx::to_string(static_cast<Enum>(k));
         EXPECT_NE(n, "unknown");
         EXPECT_EQ(std::count(names.begin(), names.end(), n), 0) << n;
         names.push_back(n);
     }
-    std::vector<std::string_view> causes;
-    for (std::size_t k = 0; k < ucx::refusal_cause_count; ++k) {
-        const auto n = ucx::to_string(static_cast<ucx::refusal_cause>(k));
-        EXPECT_NE(n, "unknown");
-        EXPECT_EQ(std::count(causes.begin(), causes.end(), n), 0) << n;
-        causes.push_back(n);
-    }
-    std::vector<std::string_view> ops;
-    for (std::size_t k = 0; k < ucx::store_operation_count; ++k) {
-        const auto n = ucx::to_string(static_cast<ucx::store_operation>(k));
-        EXPECT_NE(n, "unknown");
-        EXPECT_EQ(std::count(ops.begin(), ops.end(), n), 0) << n;
-        ops.push_back(n);
-    }
-    std::vector<std::string_view> collectives;
-    for (std::size_t k = 0; k < ucx::collective_kind_count; ++k) {
-        const auto n = ucx::to_string(static_cast<ucx::collective_kind>(k));
-        EXPECT_NE(n, "unknown");
-        EXPECT_EQ(std::count(collectives.begin(), collectives.end(), n), 0) << n;
-        collectives.push_back(n);
-    }
+}
+
+TEST(exposition, kinds_have_distinct_names) {
+    expect_distinct_names<ucx::operation_kind>(ucx::operation_kind_count);
+    expect_distinct_names<ucx::refusal_cause>(ucx::refusal_cause_count);
+    expect_distinct_names<ucx::store_operation>(ucx::store_operation_count);
+    expect_distinct_names<ucx::collective_kind>(ucx::collective_kind_count);
+}
+
+TEST(exposition, endpoint_families_hold_the_kinds_with_counts_and_each_lane) {
+    std::vector<ucx::detail::labelled_endpoint> eps(2);
+    eps[0].labels = R"(worker="w",endpoint="3")";
+    eps[0].report.role = "client";
+    eps[0].report.state = "open";
+    eps[0].report.remote = "127.0.0.1:5000";
+    eps[0].report.lanes.push_back({0, "sysv", "memory", {"amo#0", "am"}});
+    eps[0].report.lanes.push_back({1, "tcp", "lo", {"cm"}});
+    eps[0].report.metrics.operations[static_cast<std::size_t>(ucx::operation_kind::tag_send)] = {
+        4, 3, 1, 300};
+    eps[0].report.metrics.operations[static_cast<std::size_t>(ucx::operation_kind::get)] = {1, 1, 0,
+                                                                                            64};
+    eps[0].report.metrics.in_flight = 1;
+    eps[0].report.round_trip_ns = 1'500'000;
+    eps[1].labels = R"(worker="w",endpoint="4")";
+    eps[1].report.role = "server";
+    eps[1].report.state = "closed";
+    eps[1].report.fabric = true;
+    std::string out;
+    ucx::detail::write_endpoint_metrics(out, eps);
+    EXPECT_TRUE(has_line(
+        out,
+        R"(ucx_endpoint_info{worker="w",endpoint="3",role="client",state="open",local="",remote="127.0.0.1:5000",fabric="false"} 1)"))
+        << out;
+    EXPECT_TRUE(has_line(
+        out,
+        R"(ucx_endpoint_info{worker="w",endpoint="4",role="server",state="closed",local="",remote="",fabric="true"} 1)"));
+    EXPECT_TRUE(has_line(
+        out,
+        R"(ucx_endpoint_lane_info{worker="w",endpoint="3",lane="0",transport="sysv",device="memory",uses="amo#0,am"} 1)"));
+    EXPECT_TRUE(has_line(
+        out,
+        R"(ucx_endpoint_lane_info{worker="w",endpoint="3",lane="1",transport="tcp",device="lo",uses="cm"} 1)"));
+    EXPECT_TRUE(has_line(
+        out,
+        R"(ucx_endpoint_operations_started_total{worker="w",endpoint="3",kind="tag_send"} 4)"));
+    EXPECT_TRUE(has_line(
+        out, R"(ucx_endpoint_operations_failed_total{worker="w",endpoint="3",kind="tag_send"} 1)"));
+    EXPECT_TRUE(has_line(
+        out, R"(ucx_endpoint_bytes_sent_total{worker="w",endpoint="3",kind="tag_send"} 300)"));
+    EXPECT_TRUE(has_line(
+        out, R"(ucx_endpoint_bytes_received_total{worker="w",endpoint="3",kind="get"} 64)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_endpoint_operations_in_flight{worker="w",endpoint="3"} 1)"));
+    EXPECT_TRUE(has_line(out, R"(ucx_endpoint_operations_in_flight{worker="w",endpoint="4"} 0)"));
+    EXPECT_TRUE(has_line(
+        out, R"(ucx_endpoint_heartbeat_round_trip_seconds{worker="w",endpoint="3"} 0.0015)"));
+    // Only the kinds with counts, the right direction, and no round trip
+    // before a ping was answered.
+    EXPECT_EQ(out.find(R"(kind="put")"), std::string::npos) << out;
+    EXPECT_EQ(
+        out.find(R"(ucx_endpoint_bytes_received_total{worker="w",endpoint="3",kind="tag_send")"),
+        std::string::npos);
+    EXPECT_EQ(out.find(R"(round_trip_seconds{worker="w",endpoint="4"})"), std::string::npos);
+    // Each family once, its samples together.
+    std::vector<std::string> types;
+    for (const auto& l : lines_of(out))
+        if (l.starts_with("# TYPE "))
+            types.push_back(l);
+    std::sort(types.begin(), types.end());
+    EXPECT_EQ(std::adjacent_find(types.begin(), types.end()), types.end());
+    std::string none;
+    ucx::detail::write_endpoint_metrics(none, {});
+    EXPECT_TRUE(none.empty());
+    EXPECT_TRUE(ucx::detail::reserved_label_name("endpoint"));
+    EXPECT_TRUE(ucx::detail::reserved_label_name("kind"));
+    EXPECT_FALSE(ucx::detail::reserved_label_name("rank"));
 }
 
 } // namespace
