@@ -89,8 +89,7 @@ std::string describe(const fingerprint& f) {
 error_code group_impl::validate(const collective_args& a, coll::plan& p) const {
     using k = collective_kind;
     const int n = size();
-    if (a.kind != k::barrier && a.kind != k::allgather && a.kind != k::allgatherv &&
-        a.kind != k::allreduce && a.kind != k::alltoall && (a.root < 0 || a.root >= n))
+    if (is_rooted(a.kind) && (a.root < 0 || a.root >= n))
         return make_error_code(error::invalid_rank);
     const auto invalid = make_error_code(boost::asio::error::invalid_argument);
     const std::size_t es = coll::element_size(a.type);

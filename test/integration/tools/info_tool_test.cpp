@@ -275,6 +275,9 @@ TEST(info_tool, prints_the_endpoints_of_a_running_process) {
                                   std::to_string(ep.local_endpoint().port());
         EXPECT_TRUE(contains(out, "-> " + local + "\n")) << out;
         EXPECT_TRUE(contains(out, tcp_only ? ": tcp/lo " : "/memory ")) << out;
+        // The server's receive, waiting for this client's first message.
+        EXPECT_TRUE(contains(out, "    tag_recv: 1 started, 0 completed, 0 failed, 0 bytes\n"))
+            << out;
         EXPECT_EQ(contains(out, "no lane uses shared memory"), tcp_only) << out;
         ep = {};
         io.poll();
