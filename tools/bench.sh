@@ -384,9 +384,9 @@ table="$out/targets.md"
     echo "| $1 | $2 | $3 | $4 $5 | $(verdict "$3" "$4" "$5") |"
   }
   r=$(ratio "$(lat lib_lat8_poll)" "$(lat pt_lat8)")
-  row "8 B tag latency, poll: library / ucx_perftest tag_lat" "$(lat lib_lat8_poll) / $(lat pt_lat8) µs" "$r" "<=" 1.5
+  row "8 B tag latency, poll: library / ucx_perftest tag_lat" "$(lat lib_lat8_poll) / $(lat pt_lat8) µs" "$r" "<=" 1.2
   r=$(ratio "$(lat lib_lat8_hybrid)" "$(lat pt_lat8)")
-  row "8 B tag latency, hybrid: library / ucx_perftest tag_lat" "$(lat lib_lat8_hybrid) / $(lat pt_lat8) µs" "$r" "<=" 1.5
+  row "8 B tag latency, hybrid: library / ucx_perftest tag_lat" "$(lat lib_lat8_hybrid) / $(lat pt_lat8) µs" "$r" "<=" 1.2
   r=$(ratio "$(lat lib_lat8_event)" "$(lat ucp_lat8_event)")
   row "8 B tag latency, event: library / raw UCP sleeping on the efd" "$(lat lib_lat8_event) / $(lat ucp_lat8_event) µs" "$r" "<=" 1.1
   r=$(ratio "$(lat lib_lat8_event)" "$(lat tcp_lat8_event)")
@@ -411,7 +411,7 @@ table="$out/targets.md"
   r=$(ratio "$(lat ir_library_event_callback)" "$(lat ir_ucp_event)")
   echo "| instructions per 8 B round trip, event mode (callgrind): library / raw UCP | $(lat ir_library_event_callback) / $(lat ir_ucp_event) | $r | (reference) | |"
   r=$(ratio "$(mr lib_mr8_poll)" "$(mr pt_mr8)")
-  row "8 B tag message rate, window 64: library / ucx_perftest tag_bw" "$(mr lib_mr8_poll) / $(mr pt_mr8) msg/s" "$r" ">=" 0.5
+  row "8 B tag message rate, window 64: library / ucx_perftest tag_bw" "$(mr lib_mr8_poll) / $(mr pt_mr8) msg/s" "$r" ">=" 0.9
   r=$(ratio "$(lat lib_lat8_poll_hist)" "$(lat lib_lat8_poll)")
   row "8 B tag latency, poll: latency histograms on / off (metrics counters always on)" "$(lat lib_lat8_poll_hist) / $(lat lib_lat8_poll) µs" "$r" "<=" 1.05
   r=$(ratio "$(mr lib_mr8_poll_hist)" "$(mr lib_mr8_poll)")
@@ -421,7 +421,7 @@ table="$out/targets.md"
   r=$(ratio "$(bw lib_bw16m_poll)" "$(bw pt_bw16m)")
   row "16 MiB tag bandwidth: library / ucx_perftest tag_bw" "$(bw lib_bw16m_poll) / $(bw pt_bw16m) MiB/s" "$r" ">=" 0.95
   r=$(ratio "$(lat lib_amlat8_poll)" "$(lat pt_amlat8)")
-  row "8 B AM latency: library / ucx_perftest ucp_am_lat" "$(lat lib_amlat8_poll) / $(lat pt_amlat8) µs" "$r" "<=" 1.5
+  row "8 B AM latency: library / ucx_perftest ucp_am_lat" "$(lat lib_amlat8_poll) / $(lat pt_amlat8) µs" "$r" "<=" 1.3
   r=$(ratio "$(bw lib_ambw1m_poll)" "$(bw pt_ambw1m)")
   row "1 MiB AM bandwidth: library / ucx_perftest ucp_am_bw" "$(bw lib_ambw1m_poll) / $(bw pt_ambw1m) MiB/s" "$r" ">=" 0.9
   r=$(ratio "$(bw lib_put1m_poll)" "$(bw pt_put1m)")
@@ -429,7 +429,7 @@ table="$out/targets.md"
   r=$(ratio "$(bw lib_get1m_poll)" "$(bw pt_get1m)")
   echo "| 1 MiB get bandwidth, window 32: library / ucx_perftest ucp_get | $(bw lib_get1m_poll) / $(bw pt_get1m) MiB/s | $r | (reference) | |"
   r=$(ratio "$(bw lib_stbw64k_poll)" "$(bw pt_stbw64k)")
-  row "64 KiB stream bandwidth: library / ucx_perftest stream_bw" "$(bw lib_stbw64k_poll) / $(bw pt_stbw64k) MiB/s" "$r" ">=" 0.8
+  row "64 KiB stream bandwidth: library / ucx_perftest stream_bw" "$(bw lib_stbw64k_poll) / $(bw pt_stbw64k) MiB/s" "$r" ">=" 0.95
   r=$(ratio "$(bw lib_stbw64k_poll)" "$(bw tcp_stbw64k_event)")
   row "64 KiB stream bandwidth: library / Asio TCP" "$(bw lib_stbw64k_poll) / $(bw tcp_stbw64k_event) MiB/s" "$r" ">=" 3
   r=$(ratio "$(lat pt_lat8)" "$(lat pt_lat8_noeh)")

@@ -55,17 +55,6 @@ public:
 
     bool enabled() const noexcept { return !ring_.empty(); }
 
-    /// Records `s` (its `id` is given here) and returns its id (`none` when
-    /// off).
-    std::uint64_t add(const slot& s) noexcept {
-        slot* to = next();
-        if (!to)
-            return none;
-        const std::uint64_t id = to->id;
-        *to = s;
-        to->id = id;
-        return id;
-    }
     /// The slot of a new event, as it was made (its `id` given, the rest to
     /// fill in), overwriting the oldest; null when off.
     slot* next() noexcept {
