@@ -189,7 +189,7 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
     }
     id_state& s = self->state_of(m->id);
     if (!m->rendezvous && !m->error && s.head == nullptr && !s.waiting.empty() &&
-        s.waiting.front()->cancel_context == nullptr) {
+        s.waiting.front()->from == nullptr) {
         // The common case: a receive for any sender waits and nothing is
         // queued ahead of this message. Hand it over now (the operation is
         // only queued; its handler runs after progress returns), without a

@@ -369,6 +369,38 @@ TEST_P(am_transport, bounded_queue_with_slow_consumer) {
     EXPECT_LE(ucx::am_queue(f.b, 30).peak_bytes, bound + size);
 }
 
+// A message that arrives for a receive already waiting is handed to it from
+// UCX's callback, never queued: the id's queue never holds a byte, and every
+// message is delivered whole and in order. Then one that arrives with no
+// receive waiting is queued (its bytes counted) until a receive takes it.
+TEST_P(am_transport, a_waiting_receive_takes_its_message_without_a_queue) {
+    am_pair f(GetParam(), ucx::progress_mode::event);
+    constexpr unsigned id = 11;
+    for (std::uint32_t i = 0; i < 20; ++i) {
+        std::optional<received> r;
+        ucx::async_am_recv(
+            f.b, id, [&](ucx::error_code ec, ucx::am_message m) { r = take(ec, std::move(m)); });
+        const auto data = pattern(100, i);
+        ASSERT_FALSE(f.send(f.a_to_b, id, header_of(4, i), data));
+        ASSERT_TRUE(run_until(f.io, [&] { return r.has_value(); }));
+        ASSERT_FALSE(r->ec) << r->ec.message();
+        EXPECT_EQ(r->data, data) << i;
+        EXPECT_EQ(r->header, header_of(4, i)) << i;
+    }
+    EXPECT_EQ(ucx::am_queue(f.b, id).peak_bytes, 0u);
+    EXPECT_EQ(f.b.metrics().of(ucx::operation_kind::am_recv).bytes, 2000u);
+
+    const auto late = pattern(100, 99);
+    ASSERT_FALSE(f.send(f.a_to_b, id, {}, late));
+    EXPECT_TRUE(run_until(f.io, [&] { return ucx::am_queue(f.b, id).messages == 1; }));
+    EXPECT_EQ(ucx::am_queue(f.b, id).peak_bytes, 100u);
+    const received r = f.recv(f.b, id);
+    ASSERT_FALSE(r.ec);
+    EXPECT_EQ(r.data, late);
+    EXPECT_EQ(ucx::am_queue(f.b, id).messages, 0u);
+    EXPECT_EQ(f.b.metrics().of(ucx::operation_kind::am_recv).bytes, 2100u);
+}
+
 // 20,000 (5,000 under a sanitizer) eager messages queued before a receive:
 // none lost, in order.
 TEST_P(am_transport, many_eager_messages_queued) {
