@@ -126,16 +126,24 @@ void append_label_value(std::string& out, std::string_view value) {
     }
 }
 
+namespace {
+
+/// `name="value"`, after a comma unless `out` is empty.
+void append_label(std::string& out, std::string_view name, std::string_view value) {
+    if (!out.empty())
+        out += ',';
+    out += name;
+    out += "=\"";
+    append_label_value(out, value);
+    out += '"';
+}
+
+} // namespace
+
 std::string render_labels(std::span<const std::pair<std::string, std::string>> labels) {
     std::string out;
-    for (const auto& [name, value] : labels) {
-        if (!out.empty())
-            out += ',';
-        out += name;
-        out += "=\"";
-        append_label_value(out, value);
-        out += '"';
-    }
+    for (const auto& [name, value] : labels)
+        append_label(out, name, value);
     return out;
 }
 
@@ -465,16 +473,6 @@ bool reserved_label_name(std::string_view name) noexcept {
 }
 
 namespace {
-
-/// `,name="value"`.
-void append_label(std::string& out, std::string_view name, std::string_view value) {
-    if (!out.empty())
-        out += ',';
-    out += name;
-    out += "=\"";
-    append_label_value(out, value);
-    out += '"';
-}
 
 /// The operation kinds an endpoint has counts of.
 bool has_counts(const endpoint_metrics& m, std::size_t k) noexcept {

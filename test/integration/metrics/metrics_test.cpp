@@ -780,6 +780,28 @@ protected:
     ucx::listener server{server_worker, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)};
 };
 
+/// An exporter serving `client` and a worker whose io_context (`idle`) does
+/// not run, answering within `timeout`.
+struct with_stalled_worker {
+    with_stalled_worker(ucx::context& ctx, asio::io_context& io, ucx::worker& client,
+                        std::chrono::milliseconds timeout)
+        : stalled(ctx, idle, metric_options()),
+          slow(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), options(timeout)) {
+        slow.add(client, "client");
+        slow.add(stalled, "stalled");
+    }
+    static ucx::metrics_exporter_options options(std::chrono::milliseconds timeout) {
+        ucx::metrics_exporter_options o;
+        o.request_timeout = timeout;
+        return o;
+    }
+    std::uint16_t port() const { return slow.local_endpoint().port(); }
+
+    asio::io_context idle;
+    ucx::worker stalled;
+    ucx::metrics_exporter slow;
+};
+
 std::string address_text(const tcp::endpoint& at) {
     return at.address().to_string() + ":" + std::to_string(at.port());
 }
@@ -845,15 +867,8 @@ TEST_P(exporter_endpoints, serve_each_endpoint_s_lanes_as_the_endpoint_reports_t
     std::printf("%s", a.body.c_str());
 
     // A worker whose io_context does not run is named; the others answer.
-    asio::io_context idle;
-    ucx::worker stalled(ctx, idle, metric_options());
-    ucx::metrics_exporter_options o;
-    o.request_timeout = std::chrono::seconds(2);
-    ucx::metrics_exporter slow(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), o);
-    slow.add(client_worker, "client");
-    slow.add(stalled, "stalled");
-    const http_answer partial =
-        request(io, slow.local_endpoint().port(), http::verb::get, "/endpoints");
+    with_stalled_worker w(ctx, io, client_worker, std::chrono::seconds(2));
+    const http_answer partial = request(io, w.port(), http::verb::get, "/endpoints");
     EXPECT_EQ(partial.status, 200u);
     ucx::endpoints_report pr;
     ASSERT_FALSE(ucx::from_json(partial.body, pr)) << partial.body;
@@ -861,7 +876,7 @@ TEST_P(exporter_endpoints, serve_each_endpoint_s_lanes_as_the_endpoint_reports_t
     ASSERT_EQ(pr.endpoints.size(), 1u) << partial.body;
     EXPECT_EQ(pr.endpoints[0].worker, "client");
     // The stalled worker's executor runs at last: the late answer is dropped.
-    idle.poll();
+    w.idle.poll();
     EXPECT_TRUE(run_ticks(io, 5));
 
     // A closed endpoint is no longer listed once it is gone.
@@ -872,7 +887,7 @@ TEST_P(exporter_endpoints, serve_each_endpoint_s_lanes_as_the_endpoint_reports_t
         return !ucx::from_json(request(io, port, http::verb::get, "/endpoints").body, now) &&
                now.endpoints.empty();
     }));
-    slow.close();
+    w.slow.close();
     ex.close();
 }
 
@@ -981,15 +996,8 @@ TEST_P(exporter_endpoints, serve_each_endpoint_s_operations_and_lanes_as_series)
     EXPECT_EQ(pt.find("ucx_exporter_workers_unanswered"), std::string::npos) << pt;
 
     // A stalled worker: the others' endpoints are served, it is counted.
-    asio::io_context idle;
-    ucx::worker stalled(ctx, idle, metric_options());
-    ucx::metrics_exporter_options so;
-    so.request_timeout = std::chrono::milliseconds(500);
-    ucx::metrics_exporter slow(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0), so);
-    slow.add(client_worker, "client");
-    slow.add(stalled, "stalled");
-    const std::string st =
-        request(io, slow.local_endpoint().port(), http::verb::get, "/metrics").body;
+    with_stalled_worker w(ctx, io, client_worker, std::chrono::milliseconds(500));
+    const std::string st = request(io, w.port(), http::verb::get, "/metrics").body;
     EXPECT_EQ(value_of(st, "ucx_exporter_workers_unanswered", {}), 1) << st;
     EXPECT_EQ(value_of(st, "ucx_endpoint_operations_completed_total",
                        {"worker=\"client\"", cid, "kind=\"tag_send\""}),
@@ -997,9 +1005,9 @@ TEST_P(exporter_endpoints, serve_each_endpoint_s_operations_and_lanes_as_series)
         << st;
     // The worker's own counters are still served.
     EXPECT_NE(sample(st, "ucx_operations_started_total", {"worker=\"stalled\""}), "");
-    idle.poll();
+    w.idle.poll();
     EXPECT_TRUE(run_ticks(io, 5));
-    slow.close();
+    w.slow.close();
     plain.close();
     ex.close();
 }
