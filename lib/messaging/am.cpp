@@ -130,6 +130,14 @@ am_message_state* am_registry::make_state() {
     return m;
 }
 
+namespace {
+bool sent_by(const am_message_state* m, const endpoint_impl* ep) noexcept {
+    // `ep` is alive (a receive bound to it): the same pointer with the same
+    // serial is the same endpoint.
+    return m->from_raw == ep && m->from_serial == ep->serial();
+}
+} // namespace
+
 ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t header_length,
                                      void* data, std::size_t length,
                                      const ucp_am_recv_param_t* param) noexcept {
@@ -188,14 +196,19 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
         }
     }
     id_state& s = self->state_of(m->id);
-    if (!m->rendezvous && !m->error && s.head == nullptr && !s.waiting.empty() &&
-        s.waiting.front()->from == nullptr) {
-        // The common case: a receive for any sender waits and nothing is
-        // queued ahead of this message. Hand it over now (the operation is
-        // only queued; its handler runs after progress returns), without a
-        // trip through the queue.
-        self->hand_over(s, 0, m);
-        return status;
+    if (!m->rendezvous && !m->error && s.head == nullptr) {
+        // The common case: nothing is queued ahead of this message and a
+        // receive that takes it waits (one for any sender, or one bound to
+        // this sender's endpoint): the first such receive gets it now, as
+        // the matching pass would (the operation is only queued; its handler
+        // runs after progress returns), without a trip through the queue.
+        for (std::size_t i = 0; i < s.waiting.size(); ++i) {
+            const endpoint_impl* from = s.waiting[i]->from;
+            if (!from || sent_by(m, from)) {
+                self->hand_over(s, i, m);
+                return status;
+            }
+        }
     }
     if (m->data) {
         m->counted = length;
@@ -328,14 +341,6 @@ void am_registry::unlink(id_state& s, am_message_state* m, am_message_state* pre
     --s.messages;
     uncount(s, m);
 }
-
-namespace {
-bool sent_by(const am_message_state* m, const endpoint_impl* ep) noexcept {
-    // `ep` is alive (a receive bound to it): the same pointer with the same
-    // serial is the same endpoint.
-    return m->from_raw == ep && m->from_serial == ep->serial();
-}
-} // namespace
 
 bool am_registry::deliver_one(id_state& s) {
     // Waiting receives first, in the order they were started.

@@ -603,34 +603,52 @@ INSTANTIATE_TEST_SUITE_P(all, am_modes,
 
 // Connected endpoints: per-endpoint receives take only that peer's messages,
 // and end with eof after the peer's graceful close.
-TEST(am_connected, per_endpoint_receive_and_eof) {
+/// A server worker with two clients connected to its listener, each over a
+/// connection of its own (`accepted[i]` is client i+1's on the server).
+struct two_clients {
+    two_clients()
+        : ctx(options_for(transport::tcp, true)), server(ctx, io), client1(ctx, io),
+          client2(ctx, io),
+          l(server, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+        accept = [this] {
+            l.async_accept([this](ucx::error_code ec, ucx::endpoint ep) {
+                if (!ec) {
+                    accepted.push_back(std::move(ep));
+                    accept();
+                }
+            });
+        };
+        accept();
+        connect(client1, c1, 1);
+        connect(client2, c2, 2);
+    }
+    void connect(ucx::worker& w, std::optional<ucx::endpoint>& to, std::size_t n) {
+        ucx::async_connect(w, "127.0.0.1", std::to_string(l.local_endpoint().port()),
+                           [&](ucx::error_code ec, ucx::endpoint ep) {
+                               EXPECT_FALSE(ec) << ec.message();
+                               if (!ec)
+                                   to = std::move(ep);
+                           });
+        EXPECT_TRUE(run_until(io, [&] { return to && accepted.size() == n; }));
+    }
+    bool connected() const { return c1 && c2 && accepted.size() == 2; }
+
     asio::io_context io;
-    ucx::context ctx(options_for(transport::tcp, true));
-    ucx::worker server(ctx, io), client1(ctx, io), client2(ctx, io);
-    ucx::listener l(server, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    ucx::context ctx;
+    ucx::worker server, client1, client2;
+    ucx::listener l;
     std::vector<ucx::endpoint> accepted;
-    std::function<void()> accept = [&] {
-        l.async_accept([&](ucx::error_code ec, ucx::endpoint ep) {
-            if (!ec) {
-                accepted.push_back(std::move(ep));
-                accept();
-            }
-        });
-    };
-    accept();
     std::optional<ucx::endpoint> c1, c2;
-    ucx::async_connect(client1, "127.0.0.1", std::to_string(l.local_endpoint().port()),
-                       [&](ucx::error_code ec, ucx::endpoint ep) {
-                           ASSERT_FALSE(ec) << ec.message();
-                           c1 = std::move(ep);
-                       });
-    ASSERT_TRUE(run_until(io, [&] { return c1 && accepted.size() == 1; }));
-    ucx::async_connect(client2, "127.0.0.1", std::to_string(l.local_endpoint().port()),
-                       [&](ucx::error_code ec, ucx::endpoint ep) {
-                           ASSERT_FALSE(ec) << ec.message();
-                           c2 = std::move(ep);
-                       });
-    ASSERT_TRUE(run_until(io, [&] { return c2 && accepted.size() == 2; }));
+    std::function<void()> accept;
+};
+
+TEST(am_connected, per_endpoint_receive_and_eof) {
+    two_clients t;
+    ASSERT_TRUE(t.connected());
+    auto& io = t.io;
+    auto& accepted = t.accepted;
+    auto& c1 = t.c1;
+    auto& c2 = t.c2;
 
     // Client 2 sends first; a receive bound to client 1's endpoint skips it.
     char one = '1', two = '2';
@@ -671,6 +689,36 @@ TEST(am_connected, per_endpoint_receive_and_eof) {
     });
     ASSERT_TRUE(run_until(io, [&] { return after.has_value(); }));
     EXPECT_EQ(after->ec, asio::error::eof);
+}
+
+// Receives bound to each client's endpoint wait first; each client's
+// message goes to its own from UCX's callback (client 2's skips the receive
+// bound to client 1), and none is ever queued.
+TEST(am_connected, bound_receives_take_their_senders_messages_without_a_queue) {
+    two_clients t;
+    ASSERT_TRUE(t.connected());
+    for (char round = 0; round < 5; ++round) {
+        std::optional<received> from1, from2;
+        ucx::async_am_recv(t.accepted[0], 9, [&](ucx::error_code ec, ucx::am_message m) {
+            from1 = take(ec, std::move(m));
+        });
+        ucx::async_am_recv(t.accepted[1], 9, [&](ucx::error_code ec, ucx::am_message m) {
+            from2 = take(ec, std::move(m));
+        });
+        const char two = static_cast<char>('a' + round), one = static_cast<char>('A' + round);
+        ucx::async_am_send(*t.c2, 9, asio::const_buffer(), asio::buffer(&two, 1),
+                           [](ucx::error_code, std::size_t) {});
+        ASSERT_TRUE(run_until(t.io, [&] { return from2.has_value(); }));
+        EXPECT_FALSE(from1.has_value());
+        ucx::async_am_send(*t.c1, 9, asio::const_buffer(), asio::buffer(&one, 1),
+                           [](ucx::error_code, std::size_t) {});
+        ASSERT_TRUE(run_until(t.io, [&] { return from1.has_value(); }));
+        ASSERT_FALSE(from1->ec);
+        ASSERT_FALSE(from2->ec);
+        EXPECT_EQ(from1->data, std::vector<char>{one});
+        EXPECT_EQ(from2->data, std::vector<char>{two});
+    }
+    EXPECT_EQ(ucx::am_queue(t.server, 9).peak_bytes, 0u);
 }
 
 // A per-endpoint receive already waiting when its endpoint fails ends with
