@@ -47,6 +47,13 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TEST
 cmake --build "$build" --target ucx-asio-perf pipe_pingpong ucx-asio-demo echo_server echo_client \
   ucx-asio-scale -j"$jobs" > /dev/null
 perf="$root/$build/tools/ucx-asio-perf"
+# The same program over a library built without operation metrics
+# (UCX_ASIO_OPERATION_METRICS=OFF): what the counters cost.
+echo "== building Release without operation metrics in $build-nometrics"
+cmake -S . -B "$build-nometrics" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TESTS=OFF \
+  -DUCX_ASIO_BUILD_SAMPLES=OFF -DUCX_ASIO_OPERATION_METRICS=OFF > /dev/null
+cmake --build "$build-nometrics" --target ucx-asio-perf -j"$jobs" > /dev/null
+perf_nometrics="$root/$build-nometrics/tools/ucx-asio-perf"
 pipe="$root/$build/tools/pipe_pingpong"
 demo="$root/$build/tools/ucx-asio-demo"
 echo_server="$root/$build/samples/echo_server"
@@ -86,11 +93,19 @@ median() {
 ratio() { # a b -> a/b
   if [ "$1" = - ] || [ "$2" = - ]; then echo "-"; else awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "-"; else printf "%.2f\n", a/b}'; fi
 }
+ratio3() { # a b -> a/b, three decimals (for bounds of a few per cent)
+  if [ "$1" = - ] || [ "$2" = - ]; then echo "-"; else awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "-"; else printf "%.3f\n", a/b}'; fi
+}
 verdict() { # value op limit
   if [ "$1" = - ]; then echo "not measured"; return; fi
   awk -v v="$1" -v op="$2" -v l="$3" 'BEGIN {ok = (op == "<=") ? (v <= l) : (op == ">=") ? (v >= l) : (v < l); print ok ? "met" : "MISSED"}'
 }
 
+# best KEY COLUMN min|max: the best run (the one the machine disturbed least)
+best() {
+  awk -v k="$1" -v c="$2" '$1 == k && $c != "-" {print $c}' "$results" |
+    sort -g | { if [ "$3" = min ]; then head -1; else tail -1; fi; } | grep . || echo "-"
+}
 lat() { median "$1" 2; }
 bw() { median "$1" 4; }
 mr() { median "$1" 5; }
@@ -115,11 +130,12 @@ pt() {
   record "$key" "$2" "$3" "$6" "$8" "-"
 }
 
-# ap KEY "ENV" ucx-asio-perf-args... : runs ucx-asio-perf (server and client).
+# ap KEY "ENV" ucx-asio-perf-args... : runs ucx-asio-perf (server and client);
+# PERF=program selects another build of it.
 ap() {
   local key=$1 envs=$2; shift 2
   local line
-  line=$(env $envs timeout 60 "$perf" --local --format csv --no-header "$@" 2>/dev/null |
+  line=$(env $envs timeout 60 "${PERF:-$perf}" --local --format csv --no-header "$@" 2>/dev/null |
     tail -1) || true
   if [ -z "$line" ]; then echo "bench: ucx-asio-perf $key failed" >&2; return 0; fi
   # transport,test,progress,style,size,iters,window,median,p99,avg,mib,msg,allocs,label
@@ -192,9 +208,26 @@ idle_cpu() {
 has_stream=0
 if "$perf" --local --test stream_lat --iters 2 --warmup 1 > /dev/null 2>&1; then has_stream=1; fi
 
+# What the operation metrics cost: the library with them (its default) and a
+# build without them, in adjacent runs, in the order on-off-off-on so that a
+# drift of the machine's speed weighs on both alike.
+metrics_pairs() {
+  local L=$1 M=$2 b
+  for b in on off off on; do
+    if [ $b = on ]; then
+      ap lib_lat8_poll_metrics "" -t tag_lat -s 8 --progress poll -n "$L"
+      ap lib_mr8_poll_metrics "" -t tag_bw -s 8 --progress poll --window 64 -n "$M"
+    else
+      PERF=$perf_nometrics ap lib_lat8_poll_nometrics "" -t tag_lat -s 8 --progress poll -n "$L"
+      PERF=$perf_nometrics ap lib_mr8_poll_nometrics "" -t tag_bw -s 8 --progress poll --window 64 -n "$M"
+    fi
+  done
+}
+
 # ---- the target tests, interleaved, repeated ----
 one_round() {
   local tcp="UCX_TLS=tcp,self" L=$(n 200000) E=$(n 20000) M=$(n 2000000)
+  metrics_pairs "$L" "$M"
   # 8 B tag latency over shared memory
   pt pt_lat8 "$lib_env" -t tag_lat -s 8 -n "$L" -w "$(n 20000)" -e
   pt pt_lat8_noeh "$lib_env_noeh" -t tag_lat -s 8 -n "$L" -w "$(n 20000)"
@@ -370,6 +403,9 @@ if command -v valgrind > /dev/null; then
   while read -r label ir; do
     record "ir_$label" "$ir" - - - -
   done < <(CALLGRIND_N1=$(n 1000) CALLGRIND_N2=$(n 2000) tools/callgrind.sh --brief "$build" 2>/dev/null || true)
+  while read -r label ir; do
+    [ "$label" = library_event_callback ] && record "ir_library_event_callback_nometrics" "$ir" - - - -
+  done < <(CALLGRIND_N1=$(n 1000) CALLGRIND_N2=$(n 2000) tools/callgrind.sh --brief "$build-nometrics" 2>/dev/null || true)
 fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 elapsed=$(( SECONDS - t_start ))
@@ -412,8 +448,14 @@ table="$out/targets.md"
   echo "| instructions per 8 B round trip, event mode (callgrind): library / raw UCP | $(lat ir_library_event_callback) / $(lat ir_ucp_event) | $r | (reference) | |"
   r=$(ratio "$(mr lib_mr8_poll)" "$(mr pt_mr8)")
   row "8 B tag message rate, window 64: library / ucx_perftest tag_bw" "$(mr lib_mr8_poll) / $(mr pt_mr8) msg/s" "$r" ">=" 0.9
+  a=$(best lib_lat8_poll_metrics 2 min); b=$(best lib_lat8_poll_nometrics 2 min)
+  row "8 B tag latency, poll: operation metrics on (histograms off) / a build without them, best runs" "$a / $b µs (medians $(lat lib_lat8_poll_metrics) / $(lat lib_lat8_poll_nometrics))" "$(ratio3 "$a" "$b")" "<=" 1.02
+  a=$(best lib_mr8_poll_metrics 5 max); b=$(best lib_mr8_poll_nometrics 5 max)
+  row "8 B tag message rate: operation metrics on (histograms off) / a build without them, best runs" "$a / $b msg/s (medians $(mr lib_mr8_poll_metrics) / $(mr lib_mr8_poll_nometrics))" "$(ratio3 "$a" "$b")" ">=" 0.98
+  a=$(lat ir_library_event_callback); b=$(lat ir_library_event_callback_nometrics)
+  echo "| instructions per 8 B round trip in the client, event mode (callgrind): operation metrics on / off | $a / $b | $(ratio3 "$a" "$b") | (reference) | |"
   r=$(ratio "$(lat lib_lat8_poll_hist)" "$(lat lib_lat8_poll)")
-  row "8 B tag latency, poll: latency histograms on / off (metrics counters always on)" "$(lat lib_lat8_poll_hist) / $(lat lib_lat8_poll) µs" "$r" "<=" 1.05
+  row "8 B tag latency, poll: latency histograms on / off" "$(lat lib_lat8_poll_hist) / $(lat lib_lat8_poll) µs" "$r" "<=" 1.05
   r=$(ratio "$(mr lib_mr8_poll_hist)" "$(mr lib_mr8_poll)")
   row "8 B tag message rate: latency histograms on / off" "$(mr lib_mr8_poll_hist) / $(mr lib_mr8_poll) msg/s" "$r" ">=" 0.95
   r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m)")
@@ -449,6 +491,9 @@ table="$out/targets.md"
   a=$(median lib_lat8_poll 6); b=$(median lib_mr8_poll 6); c=$(median lib_bw1m_poll 6)
   worst=$(printf '%s\n' "$a" "$b" "$c" | grep -v -- - | sort -g | tail -1)
   row "heap allocations per operation, steady state (tag lat, rate, 1 MiB)" "$a, $b, $c" "${worst:--}" "<=" 0
+  a=$(median lib_lat8_poll_nometrics 6); b=$(median lib_mr8_poll_nometrics 6)
+  worst=$(printf '%s\n' "$a" "$b" | grep -v -- - | sort -g | tail -1)
+  row "heap allocations per operation without operation metrics (tag lat, rate)" "$a, $b" "${worst:--}" "<=" 0
 } > "$table"
 
 details="$out/details.md"
@@ -559,7 +604,7 @@ generated="$out/generated.md"
   echo
   echo "### Every run (medians)"
   echo
-  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` the same settings without error handling, \`_ucxdef\` UCX's defaults (with \`-e\`; \`_ucxdef_noeh\` without); \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`put1m\`/\`get1m\`: 1 MiB put_bw/get_bw (ucx_perftest ucp_put_bw/ucp_get, window 32), \`stbw64k\`: stream_bw with 64 KiB writes."
+  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` the same settings without error handling, \`_ucxdef\` UCX's defaults (with \`-e\`; \`_ucxdef_noeh\` without); \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`put1m\`/\`get1m\`: 1 MiB put_bw/get_bw (ucx_perftest ucp_put_bw/ucp_get, window 32), \`stbw64k\`: stream_bw with 64 KiB writes; \`_hist\`: with latency histograms, \`_nometrics\`: over a library built with \`-DUCX_ASIO_OPERATION_METRICS=OFF\`."
   echo
   cat "$details"
   echo

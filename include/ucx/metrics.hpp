@@ -110,7 +110,13 @@ struct worker_metrics {
     /// seen; the rest are counted in `other_errors`.
     std::vector<error_count> errors;
     std::uint64_t other_errors = 0;
-    /// Whether latencies are measured (`worker_options::latency_histograms`).
+    /// Whether operations are counted: false in a library built with the
+    /// CMake option `UCX_ASIO_OPERATION_METRICS=OFF`, where `in_flight` is
+    /// still kept but `operations`, `errors`, `other_errors` and `latency`
+    /// stay empty, as do the counts of `endpoint::metrics()`.
+    bool counts_operations = true;
+    /// Whether latencies are measured (`worker_options::latency_histograms`;
+    /// never without `counts_operations`).
     bool has_latency = false;
     /// By `operation_kind`; empty unless `has_latency`.
     std::array<latency_histogram, operation_kind_count> latency{};
@@ -131,6 +137,8 @@ struct endpoint_metrics {
     /// (`other`).
     /// Worker-wide receives (`async_tag_recv`, `async_am_receive`), accepts
     /// and closes are the worker's only.
+    /// All zero in a library built without operation metrics
+    /// (`worker_metrics::counts_operations`).
     std::array<operation_counts, operation_kind_count> operations{};
     /// Operations of this endpoint started and not completed yet.
     std::uint64_t in_flight = 0;

@@ -155,10 +155,10 @@ public:
     /// called): an operation of its stream, which this endpoint's failure
     /// does not end directly.
     void count(operation* op) noexcept {
-        if (op->counted_in)
+        if (!counts_operations || op->counted_in)
             return;
         kind_counters& c = ops_[static_cast<std::size_t>(op->kind)];
-        ++c.started;
+        c.start();
         op->counted_in = &c;
     }
     /// Hands UCX's answer for an operation begun with `begin`.

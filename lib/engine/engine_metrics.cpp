@@ -58,6 +58,7 @@ void operation_counters::snapshot(worker_metrics& m) const {
                             s.count.load()});
     }
     m.other_errors = other_errors_.load();
+    m.counts_operations = counts_operations;
     m.has_latency = latency_;
     if (!latency_)
         return;

@@ -14,6 +14,17 @@
 
 namespace ucx::detail {
 
+/// Whether operations are counted: false in a library built with
+/// `UCX_ASIO_OPERATION_METRICS=OFF`, where `operation_counters` and the
+/// endpoints' counts (`endpoint_impl::count`) do nothing and the compiler
+/// removes them (the progress engine's counters and the groups' counts of
+/// collectives stay). Both variants compile from the same code.
+#if defined(UCX_ASIO_NO_OPERATION_METRICS)
+inline constexpr bool counts_operations = false;
+#else
+inline constexpr bool counts_operations = true;
+#endif
+
 /// The progress engine's counters (see `ucx::worker_stats`).
 struct progress_counters {
     counter passes;
@@ -34,6 +45,8 @@ struct progress_counters {
 struct kind_counters {
     counter started, completed, failed, bytes;
 
+    /// One started.
+    void start() noexcept { ++started; }
     /// One ended: with an error (`failed`), or having moved `n` bytes.
     void ended(bool failure, std::uint64_t n) noexcept {
         ++completed;
@@ -83,17 +96,26 @@ inline std::size_t latency_bucket(std::chrono::nanoseconds d) noexcept {
 /// operation leaves it once, however it ends).
 class operation_counters {
 public:
-    explicit operation_counters(bool measure_latency) noexcept : latency_(measure_latency) {}
+    explicit operation_counters(bool measure_latency) noexcept
+        : latency_(counts_operations && measure_latency) {}
 
-    bool measures_latency() const noexcept { return latency_; }
+    bool measures_latency() const noexcept { return counts_operations && latency_; }
 
-    void started(operation_kind k) noexcept { ++of(k).started; }
+    void started(operation_kind k) noexcept {
+        if constexpr (counts_operations)
+            of(k).start();
+    }
     /// An operation of kind `k` succeeded, having moved `bytes`.
-    void succeeded(operation_kind k, std::uint64_t bytes) noexcept { of(k).ended(false, bytes); }
+    void succeeded(operation_kind k, std::uint64_t bytes) noexcept {
+        if constexpr (counts_operations)
+            of(k).ended(false, bytes);
+    }
     /// An operation of kind `k` ended with `ec`, having moved `bytes`
     /// (counted on success).
     void ended(operation_kind k, const boost::system::error_code& ec,
                std::uint64_t bytes) noexcept {
+        if constexpr (!counts_operations)
+            return;
         of(k).ended(ec.failed(), bytes);
         if (ec) [[unlikely]]
             count_error(ec);
@@ -102,7 +124,10 @@ public:
     void took(operation_kind k, std::chrono::nanoseconds d) noexcept;
     /// Bytes of a kind counted outside the operation (an active message's
     /// data, handed to its receive by the registry).
-    void add_bytes(operation_kind k, std::uint64_t n) noexcept { of(k).bytes += n; }
+    void add_bytes(operation_kind k, std::uint64_t n) noexcept {
+        if constexpr (counts_operations)
+            of(k).bytes += n;
+    }
 
     /// Fills `m`'s operation fields (from any thread).
     void snapshot(worker_metrics& m) const;

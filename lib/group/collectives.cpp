@@ -190,7 +190,7 @@ int group_impl::plan_for(const collective_args& a, std::unique_ptr<const coll::p
 
 void group_impl::collective(collective_args&& a, group_done_handler h) {
     const auto called = std::chrono::steady_clock::now();
-    ++counts_[static_cast<std::size_t>(a.kind)].counts.started;
+    counts_[static_cast<std::size_t>(a.kind)].counts.start();
     // Refused here: in the flight recorder with the number the next
     // collective takes.
     const auto refuse = [&](const error_code& ec) {

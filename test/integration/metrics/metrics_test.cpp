@@ -67,6 +67,8 @@ TEST_P(metrics, count_operations_and_bytes_by_kind_on_both_sides) {
     exchange(io, accepted, client, 1 << 20, 99); // one rendezvous the other way
 
     const ucx::worker_metrics c = client_worker.metrics();
+    // The tests build the library with operation metrics (the default).
+    ASSERT_TRUE(c.counts_operations);
     EXPECT_EQ(of(c, ucx::operation_kind::connect).started, 1u);
     EXPECT_EQ(of(c, ucx::operation_kind::connect).completed, 1u);
     EXPECT_EQ(of(c, ucx::operation_kind::connect).failed, 0u);
