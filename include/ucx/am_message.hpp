@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <utility>
 
 namespace ucx {
 
@@ -33,9 +34,21 @@ class am_message {
 public:
     /// An empty message (what a failed receive completes with).
     am_message() noexcept = default;
-    am_message(am_message&& other) noexcept;
-    am_message& operator=(am_message&& other) noexcept;
-    ~am_message();
+    am_message(am_message&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+    am_message& operator=(am_message&& other) noexcept {
+        if (this != &other) {
+            if (state_)
+                give_back();
+            state_ = std::exchange(other.state_, nullptr);
+        }
+        return *this;
+    }
+    // Inline: a message moves through a few handlers' arguments, and only the
+    // last one holds it.
+    ~am_message() {
+        if (state_)
+            give_back();
+    }
 
     /// Whether this holds a message.
     explicit operator bool() const noexcept { return state_ != nullptr; }
@@ -81,7 +94,8 @@ private:
     /// Takes ownership of a received message.
     explicit am_message(detail::am_message_state* state) noexcept : state_(state) {}
 
-    void reset() noexcept;
+    /// Releases the held message (`state_` is not null) and empties this.
+    void give_back() noexcept;
 
     // The state knows its registry. While the worker is open the worker
     // keeps the registry alive; when it closes, every message still held

@@ -68,8 +68,10 @@ am_registry::am_registry(worker_impl& w)
 }
 
 am_registry::~am_registry() {
-    for (am_message_state* s : pool_)
+    while (am_message_state* s = free_) {
+        free_ = s->next;
         delete s;
+    }
 }
 
 bool am_registry::open() {
@@ -117,9 +119,11 @@ void am_registry::mark(id_state& s, unsigned id) {
 
 am_message_state* am_registry::make_state() {
     am_message_state* m = nullptr;
-    if (!pool_.empty()) {
-        m = pool_.back();
-        pool_.pop_back();
+    if (free_) {
+        m = free_;
+        free_ = m->next;
+        m->next = nullptr;
+        --free_count_;
     } else {
         m = new (std::nothrow) am_message_state;
         if (!m)
@@ -599,13 +603,11 @@ void am_registry::release(am_message_state* m) noexcept {
     m->reply_ep = nullptr;
     m->error = {};
     m->counted = 0;
-    m->next = nullptr;
-    if (pool_.size() < max_pooled_states) {
-        try {
-            pool_.push_back(m);
-            return;
-        } catch (...) {
-        }
+    if (free_count_ < max_pooled_states) {
+        m->next = free_;
+        free_ = m;
+        ++free_count_;
+        return;
     }
     delete m;
 }
@@ -745,32 +747,12 @@ void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
 
 // ---- am_message ----
 
-am_message::am_message(am_message&& other) noexcept
-    : state_(std::exchange(other.state_, nullptr)) {}
-
-am_message& am_message::operator=(am_message&& other) noexcept {
-    if (this != &other) {
-        reset();
-        state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-}
-
-am_message::~am_message() {
-    reset();
-}
-
-void am_message::reset() noexcept {
+void am_message::give_back() noexcept {
     detail::am_message_state* s = std::exchange(state_, nullptr);
-    if (!s)
-        return;
     detail::am_registry* registry = s->registry;
-    if (registry->closed()) {
-        registry->release(s);
-        return;
-    }
-    // UCX's buffers go back on the worker's executor: at once when already there.
-    if (registry->worker()->running_in_owner()) {
+    // UCX's buffers go back on the worker's executor: at once when already
+    // there (or when the worker is closed: the state is the message's own).
+    if (registry->closed() || registry->worker()->running_in_owner()) {
         registry->release(s);
         return;
     }

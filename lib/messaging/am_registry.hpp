@@ -198,7 +198,10 @@ private:
     unsigned last_id_ = 0;
     std::vector<unsigned> dirty_;
     std::vector<am_message_state*> fetched_;
-    std::vector<am_message_state*> pool_;
+    /// Released states kept for reuse (at most `max_pooled_states`), linked
+    /// through `next`.
+    am_message_state* free_ = nullptr;
+    std::size_t free_count_ = 0;
     am_message_state* live_ = nullptr;
     std::shared_ptr<am_allocator> allocators_[3];
     std::size_t fetches_in_flight_ = 0;
