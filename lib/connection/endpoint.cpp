@@ -66,6 +66,7 @@ endpoint_impl::endpoint_impl(std::shared_ptr<worker_impl> worker)
       serial_(next_endpoint_serial()) {
     worker_->set_send_finisher(&counted_send_finished);
     worker_->set_endpoint_canceller(&cancel_endpoint_of);
+    worker_->operation_metrics().add_set(ops_);
 }
 
 endpoint_impl::~endpoint_impl() {
@@ -77,6 +78,9 @@ endpoint_impl::~endpoint_impl() {
         if (op->counted_in && !before(op->counted_in, ops_.data()) &&
             before(op->counted_in, ops_.data() + ops_.size()))
             op->counted_in = nullptr;
+    // Its counts stay in the worker's (those operations end in the worker's
+    // own counts).
+    worker_->operation_metrics().retire_set(ops_);
     // Also takes it out of the deferred queues.
     worker_->remove_component(*this);
 }
@@ -149,10 +153,10 @@ void endpoint_impl::connect(const worker_address& address, error_code& ec) {
 
 bool endpoint_impl::begin_connect(endpoint_op* op) noexcept {
     worker_impl& w = *worker_;
+    attach(op);
     w.start(op);
     op->library_owned = true;
     op->cancel_hook = &endpoint_impl::cancel_connect;
-    attach(op);
     if (!w.is_open()) {
         w.complete(op, boost::asio::error::operation_aborted);
         return false;
@@ -706,8 +710,8 @@ void endpoint_impl::detach() noexcept {
 
 bool endpoint_impl::begin(operation* op, bool counted) noexcept {
     worker_impl& w = *worker_;
-    w.start(op);
     attach(op);
+    w.start(op);
     if (!w.is_open() || op->cancel_requested) {
         // Closed, or cancelled before it was submitted.
         w.complete(op, boost::asio::error::operation_aborted);
@@ -728,12 +732,49 @@ void endpoint_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
     worker_->submitted(op, result);
 }
 
+void endpoint_impl::count_started(operation* op) noexcept {
+    kind_counters& here = ops_[static_cast<std::size_t>(op->kind)];
+    if (op->counted_in == &here)
+        return;
+    worker_->operation_metrics().move_start(op->kind, op->counted_in, here);
+    op->counted_in = &here;
+}
+
+bool endpoint_impl::may_submit_first(const operation* op) const noexcept {
+    // Not started yet (a send held back behind a staged one is), on a usable
+    // endpoint, with no latency to measure from its start.
+    const worker_impl& w = *worker_;
+    return !op->in_flight && w.is_open() && !op->cancel_requested && ep_ && !error() &&
+           w.starts_after_submit();
+}
+
+void endpoint_impl::submitted_first(operation* op, ucs_status_ptr_t result) noexcept {
+    // Nothing could end `op` between UCX's call and here: UCX calls a
+    // request's callback from a later progress only.
+    worker_impl& w = *worker_;
+    if (result == nullptr) [[likely]] {
+        // Completed inside the call (eager, with send resources free: the
+        // common case): never in the worker's in-flight list nor among this
+        // endpoint's sends in flight, which a graceful close waits for.
+        op->endpoint = this;
+        count(op);
+        return w.done_at_once(op);
+    }
+    attach(op);
+    w.start(op);
+    op->counted_send = true;
+    ++sends_in_flight_;
+    submitted(op, result);
+}
+
 void endpoint_impl::tag_send(transfer_op* op, const void* data, std::size_t size,
                              ucp_tag_t tag) noexcept {
+    op->bytes = size;
+    ucp_request_param_t param = send_param(&worker_impl::send_callback, op);
+    if (may_submit_first(op)) [[likely]]
+        return submitted_first(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
     if (!begin(op, true))
         return;
-    ucp_request_param_t param = send_param(&worker_impl::send_callback, op);
-    op->bytes = size;
     submitted(op, ucp_tag_send_nbx(ep_, data, size, tag, &param));
 }
 
@@ -744,8 +785,8 @@ constexpr ucp_tag_t id_mask = ~ucp_tag_t{0} << 32;
 void endpoint_impl::send(transfer_op* op, const void* data, std::size_t size,
                          std::uint32_t tag) noexcept {
     if (!has_handshake() || !fsm_.established()) {
-        worker_->start(op);
         attach(op);
+        worker_->start(op);
         return worker_->complete(op, error() ? error() : make_error_code(error::not_connected));
     }
     tag_send(op, data, size, (fsm_.peer_tag() & id_mask) | tag);
@@ -811,8 +852,8 @@ void endpoint_impl::recv(tag_recv_op* op, void* data, std::size_t size, std::uin
     const bool drain =
         err == boost::asio::error::eof && w.native() && has_message_waiting(ucx_tag, ucx_mask);
     if (!has_handshake() || !fsm_.established() || (err && !drain)) {
-        w.start(op);
         attach(op);
+        w.start(op);
         return w.complete(op, err ? err : make_error_code(error::not_connected));
     }
     attach(op);
@@ -828,9 +869,9 @@ void endpoint_impl::wait_error(operation* op) noexcept {
     worker_impl& w = *worker_;
     // A standing watch: no reason for a poll worker to spin.
     op->background = true;
+    attach(op);
     w.start(op);
     op->library_owned = true;
-    attach(op);
     op->cancel_hook = &endpoint_impl::cancel_wait;
     if (error() || !ep_)
         return w.complete(op, error() ? error() : error_code(boost::asio::error::bad_descriptor));

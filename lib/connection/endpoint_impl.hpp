@@ -144,25 +144,40 @@ public:
     /// operation holds back a graceful close until UCX completes it (sends,
     /// puts): call `submitted(op, r)` next.
     bool begin(operation* op, bool counted) noexcept;
-    /// Ties `op` (started on the worker, or about to be) to this endpoint:
-    /// its endpoint's failure fails it, and it is counted in this
-    /// endpoint's metrics under its kind (`op->kind`, set already).
+    /// Ties `op`, about to be started on the worker, to this endpoint: its
+    /// endpoint's failure fails it, and it is counted in this endpoint's
+    /// metrics under its kind (`op->kind`, set already).
     void attach(operation* op) noexcept {
         op->endpoint = this;
         count(op);
     }
-    /// Counts `op` in this endpoint's metrics only (once, however often
-    /// called): an operation of its stream, which this endpoint's failure
-    /// does not end directly.
+    /// Has `op` (as a rule about to be started) counted in this endpoint's metrics
+    /// (instead of its worker's own: the worker's counts include this
+    /// endpoint's): alone, for an operation of its stream, which this
+    /// endpoint's failure does not end directly. The worker counts its start
+    /// and its end there.
     void count(operation* op) noexcept {
-        if (!counts_operations || op->counted_in)
-            return;
-        kind_counters& c = ops_[static_cast<std::size_t>(op->kind)];
-        c.start();
-        op->counted_in = &c;
+        if constexpr (counts_operations) {
+            if (op->in_flight) [[unlikely]]
+                return count_started(op);
+            op->counted_in = &ops_[static_cast<std::size_t>(op->kind)];
+        }
     }
+    /// `count` for an operation started on the worker before this endpoint
+    /// existed (a connect, after its handshake): its start moves here.
+    void count_started(operation* op) noexcept;
     /// Hands UCX's answer for an operation begun with `begin`.
     void submitted(operation* op, ucs_status_ptr_t result) noexcept;
+    /// Whether the send `op` may go to UCX before it is started (then hand
+    /// UCX's answer to `submitted_first`; otherwise `begin` and `submitted`):
+    /// it was not started, the endpoint is usable, and the worker measures
+    /// no latencies. A send UCX completes inside its call then costs no trip
+    /// through the in-flight lists.
+    bool may_submit_first(const operation* op) const noexcept;
+    /// Takes UCX's answer for a send submitted before it was started
+    /// (`may_submit_first`): done at once, or started and handed to
+    /// `submitted` as `begin(op, true)` would have.
+    void submitted_first(operation* op, ucs_status_ptr_t result) noexcept;
     void tag_send(transfer_op* op, const void* data, std::size_t size, ucp_tag_t tag) noexcept;
     /// Per-endpoint messaging: the UCX tag is the receiving endpoint's random
     /// 32-bit id (high half) and the user's 32-bit tag (low half).
@@ -358,9 +373,9 @@ private:
     std::uint64_t pongs_ = 0;
     std::chrono::steady_clock::time_point ping_at_{};
     std::chrono::nanoseconds round_trip_{-1};
-    // The operations made on it, by kind (`attach`; their ends are counted
-    // by the worker through `operation::counted_in`).
-    std::array<kind_counters, operation_kind_count> ops_{};
+    // The operations made on it, by kind (`attach`; the worker counts them
+    // through `operation::counted_in`, and adds these to its own counts).
+    kind_counter_set ops_{};
 };
 
 class context_impl;

@@ -1,5 +1,7 @@
 #include "engine/engine_metrics.hpp"
 
+#include <algorithm>
+
 namespace ucx::detail {
 
 void operation_counters::took(operation_kind k, std::chrono::nanoseconds d) noexcept {
@@ -45,9 +47,63 @@ void operation_counters::count_error(const boost::system::error_code& ec) noexce
     error_slots_used_.store(used + 1, std::memory_order_release);
 }
 
+void operation_counters::add_set(const kind_counter_set& set) {
+    if constexpr (!counts_operations)
+        return;
+    const std::lock_guard lock(sets_mu_);
+    sets_.push_back(&set);
+}
+
+void operation_counters::retire_set(const kind_counter_set& set) noexcept {
+    if constexpr (!counts_operations)
+        return;
+    const std::lock_guard lock(sets_mu_);
+    const auto it = std::find(sets_.begin(), sets_.end(), &set);
+    if (it == sets_.end())
+        return;
+    *it = sets_.back();
+    sets_.pop_back();
+    for (std::size_t k = 0; k < operation_kind_count; ++k) {
+        const kind_counters& from = set[k];
+        kind_counters& to = retired_[k];
+        to.started += from.started.load();
+        to.completed += from.completed.load();
+        to.failed += from.failed.load();
+        to.bytes += from.bytes.load();
+    }
+}
+
+void operation_counters::move_start(operation_kind k, kind_counters* from,
+                                    kind_counters& to) noexcept {
+    if constexpr (!counts_operations)
+        return;
+    // Under the lock `snapshot` reads under: both counts change at once.
+    const std::lock_guard lock(sets_mu_);
+    --of(k, from).started;
+    ++to.started;
+}
+
 void operation_counters::snapshot(worker_metrics& m) const {
-    for (std::size_t k = 0; k < operation_kind_count; ++k)
-        kinds_[k].snapshot(m.operations[k]);
+    {
+        // The worker's own counts, those of the sets retired and of the
+        // sets alive, each read as one (started never below completed).
+        const std::lock_guard lock(sets_mu_);
+        for (std::size_t k = 0; k < operation_kind_count; ++k) {
+            operation_counts& total = m.operations[k];
+            kinds_[k].snapshot(total);
+            const auto add = [&](const kind_counters& c) {
+                operation_counts o;
+                c.snapshot(o);
+                total.started += o.started;
+                total.completed += o.completed;
+                total.failed += o.failed;
+                total.bytes += o.bytes;
+            };
+            add(retired_[k]);
+            for (const kind_counter_set* s : sets_)
+                add((*s)[k]);
+        }
+    }
     const std::size_t used = error_slots_used_.load(std::memory_order_acquire);
     m.errors.clear();
     m.errors.reserve(used);

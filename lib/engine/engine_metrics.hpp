@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 namespace ucx::detail {
 
@@ -66,6 +68,10 @@ struct kind_counters {
     }
 };
 
+/// The counts of every kind of operation: a worker's own, or those of one
+/// object of the worker (an endpoint) that its operations are counted in.
+using kind_counter_set = std::array<kind_counters, operation_kind_count>;
+
 /// A latency histogram one thread writes and any thread reads.
 class histogram_counters {
 public:
@@ -94,6 +100,12 @@ inline std::size_t latency_bucket(std::chrono::nanoseconds d) noexcept {
 /// The operations' counters, by kind: what starts and ends in the engine's
 /// in-flight list, counted where an operation enters and leaves it (every
 /// operation leaves it once, however it ends).
+///
+/// Each operation is counted once: in the set of the object it belongs to
+/// (`operation::counted_in`: its endpoint's, made known here with
+/// `add_set`), or else in the worker's own. The worker's counts are the sum
+/// of its own, of every set added, and of the sets retired (whose objects
+/// are gone); errors by code and latencies are the worker's only.
 class operation_counters {
 public:
     explicit operation_counters(bool measure_latency) noexcept
@@ -101,22 +113,24 @@ public:
 
     bool measures_latency() const noexcept { return counts_operations && latency_; }
 
-    void started(operation_kind k) noexcept {
+    /// An operation of kind `k`, counted in `in` (null: the worker's own
+    /// counts), started.
+    void started(operation_kind k, kind_counters* in) noexcept {
         if constexpr (counts_operations)
-            of(k).start();
+            of(k, in).start();
     }
     /// An operation of kind `k` succeeded, having moved `bytes`.
-    void succeeded(operation_kind k, std::uint64_t bytes) noexcept {
+    void succeeded(operation_kind k, kind_counters* in, std::uint64_t bytes) noexcept {
         if constexpr (counts_operations)
-            of(k).ended(false, bytes);
+            of(k, in).ended(false, bytes);
     }
     /// An operation of kind `k` ended with `ec`, having moved `bytes`
     /// (counted on success).
-    void ended(operation_kind k, const boost::system::error_code& ec,
+    void ended(operation_kind k, kind_counters* in, const boost::system::error_code& ec,
                std::uint64_t bytes) noexcept {
         if constexpr (!counts_operations)
             return;
-        of(k).ended(ec.failed(), bytes);
+        of(k, in).ended(ec.failed(), bytes);
         if (ec) [[unlikely]]
             count_error(ec);
     }
@@ -126,8 +140,20 @@ public:
     /// data, handed to its receive by the registry).
     void add_bytes(operation_kind k, std::uint64_t n) noexcept {
         if constexpr (counts_operations)
-            of(k).bytes += n;
+            of(k, nullptr).bytes += n;
     }
+
+    /// `set`'s counts are the worker's too from now on, until `retire_set`.
+    /// (Owner thread; throws `std::bad_alloc`.)
+    void add_set(const kind_counter_set& set);
+    /// `set`'s object goes: its counts are kept in the worker's. (Owner
+    /// thread.)
+    void retire_set(const kind_counter_set& set) noexcept;
+
+    /// An operation of kind `k` that started counted in `from` (null: the
+    /// worker's own counts) is counted in `to` from now on: its start moves
+    /// there, never seen twice nor missing by `snapshot`. (Owner thread.)
+    void move_start(operation_kind k, kind_counters* from, kind_counters& to) noexcept;
 
     /// Fills `m`'s operation fields (from any thread).
     void snapshot(worker_metrics& m) const;
@@ -142,16 +168,23 @@ private:
         counter count;
     };
 
-    kind_counters& of(operation_kind k) noexcept { return kinds_[static_cast<std::size_t>(k)]; }
+    kind_counters& of(operation_kind k, kind_counters* in) noexcept {
+        return in ? *in : kinds_[static_cast<std::size_t>(k)];
+    }
     void count_error(const boost::system::error_code& ec) noexcept;
 
     bool latency_;
-    std::array<kind_counters, operation_kind_count> kinds_{};
+    kind_counter_set kinds_{};
     std::array<histogram_counters, operation_kind_count> histograms_{};
     std::array<error_slot, error_slots> errors_{};
     /// Slots in use (published with release after the slot is filled).
     std::atomic<std::size_t> error_slots_used_{0};
     counter other_errors_;
+    /// The sets added, and the counts of those retired (written under the
+    /// lock, by one thread at a time).
+    mutable std::mutex sets_mu_;
+    std::vector<const kind_counter_set*> sets_;
+    kind_counter_set retired_{};
 };
 
 } // namespace ucx::detail

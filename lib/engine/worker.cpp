@@ -241,6 +241,21 @@ void worker_impl::metrics(worker_metrics& m) const {
 
 // ---- operations ----
 
+inline void worker_impl::count_success(operation* op) noexcept {
+    const operation_kind kind = op->kind;
+    const std::uint64_t n = counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0;
+    ops_.succeeded(kind, op->counted_in, n);
+}
+
+inline void worker_impl::queue_done(operation* op) noexcept {
+    op->next = nullptr;
+    if (done_tail_)
+        done_tail_->next = op;
+    else
+        done_head_ = op;
+    done_tail_ = op;
+}
+
 void worker_impl::start(operation* op) noexcept {
     op->owner = this;
     if (op->in_flight)
@@ -249,7 +264,7 @@ void worker_impl::start(operation* op) noexcept {
     in_flight_list::push_front(in_flight_head_, op);
     ++in_flight_count_;
     background_count_ += op->background;
-    ops_.started(op->kind);
+    ops_.started(op->kind, op->counted_in);
     if (ops_.measures_latency()) [[unlikely]]
         op->started_at = std::chrono::steady_clock::now().time_since_epoch().count();
     if (!safety_timer_armed_)
@@ -267,25 +282,25 @@ void worker_impl::unlink(operation* op) noexcept {
     // set (by UCX's callback, the library, or shutdown). The common end
     // inline; failures and latencies out of line. (UCS_OK with an error set
     // does not occur: `complete` sets UCS_OK only without an error.)
-    const operation_kind kind = op->kind;
-    if (op->status == UCS_OK && !op->aborted && !ops_.measures_latency()) [[likely]] {
-        const std::uint64_t n =
-            counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0;
-        ops_.succeeded(kind, n);
-        if (kind_counters* c = op->counted_in)
-            c->ended(false, n);
-        return;
-    }
+    if (op->status == UCS_OK && !op->aborted && !ops_.measures_latency()) [[likely]]
+        return count_success(op);
     count_end(op);
+}
+
+void worker_impl::done_at_once(operation* op) noexcept {
+    op->owner = this;
+    op->status = UCS_OK;
+    ops_.started(op->kind, op->counted_in);
+    count_success(op);
+    queue_done(op);
+    request_progress();
 }
 
 void worker_impl::count_end(operation* op) noexcept {
     const operation_kind kind = op->kind;
     const error_code ec = op->result_code();
     const std::uint64_t n = counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0;
-    ops_.ended(kind, ec, n);
-    if (kind_counters* c = op->counted_in)
-        c->ended(ec.failed(), n);
+    ops_.ended(kind, op->counted_in, ec, n);
     if (ops_.measures_latency())
         ops_.took(kind, std::chrono::nanoseconds(
                             std::chrono::steady_clock::now().time_since_epoch().count() -
@@ -298,12 +313,7 @@ void worker_impl::finished(operation* op) noexcept {
         finish_counted_send_(op);
     }
     unlink(op);
-    op->next = nullptr;
-    if (done_tail_)
-        done_tail_->next = op;
-    else
-        done_head_ = op;
-    done_tail_ = op;
+    queue_done(op);
 }
 
 void worker_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {

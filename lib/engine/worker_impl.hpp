@@ -97,6 +97,15 @@ public:
     void adopt_recv(tag_recv_op* op, ucs_status_ptr_t r) noexcept;
     /// A UCX callback finished `op`: queue it for delivery after progress.
     void finished(operation* op) noexcept;
+    /// Whether an operation may be submitted to UCX before it is started
+    /// (`done_at_once`): not where latencies are measured, which start at
+    /// `start`.
+    bool starts_after_submit() const noexcept { return !ops_.measures_latency(); }
+    /// `op`, never started, was submitted and UCX completed it inside the
+    /// call (answered UCS_OK): counted as started and succeeded (in
+    /// `op->counted_in`, or the worker's own counts), and queued for delivery without
+    /// entering the in-flight list (nothing can fail or cancel it any more).
+    void done_at_once(operation* op) noexcept;
     /// Cancels an operation from its cancellation slot (`type` is Asio's
     /// cancellation type). What has not reached UCX, tag receives (through
     /// UCX) and library-owned operations (through their hook) are cancelled
@@ -252,6 +261,11 @@ private:
     void cancel_wait() noexcept;
     void start_safety_timer();
     void unlink(operation* op) noexcept;
+    /// Counts `op`'s success without a failure or a latency to note: the
+    /// common end.
+    void count_success(operation* op) noexcept;
+    /// Appends `op` to the operations delivered by the next pass.
+    void queue_done(operation* op) noexcept;
     /// Counts the end of `op` that is not a plain success (a failure, or
     /// any end where latencies are measured).
     [[gnu::noinline]] void count_end(operation* op) noexcept;

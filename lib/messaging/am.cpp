@@ -695,16 +695,21 @@ bool am_send_valid(const endpoint_impl& ep, unsigned id, std::size_t header_leng
 void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void* header,
                      std::size_t header_length, const ucp_dt_iov_t* iov, std::size_t count,
                      unsigned flags) noexcept {
-    if (!ep.begin(op, true))
-        return;
     worker_impl& w = *ep.worker();
-    am_registry* am = am_of(w);
+    const am_registry* am = am_of(w);
+    error_code refused;
     if (!am)
-        return w.complete(op, make_error_code(error::feature_not_enabled));
-    if (id > am_max_id)
-        return w.complete(op, make_error_code(error::invalid_am_id));
-    if (header_length > am->max_header())
-        return w.complete(op, make_error_code(error::header_too_large));
+        refused = make_error_code(error::feature_not_enabled);
+    else if (id > am_max_id)
+        refused = make_error_code(error::invalid_am_id);
+    else if (header_length > am->max_header())
+        refused = make_error_code(error::header_too_large);
+    if (refused) [[unlikely]] {
+        // The endpoint's own state first (closed, failed), as for any send.
+        if (ep.begin(op, true))
+            w.complete(op, refused);
+        return;
+    }
     std::size_t total = 0;
     for (std::size_t i = 0; i < count; ++i)
         total += iov[i].length;
@@ -720,8 +725,13 @@ void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void
         length = count;
     }
     op->bytes = total;
-    ep.submitted(op, ucp_am_send_nbx(ep.native(), id, header_length ? header : nullptr,
-                                     header_length, data, length, &param));
+    const void* const h = header_length ? header : nullptr;
+    if (ep.may_submit_first(op)) [[likely]]
+        return ep.submitted_first(
+            op, ucp_am_send_nbx(ep.native(), id, h, header_length, data, length, &param));
+    if (!ep.begin(op, true))
+        return;
+    ep.submitted(op, ucp_am_send_nbx(ep.native(), id, h, header_length, data, length, &param));
 }
 
 void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,

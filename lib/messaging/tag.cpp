@@ -34,8 +34,8 @@ namespace {
 /// Fails `op` of `ep` before it reaches UCX (a tag outside the endpoint's range).
 void fail_at_start(endpoint_impl& ep, auto* op, const error_code& ec) noexcept {
     worker_impl& w = *ep.worker();
-    w.start(op);
     ep.attach(op);
+    w.start(op);
     w.complete(op, ec);
 }
 } // namespace

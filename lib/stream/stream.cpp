@@ -391,9 +391,9 @@ void stream_impl::read(transfer_op* op, const boost::asio::mutable_buffer* bufs,
 void stream_impl::read_direct(transfer_op* op, const boost::asio::mutable_buffer* bufs,
                               std::size_t n) noexcept {
     worker_impl& w = *worker_;
-    w.start(op);
     if (ep_)
         ep_->count(op);
+    w.start(op);
     op->library_owned = true;
     op->cancel_hook = &stream_impl::cancel_read;
     op->cancel_context = this;

@@ -259,6 +259,52 @@ TEST_P(tag_pair, immediate_completion_is_never_inline) {
     EXPECT_EQ(in, data);
 }
 
+// Small sends with send resources free complete inside UCX's call; each
+// still completes later, once, counted once on its worker and its endpoint,
+// and a graceful close that follows does not wait for any of them.
+TEST_P(tag_pair, sends_ucx_completes_at_once_are_delivered_later_and_counted_once) {
+    constexpr std::size_t n = 16;
+    const auto data = pattern(8, 3);
+    std::size_t done = 0;
+    bool returned = false, ran_inline = false;
+    for (std::size_t i = 0; i < n; ++i)
+        ucx::async_tag_send(f.a_to_b, asio::buffer(data), 40 + i,
+                            [&](ucx::error_code ec, std::size_t bytes) {
+                                EXPECT_FALSE(ec);
+                                EXPECT_EQ(bytes, data.size());
+                                ran_inline = ran_inline || !returned;
+                                ++done;
+                            });
+    returned = true;
+    EXPECT_EQ(done, 0u);
+    ASSERT_TRUE(run_until(f.io, [&] { return done == n; }));
+    EXPECT_FALSE(ran_inline);
+
+    for (std::size_t i = 0; i < n; ++i) {
+        std::vector<char> in(8);
+        std::optional<ucx::error_code> r;
+        ucx::async_tag_recv(f.b, asio::buffer(in), 40 + i, ucx::tag_mask_full,
+                            [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; });
+        ASSERT_TRUE(run_until(f.io, [&] { return r.has_value(); }));
+        EXPECT_FALSE(*r);
+        EXPECT_EQ(in, data);
+    }
+
+    const auto counts = [](const auto& m) { return m.of(ucx::operation_kind::tag_send); };
+    EXPECT_EQ(counts(f.a.metrics()).started, n);
+    EXPECT_EQ(counts(f.a.metrics()).completed, n);
+    EXPECT_EQ(counts(f.a.metrics()).failed, 0u);
+    EXPECT_EQ(counts(f.a.metrics()).bytes, n * data.size());
+    EXPECT_EQ(counts(f.a_to_b.metrics()).started, n);
+    EXPECT_EQ(counts(f.a_to_b.metrics()).completed, n);
+    EXPECT_EQ(counts(f.a_to_b.metrics()).bytes, n * data.size());
+
+    std::optional<ucx::error_code> closed;
+    f.a_to_b.async_close([&](ucx::error_code ec) { closed = ec; });
+    ASSERT_TRUE(run_until(f.io, [&] { return closed.has_value(); }));
+    EXPECT_FALSE(*closed);
+}
+
 TEST_P(tag_pair, closing_the_worker_aborts_pending_receives) {
     std::vector<char> in(8);
     std::optional<ucx::error_code> r;

@@ -160,6 +160,18 @@ TEST_P(metrics, each_endpoint_counts_its_own_operations) {
     ucx::endpoint moved = std::move(b);
     EXPECT_EQ(b.metrics(), ucx::endpoint_metrics{}); // NOLINT(bugprone-use-after-move)
     EXPECT_EQ(moved.metrics().of(k::tag_send).completed, 3u);
+
+    // The worker keeps the counts of endpoints that are gone, each counted
+    // once, and every operation started there has ended.
+    const ucx::worker_metrics with_endpoints = client_worker.metrics();
+    { ucx::endpoint gone = std::move(a); }
+    { ucx::endpoint gone = std::move(moved); }
+    ASSERT_TRUE(run_ticks(io, 3));
+    const ucx::worker_metrics without = client_worker.metrics();
+    for (const k kind : {k::connect, k::tag_send, k::am_send})
+        EXPECT_EQ(without.of(kind), with_endpoints.of(kind)) << ucx::to_string(kind);
+    EXPECT_EQ(without.of(k::tag_send), (ucx::operation_counts{6, 6, 0, 4064}));
+    EXPECT_EQ(without.of(k::connect), (ucx::operation_counts{2, 2, 0, 0}));
 }
 
 TEST_P(metrics, failures_count_by_error_code) {
