@@ -70,6 +70,7 @@ void operation_counters::retire_set(const kind_counter_set& set) noexcept {
         to.completed += from.completed.load();
         to.failed += from.failed.load();
         to.bytes += from.bytes.load();
+        to.at_once += from.at_once.load();
     }
 }
 

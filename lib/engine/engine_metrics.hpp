@@ -46,9 +46,17 @@ struct progress_counters {
 /// writing, any thread reading.
 struct kind_counters {
     counter started, completed, failed, bytes;
+    /// Those that succeeded as they started (counted in neither `started`
+    /// nor `completed`, and in both by `snapshot`): one count instead of two.
+    counter at_once;
 
     /// One started.
     void start() noexcept { ++started; }
+    /// One started and succeeded at once, having moved `n` bytes.
+    void done_at_once(std::uint64_t n) noexcept {
+        ++at_once;
+        bytes += n;
+    }
     /// One ended: with an error (`failed`), or having moved `n` bytes.
     void ended(bool failure, std::uint64_t n) noexcept {
         ++completed;
@@ -60,10 +68,11 @@ struct kind_counters {
     /// The values (any thread). The ends are read first and `started` is
     /// never reported below `completed`.
     void snapshot(operation_counts& o) const noexcept {
-        o.completed = completed.load();
+        const std::uint64_t a = at_once.load();
+        o.completed = completed.load() + a;
         o.failed = failed.load();
         o.bytes = bytes.load();
-        const std::uint64_t s = started.load();
+        const std::uint64_t s = started.load() + a;
         o.started = s < o.completed ? o.completed : s;
     }
 };
@@ -118,6 +127,12 @@ public:
     void started(operation_kind k, kind_counters* in) noexcept {
         if constexpr (counts_operations)
             of(k, in).start();
+    }
+    /// An operation of kind `k` started and succeeded at once, having moved
+    /// `bytes`.
+    void done_at_once(operation_kind k, kind_counters* in, std::uint64_t bytes) noexcept {
+        if constexpr (counts_operations)
+            of(k, in).done_at_once(bytes);
     }
     /// An operation of kind `k` succeeded, having moved `bytes`.
     void succeeded(operation_kind k, kind_counters* in, std::uint64_t bytes) noexcept {

@@ -241,11 +241,12 @@ void worker_impl::metrics(worker_metrics& m) const {
 
 // ---- operations ----
 
-inline void worker_impl::count_success(operation* op) noexcept {
-    const operation_kind kind = op->kind;
-    const std::uint64_t n = counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0;
-    ops_.succeeded(kind, op->counted_in, n);
+namespace {
+/// The bytes `op` moved, as its kind counts them.
+inline std::uint64_t counted_bytes(const operation* op) noexcept {
+    return counts_transfer_bytes(op->kind) ? static_cast<const transfer_op*>(op)->bytes : 0;
 }
+} // namespace
 
 inline void worker_impl::queue_done(operation* op) noexcept {
     op->next = nullptr;
@@ -260,11 +261,15 @@ void worker_impl::start(operation* op) noexcept {
     op->owner = this;
     if (op->in_flight)
         return; // started already (a connect that moves from its handshake to UCX)
+    // What is counted, read before the counters' stores (which the compiler
+    // does not move other memory accesses across).
+    const operation_kind kind = op->kind;
+    kind_counters* const in = op->counted_in;
     op->in_flight = true;
     in_flight_list::push_front(in_flight_head_, op);
     ++in_flight_count_;
     background_count_ += op->background;
-    ops_.started(op->kind, op->counted_in);
+    ops_.started(kind, in);
     if (ops_.measures_latency()) [[unlikely]]
         op->started_at = std::chrono::steady_clock::now().time_since_epoch().count();
     if (!safety_timer_armed_)
@@ -274,24 +279,28 @@ void worker_impl::start(operation* op) noexcept {
 void worker_impl::unlink(operation* op) noexcept {
     if (!op->in_flight)
         return;
+    // Every started operation leaves the list once, here, with its result
+    // set (by UCX's callback, the library, or shutdown). The common end
+    // inline; failures and latencies out of line. (UCS_OK with an error set
+    // does not occur: `complete` sets UCS_OK only without an error.) What
+    // is counted is read before the counters' stores.
+    const bool plain_success = op->status == UCS_OK && !op->aborted && !ops_.measures_latency();
+    const operation_kind kind = op->kind;
+    kind_counters* const in = op->counted_in;
+    const std::uint64_t n = counted_bytes(op);
     op->in_flight = false;
     in_flight_list::erase(in_flight_head_, op);
     --in_flight_count_;
     background_count_ -= op->background;
-    // Every started operation leaves the list once, here, with its result
-    // set (by UCX's callback, the library, or shutdown). The common end
-    // inline; failures and latencies out of line. (UCS_OK with an error set
-    // does not occur: `complete` sets UCS_OK only without an error.)
-    if (op->status == UCS_OK && !op->aborted && !ops_.measures_latency()) [[likely]]
-        return count_success(op);
+    if (plain_success) [[likely]]
+        return ops_.succeeded(kind, in, n);
     count_end(op);
 }
 
 void worker_impl::done_at_once(operation* op) noexcept {
+    ops_.done_at_once(op->kind, op->counted_in, counted_bytes(op));
     op->owner = this;
     op->status = UCS_OK;
-    ops_.started(op->kind, op->counted_in);
-    count_success(op);
     queue_done(op);
     request_progress();
 }
@@ -299,7 +308,7 @@ void worker_impl::done_at_once(operation* op) noexcept {
 void worker_impl::count_end(operation* op) noexcept {
     const operation_kind kind = op->kind;
     const error_code ec = op->result_code();
-    const std::uint64_t n = counts_transfer_bytes(kind) ? static_cast<transfer_op*>(op)->bytes : 0;
+    const std::uint64_t n = counted_bytes(op);
     ops_.ended(kind, op->counted_in, ec, n);
     if (ops_.measures_latency())
         ops_.took(kind, std::chrono::nanoseconds(

@@ -261,9 +261,6 @@ private:
     void cancel_wait() noexcept;
     void start_safety_timer();
     void unlink(operation* op) noexcept;
-    /// Counts `op`'s success without a failure or a latency to note: the
-    /// common end.
-    void count_success(operation* op) noexcept;
     /// Appends `op` to the operations delivered by the next pass.
     void queue_done(operation* op) noexcept;
     /// Counts the end of `op` that is not a plain success (a failure, or
