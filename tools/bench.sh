@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks ucx-asio beside ucx_perftest (raw UCX), a raw UCP program and
 # plain Asio TCP, on loopback, over shared memory and over UCX's TCP transport.
-# Builds Release, runs every test interleaved and repeated, prints the medians
+# Builds Release (and ucx-asio-perf once more over a library built without
+# operation metrics, build-perf-nometrics: what the counts cost), runs every
+# test interleaved and repeated, prints the medians
 # and the target ratios, and writes docs/development/benchmarks.md (between its
 # "bench:begin/end" markers) and docs/development/benchmarks.png.
 #
