@@ -37,11 +37,31 @@ bool check(endpoint_impl& ep, Op* op, std::uint64_t remote_address, std::size_t 
     return true;
 }
 
+// Whether `check` would pass: the key is usable, of `ep`, and covers the range.
+bool key_covers(const endpoint_impl& ep, std::uint64_t remote_address, std::size_t size,
+                const key_ptr& key) noexcept {
+    return key && key->native() && key->endpoint().get() == &ep &&
+           key->contains(remote_address, size);
+}
+
 // A put or a get (`Submit` is ucp_put_nbx or ucp_get_nbx): checked, then
 // submitted; an empty one completes at once.
 template <auto Submit, class Buffer>
 void transfer(endpoint_impl& ep, rma_op* op, Buffer data, std::size_t size,
               std::uint64_t remote_address, const key_ptr& key) noexcept {
+    if (size != 0 && ep.may_submit_first(op) && key_covers(ep, remote_address, size, key))
+        [[likely]] {
+        // Submitted before it is started (`endpoint_impl::submitted_first`):
+        // one UCX completes inside the call needs the key no longer (UCX took
+        // what it needed of it), so only one UCX holds keeps a reference.
+        op->bytes = size;
+        ucp_request_param_t p = send_param(&worker_impl::send_callback, op);
+        const ucs_status_ptr_t r =
+            Submit(ep.native(), data, size, remote_address, key->native(), &p);
+        if (r != nullptr)
+            op->key = key;
+        return ep.submitted_first(op, r);
+    }
     if (!ep.begin(op, true) || !check(ep, op, remote_address, size, key))
         return;
     op->bytes = size;
