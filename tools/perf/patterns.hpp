@@ -313,8 +313,6 @@ struct bw_server_cb {
             });
     }
     void send_ack(bool last) {
-        if (!last)
-            ss.begin_measuring();
         ss.ops.send_ack(ack, [this, last](error_code ec, std::size_t) {
             throw_if(ec, "acknowledgement send");
             if (last)
@@ -322,6 +320,11 @@ struct bw_server_cb {
             else if (Ops::one_at_a_time)
                 post_recv(0);
         });
+        // The warm-up ends with its acknowledgement, as the client's does
+        // when it receives it: the one moment of the warm-up with every
+        // receive and the acknowledgement in flight.
+        if (!last)
+            ss.begin_measuring();
     }
 };
 
@@ -455,8 +458,13 @@ void spawn_and_run(session<Ops>& ss, awaitable<void> a) {
 template <class T, class Ops, class Ready, class... Extra>
 void run_callbacks(session<Ops>& ss, Ready ready, Extra&... extra) {
     T c{ss, extra...};
-    c.start();
-    ready();
+    // The loops start inside a handler, as a program's do: their first
+    // operations then take their states where every later one does (the
+    // worker's pool), and the warm-up brings that pool to the run's peak.
+    asio::post(ss.io, [&c, ready]() mutable {
+        c.start();
+        ready();
+    });
     ss.run();
 }
 

@@ -19,20 +19,32 @@ namespace ucx::detail {
 
 class block_pool {
 public:
-    /// Free blocks kept at most; beyond it they go back to the heap.
-    static constexpr std::size_t keep_limit = 64;
+    /// Free blocks kept at most; beyond it they go back to the heap. The pool
+    /// never holds more than were in flight at once; the limit bounds what it
+    /// keeps after a burst. It is well above the usual windows (a window of
+    /// 64 sends and the receive of its acknowledgement is 65 at once), so a
+    /// steady stream of such windows allocates nothing.
+    static constexpr std::size_t keep_limit = 1024;
 
     block_pool() = default;
     block_pool(const block_pool&) = delete;
     block_pool& operator=(const block_pool&) = delete;
     ~block_pool() { drop(); }
 
+    /// The smallest block (`header` included, 512 bytes): the states of the
+    /// common operations (tag, active-message and RMA operations with small
+    /// handlers) all fit, so that a worker mixing them does not retire its
+    /// blocks when a larger one first comes.
+    static constexpr std::size_t min_block = 512 - __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+
     /// A block of at least `n` bytes. The pool's blocks are as large as the
-    /// largest request so far: a larger request retires the free ones.
+    /// largest request so far (`min_block` at least): a larger request
+    /// retires the free ones.
     void* allocate(std::size_t n) {
         if (n > size_) {
             drop();
-            size_ = (n + header - 1) / header * header;
+            const std::size_t rounded = (n + header - 1) / header * header;
+            size_ = rounded < min_block ? min_block : rounded;
         }
         if (node* b = free_) {
             free_ = b->next;

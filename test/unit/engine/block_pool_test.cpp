@@ -76,6 +76,17 @@ TEST(block_pool, a_larger_request_retires_the_smaller_blocks) {
     pool.deallocate(next, 10);
 }
 
+TEST(block_pool, requests_up_to_the_smallest_block_share_its_size) {
+    block_pool pool;
+    void* small = pool.allocate(24);
+    pool.deallocate(small, 24);
+    void* larger = pool.allocate(block_pool::min_block); // no retirement
+    EXPECT_EQ(larger, small);
+    std::memset(larger, 1, block_pool::min_block);
+    pool.deallocate(larger, block_pool::min_block);
+    EXPECT_EQ(pool.kept(), 1u);
+}
+
 TEST(block_pool, keeps_at_most_its_limit) {
     block_pool pool;
     std::vector<void*> blocks;
