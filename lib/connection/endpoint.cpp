@@ -740,12 +740,14 @@ void endpoint_impl::count_started(operation* op) noexcept {
     op->counted_in = &here;
 }
 
-bool endpoint_impl::may_submit_first(const operation* op) const noexcept {
+bool endpoint_impl::may_submit_first(operation* op) noexcept {
     // Not started yet (a send held back behind a staged one is), on a usable
-    // endpoint, with no latency to measure from its start.
-    const worker_impl& w = *worker_;
-    return !op->in_flight && w.is_open() && !op->cancel_requested && ep_ && !error() &&
-           w.starts_after_submit();
+    // endpoint.
+    worker_impl& w = *worker_;
+    if (op->in_flight || !w.is_open() || op->cancel_requested || !ep_ || error()) [[unlikely]]
+        return false;
+    w.stamp_start(op);
+    return true;
 }
 
 void endpoint_impl::submitted_first(operation* op, ucs_status_ptr_t result) noexcept {

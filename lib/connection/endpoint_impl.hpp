@@ -170,10 +170,10 @@ public:
     void submitted(operation* op, ucs_status_ptr_t result) noexcept;
     /// Whether the send `op` may go to UCX before it is started (then hand
     /// UCX's answer to `submitted_first`; otherwise `begin` and `submitted`):
-    /// it was not started, the endpoint is usable, and the worker measures
-    /// no latencies. A send UCX completes inside its call then costs no trip
-    /// through the in-flight lists.
-    bool may_submit_first(const operation* op) const noexcept;
+    /// it was not started and the endpoint is usable. A send UCX completes
+    /// inside its call then costs no trip through the in-flight lists. When
+    /// true, `op`'s start is stamped (where the worker measures latencies).
+    bool may_submit_first(operation* op) noexcept;
     /// Takes UCX's answer for a send submitted before it was started
     /// (`may_submit_first`): done at once, or started and handed to
     /// `submitted` as `begin(op, true)` would have.

@@ -125,7 +125,10 @@ struct engine_backend {
 worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
                          const worker_options& options)
     : worker_core(ex), context_(std::move(ctx)), options_(options), efd_(ex), safety_timer_(ex),
-      backoff_timer_(ex), fsm_(make_progress_config(options)), ops_(options.latency_histograms) {}
+      backoff_timer_(ex), fsm_(make_progress_config(options)), ops_(options.latency_histograms) {
+    if (ops_.measures_latency())
+        latency_clock_ = &tick_clock::get();
+}
 
 worker_impl::~worker_impl() {
     shutdown();
@@ -270,8 +273,8 @@ void worker_impl::start(operation* op) noexcept {
     ++in_flight_count_;
     background_count_ += op->background;
     ops_.started(kind, in);
-    if (ops_.measures_latency()) [[unlikely]]
-        op->started_at = std::chrono::steady_clock::now().time_since_epoch().count();
+    if (ops_.measures_latency() && op->started_at == 0) [[unlikely]]
+        op->started_at = latency_clock_->now(); // unless stamped before it went to UCX
     if (!safety_timer_armed_)
         start_safety_timer();
 }
@@ -299,6 +302,8 @@ void worker_impl::unlink(operation* op) noexcept {
 
 void worker_impl::done_at_once(operation* op) noexcept {
     ops_.done_at_once(op->kind, op->counted_in, counted_bytes(op));
+    if (ops_.measures_latency()) [[unlikely]]
+        ops_.took(op->kind, latency_clock_->to_duration(latency_clock_->now() - op->started_at));
     op->owner = this;
     op->status = UCS_OK;
     queue_done(op);
@@ -311,9 +316,7 @@ void worker_impl::count_end(operation* op) noexcept {
     const std::uint64_t n = counted_bytes(op);
     ops_.ended(kind, op->counted_in, ec, n);
     if (ops_.measures_latency())
-        ops_.took(kind, std::chrono::nanoseconds(
-                            std::chrono::steady_clock::now().time_since_epoch().count() -
-                            op->started_at));
+        ops_.took(kind, latency_clock_->to_duration(latency_clock_->now() - op->started_at));
 }
 
 void worker_impl::finished(operation* op) noexcept {

@@ -12,6 +12,7 @@
 #include "engine/worker_service.hpp"
 #include "util/guarded_timer.hpp"
 #include "util/random.hpp"
+#include "util/tick_clock.hpp"
 
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/io_context.hpp>
@@ -97,14 +98,17 @@ public:
     void adopt_recv(tag_recv_op* op, ucs_status_ptr_t r) noexcept;
     /// A UCX callback finished `op`: queue it for delivery after progress.
     void finished(operation* op) noexcept;
-    /// Whether an operation may be submitted to UCX before it is started
-    /// (`done_at_once`): not where latencies are measured, which start at
-    /// `start`.
-    bool starts_after_submit() const noexcept { return !ops_.measures_latency(); }
+    /// `op` goes to UCX before it is started (then to `done_at_once`, or to
+    /// `start`): where latencies are measured, its start is now.
+    void stamp_start(operation* op) noexcept {
+        if (ops_.measures_latency()) [[unlikely]]
+            op->started_at = latency_clock_->now();
+    }
     /// `op`, never started, was submitted and UCX completed it inside the
     /// call (answered UCS_OK): counted as started and succeeded (in
-    /// `op->counted_in`, or the worker's own counts), and queued for delivery without
-    /// entering the in-flight list (nothing can fail or cancel it any more).
+    /// `op->counted_in`, or the worker's own counts), its latency the call's
+    /// (from `stamp_start`), and queued for delivery without entering the
+    /// in-flight list (nothing can fail or cancel it any more).
     void done_at_once(operation* op) noexcept;
     /// Cancels an operation from its cancellation slot (`type` is Asio's
     /// cancellation type). What has not reached UCX, tag receives (through
@@ -334,6 +338,8 @@ private:
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{random_u64()};
     bool arm_error_logged_ = false;
+    /// The clock of the operations' latencies (null where none are measured).
+    const tick_clock* latency_clock_ = nullptr;
     /// Last: most of it (the latency histograms) is cold.
     operation_counters ops_;
 };

@@ -112,8 +112,8 @@ public:
     /// waits for it, lets it through.
     bool held_send = false;
 
-    /// When it started (steady clock, nanoseconds), where the worker
-    /// measures latencies (`worker_options::latency_histograms`).
+    /// When it started (in the ticks of the worker's latency clock), where
+    /// the worker measures latencies (`worker_options::latency_histograms`).
     std::int64_t started_at = 0;
 
     // Intrusive links: in-flight list, then completion queue.

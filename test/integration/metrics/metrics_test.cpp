@@ -65,6 +65,9 @@ TEST_P(metrics, count_operations_and_bytes_by_kind_on_both_sides) {
     for (std::uint32_t i = 0; i < n; ++i)
         exchange(io, client, accepted, size, i);
     exchange(io, accepted, client, 1 << 20, 99); // one rendezvous the other way
+    constexpr std::size_t small = 3;             // and small sends, which UCX completes in its call
+    for (std::uint32_t i = 0; i < small; ++i)
+        exchange(io, accepted, client, 8, 100 + i);
 
     const ucx::worker_metrics c = client_worker.metrics();
     // The tests build the library with operation metrics (the default).
@@ -76,8 +79,8 @@ TEST_P(metrics, count_operations_and_bytes_by_kind_on_both_sides) {
     EXPECT_EQ(of(c, ucx::operation_kind::tag_send).completed, n);
     EXPECT_EQ(of(c, ucx::operation_kind::tag_send).failed, 0u);
     EXPECT_EQ(of(c, ucx::operation_kind::tag_send).bytes, n * size);
-    EXPECT_EQ(of(c, ucx::operation_kind::tag_recv).completed, 1u);
-    EXPECT_EQ(of(c, ucx::operation_kind::tag_recv).bytes, 1u << 20);
+    EXPECT_EQ(of(c, ucx::operation_kind::tag_recv).completed, 1u + small);
+    EXPECT_EQ(of(c, ucx::operation_kind::tag_recv).bytes, (1u << 20) + 8 * small);
     EXPECT_TRUE(c.errors.empty());
     EXPECT_FALSE(c.has_latency);
     EXPECT_GT(c.passes, 0u);
@@ -87,7 +90,7 @@ TEST_P(metrics, count_operations_and_bytes_by_kind_on_both_sides) {
     EXPECT_EQ(of(s, ucx::operation_kind::accept).completed, 1u);
     EXPECT_EQ(of(s, ucx::operation_kind::tag_recv).completed, n);
     EXPECT_EQ(of(s, ucx::operation_kind::tag_recv).bytes, n * size);
-    EXPECT_EQ(of(s, ucx::operation_kind::tag_send).bytes, 1u << 20);
+    EXPECT_EQ(of(s, ucx::operation_kind::tag_send).bytes, (1u << 20) + 8 * small);
     // Latencies on the server only: one measurement per operation.
     ASSERT_TRUE(s.has_latency);
     const auto& h = s.latency[static_cast<std::size_t>(ucx::operation_kind::tag_recv)];
@@ -97,6 +100,9 @@ TEST_P(metrics, count_operations_and_bytes_by_kind_on_both_sides) {
         in_buckets += b;
     EXPECT_EQ(in_buckets, n);
     EXPECT_GT(h.sum.count(), 0);
+    // Every send too, those done inside UCX's call included.
+    const auto& hs = s.latency[static_cast<std::size_t>(ucx::operation_kind::tag_send)];
+    EXPECT_EQ(hs.count, 1u + small);
     // What is still in flight: at most the library's own standing waits.
     EXPECT_EQ(s.in_flight, server_worker.pending_operations());
 }
