@@ -740,28 +740,8 @@ void endpoint_impl::count_started(operation* op) noexcept {
     op->counted_in = &here;
 }
 
-bool endpoint_impl::may_submit_first(operation* op) noexcept {
-    // Not started yet (a send held back behind a staged one is), on a usable
-    // endpoint.
+void endpoint_impl::submitted_later(operation* op, ucs_status_ptr_t result) noexcept {
     worker_impl& w = *worker_;
-    if (op->in_flight || !w.is_open() || op->cancel_requested || !ep_ || error()) [[unlikely]]
-        return false;
-    w.stamp_start(op);
-    return true;
-}
-
-void endpoint_impl::submitted_first(operation* op, ucs_status_ptr_t result) noexcept {
-    // Nothing could end `op` between UCX's call and here: UCX calls a
-    // request's callback from a later progress only.
-    worker_impl& w = *worker_;
-    if (result == nullptr) [[likely]] {
-        // Completed inside the call (eager, with send resources free: the
-        // common case): never in the worker's in-flight list nor among this
-        // endpoint's sends in flight, which a graceful close waits for.
-        op->endpoint = this;
-        count(op);
-        return w.done_at_once(op);
-    }
     attach(op);
     w.start(op);
     op->counted_send = true;

@@ -12,6 +12,7 @@
 #include "connection/control_message.hpp"
 #include "engine/engine_metrics.hpp"
 #include "engine/worker_component.hpp"
+#include "engine/worker_impl.hpp"
 #include "util/guarded_timer.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
@@ -173,11 +174,34 @@ public:
     /// it was not started and the endpoint is usable. A send UCX completes
     /// inside its call then costs no trip through the in-flight lists. When
     /// true, `op`'s start is stamped (where the worker measures latencies).
-    bool may_submit_first(operation* op) noexcept;
+    bool may_submit_first(operation* op) noexcept {
+        // Not started yet (a send held back behind a staged one is), on a
+        // usable endpoint. Inline, as the common end of `submitted_first`:
+        // once per message.
+        worker_impl& w = *worker_;
+        if (op->in_flight || !w.is_open() || op->cancel_requested || !ep_ || error()) [[unlikely]]
+            return false;
+        w.stamp_start(op);
+        return true;
+    }
     /// Takes UCX's answer for a send submitted before it was started
     /// (`may_submit_first`): done at once, or started and handed to
     /// `submitted` as `begin(op, true)` would have.
-    void submitted_first(operation* op, ucs_status_ptr_t result) noexcept;
+    void submitted_first(operation* op, ucs_status_ptr_t result) noexcept {
+        // Nothing could end `op` between UCX's call and here: UCX calls a
+        // request's callback from a later progress only.
+        if (result == nullptr) [[likely]] {
+            // Completed inside the call (eager, with send resources free:
+            // the common case): never in the worker's in-flight list nor
+            // among this endpoint's sends in flight, which a graceful close
+            // waits for.
+            attach(op);
+            return worker_->done_at_once(op);
+        }
+        submitted_later(op, result);
+    }
+    /// `submitted_first` for a request UCX keeps (or a failure).
+    void submitted_later(operation* op, ucs_status_ptr_t result) noexcept;
     void tag_send(transfer_op* op, const void* data, std::size_t size, ucp_tag_t tag) noexcept;
     /// Per-endpoint messaging: the UCX tag is the receiving endpoint's random
     /// 32-bit id (high half) and the user's 32-bit tag (low half).

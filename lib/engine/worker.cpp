@@ -33,9 +33,6 @@ progress_config make_progress_config(const worker_options& o) {
     c.yield_cpu = o.yield_cpu;
     return c;
 }
-
-/// The operations in flight.
-using in_flight_list = intrusive_list<operation, &operation::prev, &operation::next>;
 } // namespace
 
 inline bool worker_impl::nothing_to_deliver() const noexcept {
@@ -244,42 +241,8 @@ void worker_impl::metrics(worker_metrics& m) const {
 
 // ---- operations ----
 
-namespace {
-/// The bytes `op` moved, as its kind counts them.
-inline std::uint64_t counted_bytes(const operation* op) noexcept {
-    return counts_transfer_bytes(op->kind) ? static_cast<const transfer_op*>(op)->bytes : 0;
-}
-} // namespace
-
-inline void worker_impl::queue_done(operation* op) noexcept {
-    op->next = nullptr;
-    if (done_tail_)
-        done_tail_->next = op;
-    else
-        done_head_ = op;
-    done_tail_ = op;
-}
-
-void worker_impl::start(operation* op) noexcept {
-    op->owner = this;
-    if (op->in_flight)
-        return; // started already (a connect that moves from its handshake to UCX)
-    // What is counted, read before the counters' stores (which the compiler
-    // does not move other memory accesses across).
-    const operation_kind kind = op->kind;
-    kind_counters* const in = op->counted_in;
-    op->in_flight = true;
-    in_flight_list::push_front(in_flight_head_, op);
-    ++in_flight_count_;
-    background_count_ += op->background;
-    ops_.started(kind, in);
-    if (ops_.measures_latency() && op->started_at == 0) [[unlikely]]
-        op->started_at = latency_clock_->now(); // unless stamped before it went to UCX
-    if (!safety_timer_armed_)
-        start_safety_timer();
-}
-
-void worker_impl::unlink(operation* op) noexcept {
+// Inline here (its only file): once per operation, at its end.
+inline void worker_impl::unlink(operation* op) noexcept {
     if (!op->in_flight)
         return;
     // Every started operation leaves the list once, here, with its result
@@ -300,14 +263,8 @@ void worker_impl::unlink(operation* op) noexcept {
     count_end(op);
 }
 
-void worker_impl::done_at_once(operation* op) noexcept {
-    ops_.done_at_once(op->kind, op->counted_in, counted_bytes(op));
-    if (ops_.measures_latency()) [[unlikely]]
-        ops_.took(op->kind, latency_clock_->to_duration(latency_clock_->now() - op->started_at));
-    op->owner = this;
-    op->status = UCS_OK;
-    queue_done(op);
-    request_progress();
+void worker_impl::took_at_once(operation* op) noexcept {
+    ops_.took(op->kind, latency_clock_->to_duration(latency_clock_->now() - op->started_at));
 }
 
 void worker_impl::count_end(operation* op) noexcept {
@@ -319,13 +276,18 @@ void worker_impl::count_end(operation* op) noexcept {
         ops_.took(kind, latency_clock_->to_duration(latency_clock_->now() - op->started_at));
 }
 
-void worker_impl::finished(operation* op) noexcept {
-    if (op->counted_send && op->endpoint) {
+// Inline in UCX's callbacks below: once per operation.
+inline void worker_impl::finish(operation* op) noexcept {
+    if (op->counted_send && op->endpoint) [[unlikely]] {
         op->counted_send = false;
         finish_counted_send_(op);
     }
     unlink(op);
     queue_done(op);
+}
+
+void worker_impl::finished(operation* op) noexcept {
+    finish(op);
 }
 
 void worker_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
@@ -337,7 +299,7 @@ void worker_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
         // Completed (or failed) at once: still delivered from a later pass,
         // never inside the initiating function.
         op->status = UCS_PTR_STATUS(result);
-        finished(op);
+        finish(op);
     }
     request_progress();
 }
@@ -351,7 +313,7 @@ void worker_impl::complete(operation* op, const error_code& ec) noexcept {
         op->complete(operation::delivery::post);
         return;
     }
-    finished(op);
+    finish(op);
     request_progress();
 }
 
@@ -438,7 +400,7 @@ void worker_impl::send_callback(void* request, ucs_status_t status, void* user_d
     auto* op = static_cast<operation*>(user_data);
     op->request = request;
     op->status = status;
-    op->owner->finished(op);
+    op->owner->finish(op);
 }
 
 void worker_impl::recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
@@ -450,7 +412,7 @@ void worker_impl::recv_callback(void* request, ucs_status_t status, const ucp_ta
         op->bytes = info->length;
         op->sender_tag = info->sender_tag;
     }
-    op->owner->finished(op);
+    op->owner->finish(op);
 }
 
 void worker_impl::close_callback(void* request, ucs_status_t, void* user_data) noexcept {

@@ -11,6 +11,7 @@
 #include "engine/worker_component.hpp"
 #include "engine/worker_service.hpp"
 #include "util/guarded_timer.hpp"
+#include "util/intrusive_list.hpp"
 #include "util/random.hpp"
 #include "util/tick_clock.hpp"
 
@@ -27,6 +28,9 @@
 #include <vector>
 
 namespace ucx::detail {
+
+/// A worker's operations in flight.
+using in_flight_list = intrusive_list<operation, &operation::prev, &operation::next>;
 
 class context_impl;
 class endpoint_impl;
@@ -72,8 +76,25 @@ public:
     // --- operations (owner thread only) ---
 
     /// Links an operation into the in-flight list before it is submitted
-    /// (once: starting it again does nothing).
-    void start(operation* op) noexcept;
+    /// (once: starting it again does nothing). Inline: once per operation.
+    void start(operation* op) noexcept {
+        op->owner = this;
+        if (op->in_flight)
+            return; // started already (a connect that moves from its handshake to UCX)
+        // What is counted, read before the counters' stores (which the
+        // compiler does not move other memory accesses across).
+        const operation_kind kind = op->kind;
+        kind_counters* const in = op->counted_in;
+        op->in_flight = true;
+        in_flight_list::push_front(in_flight_head_, op);
+        ++in_flight_count_;
+        background_count_ += op->background;
+        ops_.started(kind, in);
+        if (ops_.measures_latency() && op->started_at == 0) [[unlikely]]
+            op->started_at = latency_clock_->now(); // unless stamped before it went to UCX
+        if (!safety_timer_armed_) [[unlikely]]
+            start_safety_timer();
+    }
     /// Takes the answer of a ucp_*_nbx call for `op`: a request (in flight or
     /// already completed by a callback), NULL (done) or an error.
     void submitted(operation* op, ucs_status_ptr_t result) noexcept;
@@ -109,7 +130,15 @@ public:
     /// `op->counted_in`, or the worker's own counts), its latency the call's
     /// (from `stamp_start`), and queued for delivery without entering the
     /// in-flight list (nothing can fail or cancel it any more).
-    void done_at_once(operation* op) noexcept;
+    void done_at_once(operation* op) noexcept {
+        ops_.done_at_once(op->kind, op->counted_in, counted_bytes(op));
+        if (ops_.measures_latency()) [[unlikely]]
+            took_at_once(op);
+        op->owner = this;
+        op->status = UCS_OK;
+        queue_done(op);
+        request_progress();
+    }
     /// Cancels an operation from its cancellation slot (`type` is Asio's
     /// cancellation type). What has not reached UCX, tag receives (through
     /// UCX) and library-owned operations (through their hook) are cancelled
@@ -265,8 +294,23 @@ private:
     void cancel_wait() noexcept;
     void start_safety_timer();
     void unlink(operation* op) noexcept;
+    /// `finished`, inline in UCX's callbacks.
+    void finish(operation* op) noexcept;
     /// Appends `op` to the operations delivered by the next pass.
-    void queue_done(operation* op) noexcept;
+    void queue_done(operation* op) noexcept {
+        op->next = nullptr;
+        if (done_tail_)
+            done_tail_->next = op;
+        else
+            done_head_ = op;
+        done_tail_ = op;
+    }
+    /// The latency of `op`, done at once (out of line: measured rarely).
+    void took_at_once(operation* op) noexcept;
+    /// The bytes `op` moved, as its kind counts them.
+    static std::uint64_t counted_bytes(const operation* op) noexcept {
+        return counts_transfer_bytes(op->kind) ? static_cast<const transfer_op*>(op)->bytes : 0;
+    }
     /// Counts the end of `op` that is not a plain success (a failure, or
     /// any end where latencies are measured).
     [[gnu::noinline]] void count_end(operation* op) noexcept;

@@ -120,9 +120,15 @@ public:
     operation* next = nullptr;
     operation* prev = nullptr;
 
-    error_code result_code() const noexcept {
-        if (status == UCS_OK && !aborted && !error)
+    [[gnu::always_inline]] error_code result_code() const noexcept {
+        if (status == UCS_OK && !aborted && !error) [[likely]]
             return {};
+        return failure_code();
+    }
+
+private:
+    /// `result_code` when it is not success (out of line: rare).
+    [[gnu::noinline]] error_code failure_code() const noexcept {
         if (aborted)
             return make_error_code(UCS_ERR_CANCELED);
         if (error)
