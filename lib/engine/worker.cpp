@@ -263,7 +263,7 @@ inline void worker_impl::unlink(operation* op) noexcept {
     count_end(op);
 }
 
-void worker_impl::took_at_once(operation* op) noexcept {
+void worker_impl::took(operation* op) noexcept {
     ops_.took(op->kind, latency_clock_->to_duration(latency_clock_->now() - op->started_at));
 }
 
@@ -273,7 +273,7 @@ void worker_impl::count_end(operation* op) noexcept {
     const std::uint64_t n = counted_bytes(op);
     ops_.ended(kind, op->counted_in, ec, n);
     if (ops_.measures_latency())
-        ops_.took(kind, latency_clock_->to_duration(latency_clock_->now() - op->started_at));
+        took(op);
 }
 
 // Inline in UCX's callbacks below: once per operation.

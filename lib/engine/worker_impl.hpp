@@ -133,7 +133,7 @@ public:
     void done_at_once(operation* op) noexcept {
         ops_.done_at_once(op->kind, op->counted_in, counted_bytes(op));
         if (ops_.measures_latency()) [[unlikely]]
-            took_at_once(op);
+            took(op);
         op->owner = this;
         op->status = UCS_OK;
         queue_done(op);
@@ -305,8 +305,8 @@ private:
             done_head_ = op;
         done_tail_ = op;
     }
-    /// The latency of `op`, done at once (out of line: measured rarely).
-    void took_at_once(operation* op) noexcept;
+    /// Notes the latency of `op`, ending now (out of line: measured rarely).
+    void took(operation* op) noexcept;
     /// The bytes `op` moved, as its kind counts them.
     static std::uint64_t counted_bytes(const operation* op) noexcept {
         return counts_transfer_bytes(op->kind) ? static_cast<const transfer_op*>(op)->bytes : 0;
