@@ -50,7 +50,10 @@ void tag_recv(worker_impl& w, tag_recv_op* op, void* data, std::size_t size, tag
 /// failed, nothing was sent), `ucx::error::allocation_failed` (no pinned
 /// memory left), `ucx::error::cuda_unavailable` (no copy engine), and the
 /// send can be cancelled while it is still being copied. Sends on one
-/// endpoint reach UCX in the order they were made either way.
+/// endpoint reach UCX in the order they were made either way. The copy
+/// waits for the work queued before on CUDA's legacy default stream
+/// (`cudaMemcpy`, `cudaMemset`, kernels launched without a stream); work on
+/// other streams must have finished before the call.
 ///
 /// Throws `boost::system::system_error` if `ep` was never connected.
 template <class CompletionToken = boost::asio::default_completion_token_t<endpoint::executor_type>>
@@ -81,7 +84,8 @@ auto async_tag_send(
 ///
 /// `data` may be CUDA device memory. Where UCX cannot move device memory,
 /// the message is received into pinned host memory and its bytes are copied
-/// to `data` before the handler runs (docs/guide/gpu.md); then also
+/// to `data` before the handler runs (docs/guide/gpu.md), after the work
+/// queued before on CUDA's legacy default stream; then also
 /// `ucx::error::cuda_error`, `ucx::error::allocation_failed` and
 /// `ucx::error::cuda_unavailable`.
 ///

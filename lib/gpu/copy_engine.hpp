@@ -137,7 +137,8 @@ private:
     std::size_t to_device_ = 0;
 };
 
-/// A copy engine on a CUDA stream of its own (non-blocking), for the device
+/// A copy engine on a CUDA stream of its own (a blocking one: ordered after
+/// the work queued before on the legacy default stream), for the device
 /// current on the calling thread. Null, with `ec` set, when the library is
 /// built without CUDA (`error::memory_type_not_supported`), no device is
 /// present (`error::cuda_unavailable`) or CUDA refuses (`error::cuda_error`).

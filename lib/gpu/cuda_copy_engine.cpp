@@ -1,6 +1,15 @@
-// The CUDA copy engine: cudaMemcpyAsync on a non-blocking stream of its own,
-// one pooled event recorded after each copy, completion by cudaEventQuery.
-// Built only with CUDA support (UCX_ASIO_HAS_CUDA).
+// The CUDA copy engine: cudaMemcpyAsync on a stream of its own, one pooled
+// event recorded after each copy, completion by cudaEventQuery. Built only
+// with CUDA support (UCX_ASIO_HAS_CUDA).
+//
+// The stream is a blocking one (created without cudaStreamNonBlocking): CUDA
+// orders it after the work queued before on the legacy default stream, and
+// that work after its copies. A program that fills a device buffer with
+// cudaMemcpy from pageable memory, cudaMemset or a kernel launched without a
+// stream, and then sends it, has not waited for the bytes to land: for small
+// copies from pageable memory cudaMemcpy returns once it holds the bytes, not
+// once they reach the device. A non-blocking stream would read the buffer
+// before they land; this one waits for them.
 #include "gpu/copy_engine.hpp"
 
 #include <ucx/memory_type.hpp>
@@ -136,8 +145,7 @@ std::unique_ptr<copy_engine> make_cuda_copy_engine(error_code& ec) {
         return nullptr;
     }
     cudaStream_t stream{};
-    if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-        e != cudaSuccess) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamDefault); e != cudaSuccess) {
         ec = cuda_failure(e);
         return nullptr;
     }

@@ -3,6 +3,7 @@
 // - tag messages over an endpoint: device to device, device to host and host
 //   to device, at an eager size (100 B) and a rendezvous one (3 MiB + 17 B);
 //   several sends from device memory in a row arrive in the order sent;
+//   staged copies wait for the work queued before on the default stream;
 // - a group of 3 ranks (one memory_store): allreduce (float sum, int32 max;
 //   1, 1000 and 300000 elements), broadcast from rank 1 (1 MiB + 3 B),
 //   allgather, alltoall, reduce to rank 2, gather, barrier, all on device
@@ -288,6 +289,59 @@ TEST_P(cuda_device_tag, device_sends_in_a_row_arrive_in_order) {
         got.resize(messages[i].size);
         EXPECT_TRUE(got == expected[i]) << "a message arrived out of order or damaged";
     }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// Staged copies are ordered after the work queued before on CUDA's legacy
+// default stream: the sent buffer is filled, and the receive buffer cleared,
+// by copies queued on that stream behind long ones and not waited for when
+// the operations start. A stream of the library's own that ignored that
+// order would send the buffer's old bytes and see its received bytes
+// cleared after the handler.
+TEST_P(cuda_device_tag, staged_copies_wait_for_the_default_streams_work) {
+    if (p->ctx.ucx_supports_cuda_memory())
+        GTEST_SKIP() << "UCX moves device memory itself here: nothing is staged";
+    const std::vector<char> expected = pattern(small_size, 500);
+    test_buffer& out = mem.make(memory::device, pattern(small_size, 501));
+    test_buffer& in = mem.make(memory::device, pattern(small_size + 1, 502));
+    // Long device-to-device copies (a few milliseconds), then the message's
+    // bytes from pinned memory, then the receive buffer cleared: all on the
+    // default stream, none waited for.
+    constexpr std::size_t long_copy = std::size_t{256} << 20;
+    void* from = nullptr;
+    void* to = nullptr;
+    void* pinned = nullptr;
+    ASSERT_EQ(cudaMalloc(&from, long_copy), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&to, long_copy), cudaSuccess);
+    ASSERT_EQ(cudaMallocHost(&pinned, small_size), cudaSuccess);
+    const std::unique_ptr<void, cudaError_t (*)(void*)> free_from(from, cudaFree),
+        free_to(to, cudaFree), free_pinned(pinned, cudaFreeHost);
+    std::memcpy(pinned, expected.data(), small_size);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (int i = 0; i < 16; ++i)
+        ASSERT_EQ(cudaMemcpyAsync(to, from, long_copy, cudaMemcpyDeviceToDevice, 0), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(out.data(), pinned, small_size, cudaMemcpyHostToDevice, 0),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(in.data(), 0, small_size + 1, 0), cudaSuccess);
+
+    std::optional<tag_result> r;
+    std::optional<result> s;
+    ucx::async_tag_recv(p->b, in.buffer(), 9, ucx::tag_mask_full,
+                        [&](ucx::error_code ec, std::size_t n, ucx::tag_t t) {
+                            r = tag_result{ec, n, t};
+                        });
+    ucx::async_tag_send(p->a_to_b, asio::buffer(out.data(), small_size), 9,
+                        [&](ucx::error_code ec, std::size_t n) {
+                            s = result{ec, n};
+                        });
+    ASSERT_TRUE(run_until(p->io, [&] { return r && s; }));
+    ASSERT_FALSE(s->ec) << s->ec.message();
+    ASSERT_FALSE(r->ec) << r->ec.message();
+    EXPECT_EQ(r->bytes, small_size);
+    std::vector<char> got = in.load();
+    EXPECT_EQ(got.back(), 0) << "a byte past the message was written, or the clearing was lost";
+    got.pop_back();
+    EXPECT_TRUE(got == expected) << "the bytes that arrived are not those the default stream wrote";
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
