@@ -10,6 +10,7 @@
 #include "messaging/am_registry.hpp"
 #include "messaging/message_staging.hpp"
 #include "util/intrusive_list.hpp"
+#include "util/small_copy.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
@@ -97,15 +98,11 @@ bool am_registry::open() {
     return true;
 }
 
-am_registry::id_state& am_registry::state_of(unsigned id) {
-    // Most traffic uses one or two ids: remember the last (map nodes are
-    // never erased, so the pointer stays valid).
-    if (last_state_ && last_id_ == id)
-        return *last_state_;
-    id_state& s = ids_[id];
-    last_id_ = id;
-    last_state_ = &s;
-    return s;
+am_registry::id_state& am_registry::make_state_of(unsigned id) {
+    if (id >= ids_.size())
+        ids_.resize(std::size_t{id} + 1);
+    ids_[id] = std::make_unique<id_state>();
+    return *ids_[id];
 }
 
 void am_registry::mark(id_state& s, unsigned id) {
@@ -150,6 +147,16 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
     am_registry* self = sl->registry;
     if (self->closed())
         return UCS_OK;
+    id_state* sp = self->find_state(sl->id);
+    if (!sp) [[unlikely]] {
+        try {
+            sp = &self->make_state_of(sl->id);
+        } catch (...) {
+            log::write(log::severity::error, "active message dropped: out of memory");
+            return UCS_OK;
+        }
+    }
+    id_state& s = *sp;
     am_message_state* m = self->make_state();
     std::byte* header_copy = m ? m->header_inline : nullptr;
     if (m && header_length > sizeof(m->header_inline)) {
@@ -164,8 +171,7 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
     }
     m->id = sl->id;
     m->header_size = header_length;
-    if (header_length)
-        std::memcpy(header_copy, header, header_length);
+    copy_small(header_copy, header, header_length);
     m->length = length;
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) && param->reply_ep) {
         m->reply_ep = param->reply_ep;
@@ -182,7 +188,7 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
     } else if (length == 0) {
         // Nothing to keep.
     } else if (length <= sizeof(m->data_inline)) {
-        std::memcpy(m->data_inline, data, length);
+        copy_small(m->data_inline, data, length);
         m->data = m->data_inline;
         m->kind = am_message_state::storage::inline_copy;
     } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
@@ -199,7 +205,6 @@ ucs_status_t am_registry::on_message(void* arg, const void* header, std::size_t 
             m->kind = am_message_state::storage::heap;
         }
     }
-    id_state& s = self->state_of(m->id);
     if (!m->rendezvous && !m->error && s.head == nullptr) {
         // The common case: nothing is queued ahead of this message and a
         // receive that takes it waits (one for any sender, or one bound to
@@ -507,10 +512,10 @@ void am_registry::recv(am_recv_op* op, unsigned id, endpoint_impl* from) noexcep
 void am_registry::cancel_recv(operation* op, boost::asio::cancellation_type) noexcept {
     auto* self = static_cast<am_registry*>(op->cancel_context);
     auto* recv = static_cast<am_recv_op*>(op);
-    auto it = self->ids_.find(recv->id);
-    if (it == self->ids_.end())
+    id_state* s = self->find_state(recv->id);
+    if (!s)
         return;
-    auto& waiting = it->second.waiting;
+    auto& waiting = s->waiting;
     auto pos = std::find(waiting.begin(), waiting.end(), recv);
     if (pos == waiting.end())
         return;
@@ -521,7 +526,10 @@ void am_registry::cancel_recv(operation* op, boost::asio::cancellation_type) noe
 void am_registry::endpoint_failed(endpoint_impl* ep, const error_code&) noexcept {
     // Receives bound to that peer take what it sent before; the rest fail in
     // the next pass.
-    for (auto& [id, s] : ids_) {
+    for (unsigned id = 0; id < ids_.size(); ++id) {
+        if (!ids_[id])
+            continue;
+        id_state& s = *ids_[id];
         for (am_recv_op* op : s.waiting) {
             if (op->from == ep) {
                 mark(s, id);
@@ -551,13 +559,13 @@ void am_registry::set_allocator(std::shared_ptr<am_allocator> allocator) {
 }
 
 std::size_t am_registry::queued_messages(unsigned id) const noexcept {
-    auto it = ids_.find(id);
-    return it == ids_.end() ? 0 : it->second.messages;
+    const id_state* s = find_state(id);
+    return s ? s->messages : 0;
 }
 
 std::size_t am_registry::queued_bytes(unsigned id) const noexcept {
-    auto it = ids_.find(id);
-    return it == ids_.end() ? 0 : it->second.bytes;
+    const id_state* s = find_state(id);
+    return s ? s->bytes : 0;
 }
 
 void am_registry::release(am_message_state* m) noexcept {
@@ -614,7 +622,10 @@ void am_registry::release(am_message_state* m) noexcept {
 
 void am_registry::shutdown() noexcept {
     // Waiting receives are library-owned operations: the worker ends them.
-    for (auto& [id, s] : ids_) {
+    for (const std::unique_ptr<id_state>& state : ids_) {
+        if (!state)
+            continue;
+        id_state& s = *state;
         s.waiting.clear();
         s.handler.reset();
         handlers_ = 0;
@@ -692,9 +703,13 @@ bool am_send_valid(const endpoint_impl& ep, unsigned id, std::size_t header_leng
     return am && id <= am_max_id && header_length <= am->max_header();
 }
 
-void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void* header,
-                     std::size_t header_length, const ucp_dt_iov_t* iov, std::size_t count,
-                     unsigned flags) noexcept {
+namespace {
+
+/// am_send_message's body, inline in am_send (the path of every send).
+[[gnu::always_inline]] inline void send_message(endpoint_impl& ep, transfer_op* op, unsigned id,
+                                                const void* header, std::size_t header_length,
+                                                const ucp_dt_iov_t* iov, std::size_t count,
+                                                unsigned flags) noexcept {
     worker_impl& w = *ep.worker();
     const am_registry* am = am_of(w);
     error_code refused;
@@ -710,21 +725,24 @@ void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void
             w.complete(op, refused);
         return;
     }
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < count; ++i)
-        total += iov[i].length;
     ucp_request_param_t param = send_param(&worker_impl::send_callback, op, flags);
     const void* data = nullptr;
     std::size_t length = 0;
     if (count == 1) {
         data = iov[0].buffer;
         length = iov[0].length;
-    } else if (count > 1) {
-        add_datatype(param, ucp_dt_make_iov());
-        data = iov;
-        length = count;
+        op->bytes = length;
+    } else {
+        std::size_t total = 0;
+        for (std::size_t i = 0; i < count; ++i)
+            total += iov[i].length;
+        op->bytes = total;
+        if (count > 1) {
+            add_datatype(param, ucp_dt_make_iov());
+            data = iov;
+            length = count;
+        }
     }
-    op->bytes = total;
     const void* const h = header_length ? header : nullptr;
     if (ep.may_submit_first(op)) [[likely]]
         return ep.submitted_first(
@@ -734,6 +752,14 @@ void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void
     ep.submitted(op, ucp_am_send_nbx(ep.native(), id, h, header_length, data, length, &param));
 }
 
+} // namespace
+
+void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void* header,
+                     std::size_t header_length, const ucp_dt_iov_t* iov, std::size_t count,
+                     unsigned flags) noexcept {
+    send_message(ep, op, id, header, header_length, iov, count, flags);
+}
+
 void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
              std::size_t header_length, const ucp_dt_iov_t* buffers, std::size_t count,
              unsigned flags) noexcept {
@@ -741,8 +767,7 @@ void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
     // The header copy follows the IOV array in the operation's storage, and
     // stays there until the send completes.
     auto* header_copy = reinterpret_cast<std::byte*>(const_cast<ucp_dt_iov_t*>(buffers) + count);
-    if (header_length)
-        std::memcpy(header_copy, header, header_length);
+    copy_small(header_copy, header, header_length);
     // A device buffer where UCX cannot move device memory goes through the
     // worker's staging (lib/messaging/message_staging.hpp); without a device
     // `staging_of` is null, and where UCX moves device memory it takes nothing.
@@ -750,7 +775,7 @@ void am_send(endpoint_impl& ep, am_send_op* op, unsigned id, const void* header,
         s && staged_am_send(*s, ep, op, id, header_copy, header_length, buffers, count, flags))
         [[unlikely]]
         return;
-    am_send_message(ep, op, id, header_copy, header_length, buffers, count, flags);
+    send_message(ep, op, id, header_copy, header_length, buffers, count, flags);
 }
 
 } // namespace detail

@@ -20,7 +20,6 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 namespace ucx::detail {
@@ -167,7 +166,17 @@ private:
         unsigned id;
     };
 
-    id_state& state_of(unsigned id);
+    /// The state of `id`, made the first time (throws std::bad_alloc).
+    id_state& state_of(unsigned id) {
+        if (id < ids_.size() && ids_[id]) [[likely]]
+            return *ids_[id];
+        return make_state_of(id);
+    }
+    id_state& make_state_of(unsigned id);
+    /// The state of `id`, or null if it was never used.
+    id_state* find_state(unsigned id) const noexcept {
+        return id < ids_.size() ? ids_[id].get() : nullptr;
+    }
     void mark(id_state& s, unsigned id);
     am_message_state* make_state();
     void pump(id_state& s);
@@ -193,9 +202,10 @@ private:
     std::size_t bound_;
     std::size_t max_header_ = 0;
     std::unique_ptr<slot[]> slots_;
-    std::unordered_map<unsigned, id_state> ids_;
-    id_state* last_state_ = nullptr;
-    unsigned last_id_ = 0;
+    /// The ids' states, indexed by id (a message's id is looked up twice per
+    /// message: an index, not a search), made when an id is first used; the
+    /// table grows to the largest id used (at most am_max_id + 1 entries).
+    std::vector<std::unique_ptr<id_state>> ids_;
     std::vector<unsigned> dirty_;
     std::vector<am_message_state*> fetched_;
     /// Released states kept for reuse (at most `max_pooled_states`), linked
