@@ -151,6 +151,7 @@ void staging_operation::start_copy(const staging_action& a) {
     }
     copies_[a.slot] = {true, a.chunk, h};
     ++copies_in_flight_;
+    copy_event_ = std::chrono::steady_clock::now();
 }
 
 void staging_operation::start_transfer(const staging_action& a) {
@@ -173,16 +174,27 @@ void staging_operation::on_transfer_done(std::size_t chunk, const error_code& ec
 }
 
 void staging_operation::arm_poll() {
-    if (timer_armed_)
+    if (timer_armed_ || poll_posted_)
         return;
+    // Both waits hold the operation: the staging memory stays while copies run.
+    if (std::chrono::steady_clock::now() - copy_event_ < options_.spin) {
+        poll_posted_ = true;
+        boost::asio::post(ex_, [self = shared_from_this()] {
+            self->poll_posted_ = false;
+            self->on_poll();
+        });
+        return;
+    }
     timer_armed_ = true;
     timer_.expires_after(options_.poll_period);
-    // The wait holds the operation: the staging memory stays while copies run.
-    timer_.async_wait([self = shared_from_this()](const error_code&) { self->on_poll(); });
+    timer_.async_wait([self = shared_from_this()](const error_code&) {
+        self->timer_armed_ = false;
+        ++self->timer_polls_;
+        self->on_poll();
+    });
 }
 
 void staging_operation::on_poll() {
-    timer_armed_ = false;
     ++poll_rounds_;
     for (copy_slot& c : copies_) {
         if (!c.active)
@@ -192,6 +204,7 @@ void staging_operation::on_poll() {
             continue;
         c.active = false;
         --copies_in_flight_;
+        copy_event_ = std::chrono::steady_clock::now();
         plan_->copy_done(c.chunk, ec);
     }
     drive();

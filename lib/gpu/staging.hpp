@@ -2,9 +2,13 @@
 // executor: copies with a copy engine between device memory and buffers of a
 // pinned pool, transfers with the operation's transfer function.
 //
-// The copies are polled with a steady timer on the executor, every
-// `poll_period`, and only while copies are in flight: the io_context never
-// blocks on the GPU and runs its other handlers meanwhile. A transfer calls
+// The copies are polled on the executor, and only while copies are in
+// flight: the io_context never blocks on the GPU and runs its other handlers
+// meanwhile. Right after a copy starts or finishes they are polled by posting
+// (each poll yields to the other handlers), for up to `spin`: a copy of a
+// chunk takes tens of microseconds, and a timer would add its period and its
+// own latency to each. After that, a steady timer polls them every
+// `poll_period`. A transfer calls
 // back (at once or later, but on the executor) with its error and its bytes.
 // The operation holds itself alive while anything is in flight, and gives its
 // buffers back to the pool before its handler runs; the handler never runs
@@ -70,8 +74,12 @@ public:
     using transfer_function = std::function<void(const transfer_request&, transfer_completion)>;
 
     struct options {
-        /// How often copies in flight are polled.
+        /// How often copies in flight are polled once `spin` has passed.
         std::chrono::microseconds poll_period{std::chrono::microseconds(25)};
+        /// How long after a copy started or finished the copies in flight
+        /// are polled by posting, before the timer takes over (zero: the
+        /// timer only).
+        std::chrono::microseconds spin{std::chrono::microseconds(200)};
     };
 
     /// An operation moving `config.total` bytes of the device memory at
@@ -117,8 +125,10 @@ public:
     /// The plan (for tests: its parameters once running, its state).
     const staging_plan* plan() const noexcept { return plan_ ? &*plan_ : nullptr; }
 
-    /// Polls of the copy engine so far (timer expiries that polled).
+    /// Polls of the copy engine so far (posted or by the timer).
     std::size_t poll_rounds() const noexcept { return poll_rounds_; }
+    /// Of those, the polls made by the timer.
+    std::size_t timer_polls() const noexcept { return timer_polls_; }
 
     /// Abandons the copies still in flight (see `copy_engine::abandon`) and
     /// returns the buffers: only an operation whose io_context ended gets
@@ -151,6 +161,8 @@ private:
     void start_copy(const staging_action& a);
     void start_transfer(const staging_action& a);
     void on_transfer_done(std::size_t chunk, const error_code& ec, std::size_t bytes);
+    /// Has the copies in flight polled: by posting while within `spin` of
+    /// the last copy started or finished, else by the timer.
     void arm_poll();
     void on_poll();
     /// The staging memory of an action.
@@ -176,9 +188,13 @@ private:
     std::vector<copy_slot> copies_;
     unsigned copies_in_flight_ = 0;
     std::size_t poll_rounds_ = 0;
+    std::size_t timer_polls_ = 0;
+    /// When a copy last started or finished.
+    std::chrono::steady_clock::time_point copy_event_{};
     bool running_ = false;
     bool driving_ = false;
     bool timer_armed_ = false;
+    bool poll_posted_ = false;
     bool cancelled_ = false;
     bool finished_ = false;
 };

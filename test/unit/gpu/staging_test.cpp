@@ -21,6 +21,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -288,6 +289,65 @@ TEST(staging, held_copies_are_polled_without_blocking_the_io_context) {
     EXPECT_GT(op->poll_rounds(), 0u);
     EXPECT_LE(r.engine->max_outstanding(), 3u);
     EXPECT_EQ(r.pool->lent(), 0u);
+}
+
+// Right after copies start or finish they are polled by posting: with a
+// timer period of an hour, held copies released one at a time by another
+// handler are still found, and the timer never polls.
+TEST(staging, copies_are_polled_by_posting_right_after_they_start) {
+    rig r(1024, 16);
+    r.engine->set_mode(fake_copy_engine::mode::held);
+    constexpr std::size_t total = 6 * 1024 + 5;
+    memory_peer peer(r.io, total);
+    auto source = pattern(total, 8);
+    staging_operation::options o;
+    o.poll_period = std::chrono::hours(1);
+    o.spin = std::chrono::seconds(100);
+    auto op = staging_operation::create(
+        r.io.get_executor(),
+        cfg(total, 1024, 3, staging_direction::outgoing, staging_mode::chunked), source.data(),
+        r.engine, r.pool, peer.outgoing(), o);
+    op->async_run(r.handler(&peer));
+    std::function<void()> releaser = [&] {
+        r.engine->release(1);
+        if (r.result.calls == 0)
+            asio::post(r.io, releaser);
+    };
+    asio::post(r.io, releaser);
+    r.io.run_for(std::chrono::seconds(60));
+    ASSERT_EQ(r.result.calls, 1u) << "the copies were not found without the timer";
+    EXPECT_FALSE(r.result.ec);
+    EXPECT_EQ(peer.remote, source);
+    EXPECT_GT(op->poll_rounds(), 0u);
+    EXPECT_EQ(op->timer_polls(), 0u);
+}
+
+// Without the spin, the timer alone polls (every period).
+TEST(staging, without_the_spin_the_timer_polls) {
+    rig r(1024, 16);
+    r.engine->set_mode(fake_copy_engine::mode::held);
+    constexpr std::size_t total = 4 * 1024;
+    memory_peer peer(r.io, total);
+    auto source = pattern(total, 9);
+    staging_operation::options o;
+    o.poll_period = std::chrono::microseconds(100);
+    o.spin = std::chrono::microseconds(0);
+    auto op = staging_operation::create(
+        r.io.get_executor(),
+        cfg(total, 1024, 2, staging_direction::outgoing, staging_mode::chunked), source.data(),
+        r.engine, r.pool, peer.outgoing(), o);
+    op->async_run(r.handler(&peer));
+    std::function<void()> releaser = [&] {
+        r.engine->release(1);
+        if (r.result.calls == 0)
+            asio::post(r.io, releaser);
+    };
+    asio::post(r.io, releaser);
+    r.io.run_for(std::chrono::seconds(60));
+    ASSERT_EQ(r.result.calls, 1u);
+    EXPECT_EQ(peer.remote, source);
+    EXPECT_GT(op->timer_polls(), 0u);
+    EXPECT_EQ(op->poll_rounds(), op->timer_polls()) << "every poll was the timer's";
 }
 
 // ---- errors ----
