@@ -291,22 +291,18 @@ TEST(staging, held_copies_are_polled_without_blocking_the_io_context) {
     EXPECT_EQ(r.pool->lent(), 0u);
 }
 
-// Right after copies start or finish they are polled by posting: with a
-// timer period of an hour, held copies released one at a time by another
-// handler are still found, and the timer never polls.
-TEST(staging, copies_are_polled_by_posting_right_after_they_start) {
-    rig r(1024, 16);
+// An outgoing chunked run of `total` bytes with `o`, its copies held and
+// released one at a time by another handler until the run completes (or a
+// minute passes). Returns the operation; the outcome is in `r.result`.
+std::shared_ptr<staging_operation> run_with_held_copies(rig& r, memory_peer& peer,
+                                                        std::vector<std::uint8_t>& source,
+                                                        unsigned slots,
+                                                        const staging_operation::options& o) {
     r.engine->set_mode(fake_copy_engine::mode::held);
-    constexpr std::size_t total = 6 * 1024 + 5;
-    memory_peer peer(r.io, total);
-    auto source = pattern(total, 8);
-    staging_operation::options o;
-    o.poll_period = std::chrono::hours(1);
-    o.spin = std::chrono::seconds(100);
     auto op = staging_operation::create(
         r.io.get_executor(),
-        cfg(total, 1024, 3, staging_direction::outgoing, staging_mode::chunked), source.data(),
-        r.engine, r.pool, peer.outgoing(), o);
+        cfg(source.size(), 1024, slots, staging_direction::outgoing, staging_mode::chunked),
+        source.data(), r.engine, r.pool, peer.outgoing(), o);
     op->async_run(r.handler(&peer));
     std::function<void()> releaser = [&] {
         r.engine->release(1);
@@ -315,6 +311,20 @@ TEST(staging, copies_are_polled_by_posting_right_after_they_start) {
     };
     asio::post(r.io, releaser);
     r.io.run_for(std::chrono::seconds(60));
+    return op;
+}
+
+// Right after copies start or finish they are polled by posting: with a
+// timer period of an hour, held copies released one at a time by another
+// handler are still found, and the timer never polls.
+TEST(staging, copies_are_polled_by_posting_right_after_they_start) {
+    rig r(1024, 16);
+    auto source = pattern(6 * 1024 + 5, 8);
+    memory_peer peer(r.io, source.size());
+    staging_operation::options o;
+    o.poll_period = std::chrono::hours(1);
+    o.spin = std::chrono::seconds(100);
+    auto op = run_with_held_copies(r, peer, source, 3, o);
     ASSERT_EQ(r.result.calls, 1u) << "the copies were not found without the timer";
     EXPECT_FALSE(r.result.ec);
     EXPECT_EQ(peer.remote, source);
@@ -325,26 +335,14 @@ TEST(staging, copies_are_polled_by_posting_right_after_they_start) {
 // Without the spin, the timer alone polls (every period).
 TEST(staging, without_the_spin_the_timer_polls) {
     rig r(1024, 16);
-    r.engine->set_mode(fake_copy_engine::mode::held);
-    constexpr std::size_t total = 4 * 1024;
-    memory_peer peer(r.io, total);
-    auto source = pattern(total, 9);
+    auto source = pattern(4 * 1024, 9);
+    memory_peer peer(r.io, source.size());
     staging_operation::options o;
     o.poll_period = std::chrono::microseconds(100);
     o.spin = std::chrono::microseconds(0);
-    auto op = staging_operation::create(
-        r.io.get_executor(),
-        cfg(total, 1024, 2, staging_direction::outgoing, staging_mode::chunked), source.data(),
-        r.engine, r.pool, peer.outgoing(), o);
-    op->async_run(r.handler(&peer));
-    std::function<void()> releaser = [&] {
-        r.engine->release(1);
-        if (r.result.calls == 0)
-            asio::post(r.io, releaser);
-    };
-    asio::post(r.io, releaser);
-    r.io.run_for(std::chrono::seconds(60));
+    auto op = run_with_held_copies(r, peer, source, 2, o);
     ASSERT_EQ(r.result.calls, 1u);
+    EXPECT_FALSE(r.result.ec);
     EXPECT_EQ(peer.remote, source);
     EXPECT_GT(op->timer_polls(), 0u);
     EXPECT_EQ(op->poll_rounds(), op->timer_polls()) << "every poll was the timer's";
