@@ -75,7 +75,12 @@ public:
 
     /// Lets UCX allocate and register `size` bytes (`UCP_MEM_MAP_ALLOCATE`).
     /// Throws `boost::system::system_error` on failure (errors as above;
-    /// `size` 0: `ucx::error::invalid_region`).
+    /// `size` 0: `ucx::error::invalid_region`). UCX allocates device memory
+    /// (`memory_type::cuda`) in the CUDA context current on the calling
+    /// thread: without one it fails with UCX's `UCS_ERR_NO_MEMORY`
+    /// ("no active cuda primary context"). `cuda_options::create_context`,
+    /// or any CUDA runtime call on the device (`cudaSetDevice`, then
+    /// `cudaFree(nullptr)`), makes one current.
     static memory_region allocate(const context& ctx, std::size_t size,
                                   const region_options& options = {});
     /// As above; reports failure through `ec` (and returns an empty region).

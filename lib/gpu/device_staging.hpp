@@ -64,7 +64,8 @@ public:
         std::size_t max_buffers = 256;
         /// Whether messages (tag and endpoint operations) are staged: false
         /// where UCX moves device memory itself, and the staging only serves
-        /// what UCX never does (the arithmetic of a group's collectives).
+        /// what UCX never does (the arithmetic of a group's collectives, and
+        /// byte streams, whose received data UCX hands out in host memory).
         bool messages = true;
     };
 

@@ -1,5 +1,11 @@
 // Stream writes from and reads into device memory, through the worker's
 // staging (lib/gpu/device_staging.hpp; see lib/stream/stream_impl.hpp).
+//
+// Streams stage device buffers even where UCX moves device memory itself:
+// the stream's reads take the data UCX received in its own host buffers
+// (ucp_stream_recv_data_nb) and copy it out with memcpy, which cannot write
+// device memory; writes are staged too, so both ends of a stream take the
+// same path whatever UCX can do.
 #include <ucx/detail/results.hpp>
 
 #include "gpu/device_staging.hpp"
@@ -13,11 +19,11 @@ namespace ucx::detail {
 bool staged_stream_write(device_staging& s, stream_impl& st, stream_write_op* op) noexcept {
     if (op->count == 0)
         return false;
-    if (!s.must_stage(op->iov[0].buffer)) {
+    if (!s.is_device(op->iov[0].buffer)) {
         // A write may write less than asked: the host buffers up to the
         // first device buffer.
         for (std::size_t i = 1; i < op->count; ++i) {
-            if (s.must_stage(op->iov[i].buffer)) {
+            if (s.is_device(op->iov[i].buffer)) {
                 op->count = i;
                 break;
             }
@@ -57,10 +63,10 @@ bool staged_stream_read(device_staging& s, stream_impl& st, transfer_op* op,
         ++first;
     if (first == n)
         return false;
-    if (!s.must_stage(bufs[first].data())) {
+    if (!s.is_device(bufs[first].data())) {
         // Read into the host buffers up to the first device buffer.
         for (std::size_t i = first + 1; i < n; ++i) {
-            if (bufs[i].size() > 0 && s.must_stage(bufs[i].data())) {
+            if (bufs[i].size() > 0 && s.is_device(bufs[i].data())) {
                 n = i;
                 break;
             }

@@ -60,11 +60,16 @@ protected:
     std::shared_ptr<fake_copy_engine> engine_b = std::make_shared<fake_copy_engine>();
     ucx::stream client{a}, server{b};
 
+    /// Whether the workers stage messages: false stands for a UCX that moves
+    /// device memory itself.
+    virtual bool stage_messages() const { return true; }
+
     void SetUp() override {
         device_staging::settings s;
         s.chunk = chunk; // several chunks per operation in the larger tests
         s.slots = 3;
         s.max_buffers = 512;
+        s.messages = stage_messages();
         auto classify = [this](const void* p) { return device.classify(p); };
         ucx::detail::use_device_staging(*ucx::detail::access::get_impl(a), classify, engine_a, s);
         ucx::detail::use_device_staging(*ucx::detail::access::get_impl(b), classify, engine_b, s);
@@ -494,6 +499,34 @@ INSTANTIATE_TEST_SUITE_P(all, device_staging_stream,
                          testing::Values(transport::tcp, transport::shared_memory),
                          [](const auto& info) { return to_string(info.param); });
 
+// Workers whose UCX moves device memory itself (messages are not staged):
+// streams stage their device buffers all the same, since UCX hands a
+// stream's received data out in host memory and the stream copies it with
+// memcpy, which cannot write device memory.
+class device_staging_stream_ucx_moves_device_memory : public device_staging_stream {
+protected:
+    bool stage_messages() const override { return false; }
+};
+
+TEST_P(device_staging_stream_ucx_moves_device_memory, streams_still_stage_device_buffers) {
+    const std::size_t size = 3 * chunk + 5;
+    std::vector<char> out = pattern(size, 61);
+    std::vector<char> in(size, 0);
+    device.mark(out);
+    device.mark(in);
+    EXPECT_FALSE(staging_of(a).must_stage(out.data())) << "messages are not staged here";
+    transfer(out, in);
+    EXPECT_EQ(in, out);
+    EXPECT_EQ(engine_a->device_to_host(), (size + chunk - 1) / chunk);
+    EXPECT_GT(engine_b->host_to_device(), 0u) << "the read copied into the device buffer itself";
+    EXPECT_GE(a.stats().staged_bytes, size);
+    EXPECT_GE(b.stats().staged_bytes, size);
+}
+
+INSTANTIATE_TEST_SUITE_P(all, device_staging_stream_ucx_moves_device_memory,
+                         testing::Values(transport::tcp, transport::shared_memory),
+                         [](const auto& info) { return to_string(info.param); });
+
 // Puts and gets whose local buffer is device memory; the peer's region is
 // host memory.
 class device_staging_rma : public testing::TestWithParam<transport> {
@@ -663,15 +696,15 @@ INSTANTIATE_TEST_SUITE_P(all, device_staging_rma,
 
 #ifdef UCX_ASIO_TEST_CUDA
 
-// Real device memory through the worker's own staging (CUDA copy engine,
-// pinned pool): only with a GPU and a UCX without CUDA transports.
+// Real device memory: the stream through the worker's own staging (CUDA
+// copy engine, pinned pool) whatever UCX can do, since UCX hands received
+// stream data out in host memory; puts and gets staged too where UCX has no
+// CUDA transports, and handed to UCX where it has. Needs a GPU.
 TEST(device_staging_cuda, stream_and_rma_with_device_memory) {
     if (ucx::cuda_device_count() == 0)
         GTEST_SKIP() << "no CUDA device";
     asio::io_context io;
     ucx::context ctx{options_for(transport::tcp, true)};
-    if (ctx.ucx_supports_cuda_memory())
-        GTEST_SKIP() << "this UCX moves CUDA memory itself";
     ucx::worker a{ctx, io, strict_worker_options(ucx::progress_mode::event)};
     ucx::worker b{ctx, io, strict_worker_options(ucx::progress_mode::event)};
     ASSERT_NE(ucx::detail::staging_of(*ucx::detail::access::get_impl(a)), nullptr);
