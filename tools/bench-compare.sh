@@ -59,6 +59,8 @@ tests=(
   "--test tag_lat --size 8 --progress poll"
   "--test tag_lat --size 8 --progress poll --style coroutine"
   "--test tag_bw --size 8 --progress poll"
+  "--test tag_lat --size 8 --progress poll --latency-histograms"
+  "--test tag_bw --size 8 --progress poll --latency-histograms"
   "--test tag_bw --size 1m --progress poll"
   "--test am_lat --size 8 --progress poll"
   "--test am_bw --size 8 --progress poll"

@@ -147,8 +147,10 @@ struct worker_options {
     /// `listener_options::secret` overrides it.
     std::string secret;
     /// Measure how long each operation takes, by kind, for
-    /// `worker::metrics()` (`worker_metrics::latency`): two reads of a clock
-    /// per operation, the processor's time-stamp counter where the kernel
+    /// `worker::metrics()` (`worker_metrics::latency`): up to two reads of a
+    /// clock per operation (the operations that UCX completes inside one
+    /// progress call share one reading for their ends), the processor's
+    /// time-stamp counter where the kernel
     /// keeps time with it (Linux's clock source `tsc` on x86-64: about 10 ns
     /// a read), else the steady clock; the first worker that measures
     /// calibrates the counter against the steady clock (2 ms, once per

@@ -319,6 +319,8 @@ private:
     bool awaited_work_pending() const noexcept;
     /// One ucp_worker_progress call, then the stream data it brought handed out.
     unsigned progress_ucp() noexcept;
+    /// `progress_ucp` where latencies are measured.
+    unsigned progress_ucp_measured() noexcept;
     /// Whether an endpoint's graceful close is under way (shutdown's first step).
     bool closes_under_way() const noexcept;
     void cancel_safety_timer() noexcept;
@@ -384,6 +386,11 @@ private:
     bool arm_error_logged_ = false;
     /// The clock of the operations' latencies (null where none are measured).
     const tick_clock* latency_clock_ = nullptr;
+    /// Inside `progress_ucp_measured`: the operations that end share one
+    /// reading of the clock (`ends_at_`, once `ends_read_`).
+    bool ends_share_clock_ = false;
+    bool ends_read_ = false;
+    std::int64_t ends_at_ = 0;
     /// Last: most of it (the latency histograms) is cold.
     operation_counters ops_;
 };
