@@ -333,8 +333,8 @@ private:
         work_holder handler_work(std::move(self->handler_work_));
         [[maybe_unused]] const IoExecutor& io_ex = *self->io_ex_;
         const bool ok = self->succeeded();
-        auto args = ok ? Result::extract(error_code(), *self)
-                       : Result::extract(self->result_code(), *self);
+        auto args =
+            ok ? Result::extract(error_code(), *self) : Result::extract(self->result_code(), *self);
         alloc_type alloc(operation_allocator(handler, self->pool_));
         self->~handler_operation();
         std::allocator_traits<alloc_type>::deallocate(alloc, self, 1);
@@ -346,7 +346,7 @@ private:
                 // The handler's executor is the worker's. Only passes deliver
                 // by dispatch, and a pass runs on the worker's executor: do
                 // what dispatch would, without the type-erased trip through
-                // it (and without binding the arguments first).
+                // it.
                 if (d == delivery::dispatch) {
                     // On success the handler's code is a copy of one in
                     // memory whose value the compiler does not see. One it
@@ -355,13 +355,16 @@ private:
                     // the processor cannot serve from those smaller stores,
                     // which waits for them to land (seen in profiles as a
                     // third of a small send's delivery).
-                    if (ok) [[likely]]
-                        return std::apply(
-                            [&handler](const error_code&, auto&&... rest) {
-                                std::move(handler)(opaque_no_error(), std::move(rest)...);
-                            },
-                            std::move(args));
-                    return std::apply(std::move(handler), std::move(args));
+                    [handler = std::move(handler), args = std::move(args), ok]() mutable {
+                        if (ok) [[likely]]
+                            return std::apply(
+                                [&handler](const error_code&, auto&&... rest) {
+                                    std::move(handler)(opaque_no_error(), std::move(rest)...);
+                                },
+                                std::move(args));
+                        std::apply(std::move(handler), std::move(args));
+                    }();
+                    return;
                 }
                 boost::asio::post(io_ex, bind(std::move(handler), std::move(args)));
                 return;
