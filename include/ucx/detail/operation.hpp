@@ -325,6 +325,19 @@ private:
 
     static void do_complete(operation* base, delivery d) {
         auto* self = static_cast<handler_operation*>(base);
+        // On success the handler's code is a copy of one in memory whose
+        // value the compiler does not see. One it knows (an empty code) it
+        // builds field by field on the stack and then copies whole (into the
+        // arguments, the function object, the call): a load the processor
+        // cannot serve from those smaller stores, which waits for them to
+        // land (seen in profiles as a third of a small send's delivery).
+        if (self->succeeded()) [[likely]]
+            return deliver(self, d, opaque_no_error());
+        deliver(self, d, self->result_code());
+    }
+
+    [[gnu::always_inline]] static void deliver(handler_operation* self, delivery d,
+                                               const error_code& ec) {
         // Move everything out, then free the state before the upcall, so the
         // handler may start a new operation that reuses this memory.
         boost::asio::get_associated_cancellation_slot(self->handler_).clear();
@@ -332,63 +345,37 @@ private:
         // The work guard lives until the handler is dispatched or posted.
         work_holder handler_work(std::move(self->handler_work_));
         [[maybe_unused]] const IoExecutor& io_ex = *self->io_ex_;
-        const bool ok = self->succeeded();
-        auto args =
-            ok ? Result::extract(error_code(), *self) : Result::extract(self->result_code(), *self);
+        auto args = Result::extract(ec, *self);
         alloc_type alloc(operation_allocator(handler, self->pool_));
         self->~handler_operation();
         std::allocator_traits<alloc_type>::deallocate(alloc, self, 1);
 
         if (d == delivery::destroy)
             return;
+        auto bound = [handler = std::move(handler), args = std::move(args)]() mutable {
+            std::apply(std::move(handler), std::move(args));
+        };
         if constexpr (maybe_own_executor) {
             if (!handler_work) {
                 // The handler's executor is the worker's. Only passes deliver
                 // by dispatch, and a pass runs on the worker's executor: do
-                // what dispatch would, without the type-erased trip through
-                // it.
-                if (d == delivery::dispatch) {
-                    // On success the handler's code is a copy of one in
-                    // memory whose value the compiler does not see. One it
-                    // knows (an empty code) it builds field by field on
-                    // the stack and then copies whole into the call: a load
-                    // the processor cannot serve from those smaller stores,
-                    // which waits for them to land (seen in profiles as a
-                    // third of a small send's delivery).
-                    [handler = std::move(handler), args = std::move(args), ok]() mutable {
-                        if (ok) [[likely]]
-                            return std::apply(
-                                [&handler](const error_code&, auto&&... rest) {
-                                    std::move(handler)(opaque_no_error(), std::move(rest)...);
-                                },
-                                std::move(args));
-                        std::apply(std::move(handler), std::move(args));
-                    }();
-                    return;
-                }
-                boost::asio::post(io_ex, bind(std::move(handler), std::move(args)));
+                // what dispatch would, without the type-erased trip through it.
+                if (d == delivery::dispatch)
+                    bound();
+                else
+                    boost::asio::post(io_ex, std::move(bound));
                 return;
             }
-            auto bound = bind(std::move(handler), std::move(args));
             if (d == delivery::post)
                 boost::asio::post(*handler_work, std::move(bound));
             else
                 boost::asio::dispatch(*handler_work, std::move(bound));
         } else {
-            auto bound = bind(std::move(handler), std::move(args));
             if (d == delivery::post)
                 boost::asio::post(handler_work, std::move(bound));
             else
                 boost::asio::dispatch(handler_work, std::move(bound));
         }
-    }
-
-    /// The handler with its arguments, as one function object to post.
-    template <class Args>
-    static auto bind(Handler&& handler, Args&& args) {
-        return [handler = std::move(handler), args = std::move(args)]() mutable {
-            std::apply(std::move(handler), std::move(args));
-        };
     }
 
     Handler handler_;
