@@ -50,16 +50,6 @@ class remote_key_impl;
 struct am_message_state;
 struct kind_counters;
 
-/// An empty error code, read through a pointer the compiler cannot see
-/// through (so it copies the object as it is in memory, not rebuilt from
-/// values it knows): see `handler_operation::do_complete`.
-[[gnu::always_inline]] inline const error_code& opaque_no_error() noexcept {
-    static constexpr error_code none{};
-    const error_code* p = &none;
-    asm("" : "+r"(p));
-    return *p;
-}
-
 /// The type-erased base of every operation: its links in its worker's lists,
 /// its status, how it completes and how it is cancelled. What an operation
 /// produces lives in its kind (below), so no field changes meaning with the
@@ -131,14 +121,9 @@ public:
     operation* prev = nullptr;
 
     [[gnu::always_inline]] error_code result_code() const noexcept {
-        if (succeeded()) [[likely]]
+        if (status == UCS_OK && !aborted && !error) [[likely]]
             return {};
         return failure_code();
-    }
-    /// Whether it succeeded (`result_code()` is empty; it may be empty
-    /// otherwise too, see `failure_code`).
-    [[gnu::always_inline]] bool succeeded() const noexcept {
-        return status == UCS_OK && !aborted && !error;
     }
 
 private:
@@ -325,19 +310,6 @@ private:
 
     static void do_complete(operation* base, delivery d) {
         auto* self = static_cast<handler_operation*>(base);
-        // On success the handler's code is a copy of one in memory whose
-        // value the compiler does not see. One it knows (an empty code) it
-        // builds field by field on the stack and then copies whole (into the
-        // arguments, the function object, the call): a load the processor
-        // cannot serve from those smaller stores, which waits for them to
-        // land (seen in profiles as a third of a small send's delivery).
-        if (self->succeeded()) [[likely]]
-            return deliver(self, d, opaque_no_error());
-        deliver(self, d, self->result_code());
-    }
-
-    [[gnu::always_inline]] static void deliver(handler_operation* self, delivery d,
-                                               const error_code& ec) {
         // Move everything out, then free the state before the upcall, so the
         // handler may start a new operation that reuses this memory.
         boost::asio::get_associated_cancellation_slot(self->handler_).clear();
@@ -345,6 +317,7 @@ private:
         // The work guard lives until the handler is dispatched or posted.
         work_holder handler_work(std::move(self->handler_work_));
         [[maybe_unused]] const IoExecutor& io_ex = *self->io_ex_;
+        const error_code ec = self->result_code();
         auto args = Result::extract(ec, *self);
         alloc_type alloc(operation_allocator(handler, self->pool_));
         self->~handler_operation();
