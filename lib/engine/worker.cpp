@@ -39,15 +39,19 @@ inline bool worker_impl::nothing_to_deliver() const noexcept {
     return done_head_ == nullptr && !has_deferred_;
 }
 
-inline unsigned worker_impl::progress_ucp() noexcept {
-    if (ops_.measures_latency()) [[unlikely]]
-        return progress_ucp_measured();
+inline unsigned worker_impl::progress_ucp_once() noexcept {
     const unsigned events = ucp_worker_progress(worker_);
     // Stream data that arrived goes to its stream at once (see
     // watch_streams); only workers with a stream waiting without a read look.
     if (events != 0 && streams_ != 0)
         take_stream_data_(*this);
     return events;
+}
+
+inline unsigned worker_impl::progress_ucp() noexcept {
+    if (ops_.measures_latency()) [[unlikely]]
+        return progress_ucp_measured();
+    return progress_ucp_once();
 }
 
 // Where latencies are measured: the operations that end inside one
@@ -59,9 +63,7 @@ inline unsigned worker_impl::progress_ucp() noexcept {
 [[gnu::noinline]] unsigned worker_impl::progress_ucp_measured() noexcept {
     ends_share_clock_ = true;
     ends_read_ = false;
-    const unsigned events = ucp_worker_progress(worker_);
-    if (events != 0 && streams_ != 0)
-        take_stream_data_(*this);
+    const unsigned events = progress_ucp_once();
     ends_share_clock_ = false;
     return events;
 }

@@ -317,9 +317,10 @@ private:
     bool work_pending() const noexcept;
     /// `work_pending()` less the library's standing receives (`background`).
     bool awaited_work_pending() const noexcept;
-    /// One ucp_worker_progress call, then the stream data it brought handed out.
+    /// One ucp_worker_progress call, then the stream data it brought handed
+    /// out (`progress_ucp_measured` where latencies are measured).
     unsigned progress_ucp() noexcept;
-    /// `progress_ucp` where latencies are measured.
+    unsigned progress_ucp_once() noexcept;
     unsigned progress_ucp_measured() noexcept;
     /// Whether an endpoint's graceful close is under way (shutdown's first step).
     bool closes_under_way() const noexcept;
