@@ -40,15 +40,24 @@ progress_step progress_fsm::begin(clock::time_point now) noexcept {
     return progress_step::progress;
 }
 
-progress_step progress_fsm::on_wait_queued() noexcept {
+progress_step progress_fsm::on_wait_queued(bool queued) noexcept {
+    if (!queued)
+        return end(progress_step::backoff);
     wait_queued_ = true;
-    return progress_step::arm;
+    return end(progress_step::sleep);
 }
 
 progress_step progress_fsm::on_armed(bool busy) noexcept {
     ++steps_;
     if (!busy) {
         busy_quiet_ = 0;
+        // Armed. The wait is queued only now: while the worker runs, its fd
+        // stays out of the reactor (an fd in an epoll set makes every event
+        // UCX signals on it cost the signalling peer a walk through that
+        // set's wake-up callbacks). A wait still queued from an earlier
+        // sleep (a pass that a submission started) serves again.
+        if (!wait_queued_)
+            return progress_step::queue_wait;
         return end(progress_step::sleep);
     }
     // An arm follows a quiet progress call: busy with nothing to do.

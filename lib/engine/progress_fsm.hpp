@@ -3,11 +3,13 @@
 // The engine runs "passes" on the worker's executor. A pass calls
 // ucp_worker_progress until UCX reports no more events, then either keeps
 // spinning (yield: continue in a freshly posted handler so other handlers run),
-// or queues the wait on the event fd and only then arms the worker (an edge
-// that fires before the wait is queued would be lost: Asio registers the fd
-// edge-triggered), and sleeps. `progress_fsm` makes these decisions from the
-// answers the worker gives; `run_progress_pass` executes them against a
-// backend. Tests drive both with a scripted fake worker.
+// or arms the worker and, once armed, queues the wait on the event fd and
+// sleeps. The fd is in the reactor only while a wait is queued: the backend
+// registers it with the wait, and the registration (epoll_ctl ADD) reads the
+// fd's readiness as it is made, so an event between the arm and the wait is
+// reported, not lost. `progress_fsm` makes these decisions from the answers
+// the worker gives; `run_progress_pass` executes them against a backend.
+// Tests drive both with a scripted fake worker.
 #pragma once
 
 #include <ucx/progress_mode.hpp>
@@ -21,8 +23,8 @@ namespace ucx::detail {
 /// What the engine must do next.
 enum class progress_step {
     progress,   ///< call ucp_worker_progress (and deliver completions)
-    queue_wait, ///< queue async_wait(wait_read) on the event fd
     arm,        ///< call ucp_worker_arm
+    queue_wait, ///< register the event fd and queue async_wait(wait_read) on it
     sleep,      ///< end the pass; the queued wait wakes the engine
     yield,      ///< end the pass and post a new one (spinning, or fairness)
     backoff,    ///< end the pass; a timer starts the next one after `backoff_delay()`
@@ -119,8 +121,10 @@ public:
     progress_step on_progressed(std::size_t events, bool work_pending, clock::time_point now,
                                 bool queued = false) noexcept;
 
-    /// The wait on the event fd is queued.
-    progress_step on_wait_queued() noexcept;
+    /// The wait on the event fd is queued after a successful arm (`queued`),
+    /// or could not be (the fd could not join the reactor): then the pass
+    /// backs off instead of sleeping, and polls.
+    progress_step on_wait_queued(bool queued = true) noexcept;
 
     /// ucp_worker_arm returned; `busy` for UCS_ERR_BUSY (events are pending).
     progress_step on_armed(bool busy) noexcept;
@@ -272,14 +276,12 @@ inline progress_step progress_fsm::quiet(bool work_pending, bool queued,
         return spin(now);
     }
     // The quiet progress call and the arm after it are steps: within budget,
-    // or in a fresh handler.
+    // or in a fresh handler. The wait is queued once the arm succeeded (see
+    // on_armed), even with nothing in flight: peers need this worker's
+    // progress (connection set-up, their sends) at any time.
     ++steps_;
     if (steps_ >= config_.max_steps_per_pass)
         return end(progress_step::yield);
-    // The wait stays queued even with nothing in flight: peers need this
-    // worker's progress (connection set-up, their sends) at any time.
-    if (!wait_queued_)
-        return progress_step::queue_wait;
     return progress_step::arm;
 }
 
@@ -309,8 +311,8 @@ inline progress_step progress_fsm::on_progressed(std::size_t events, bool work_p
 ///   std::size_t progress();  // ucp_worker_progress + deliver completions
 ///   bool work_pending();
 ///   bool submissions_queued(); // started from outside the executor, not run yet
-///   void queue_wait();
 ///   bool arm();              // true for UCS_ERR_BUSY
+///   bool queue_wait();       // register the fd, async_wait; false if it cannot
 ///   void post_pass();        // post run_progress_pass again
 ///   void post_pass_after(d); // run run_progress_pass again after `d`
 ///   void park();             // the spin group runs run_progress_pass in its next turn
@@ -330,12 +332,11 @@ void run_progress_pass(progress_fsm& fsm, Backend& backend) {
                                      backend.submissions_queued());
             break;
         }
-        case progress_step::queue_wait:
-            backend.queue_wait();
-            step = fsm.on_wait_queued();
-            break;
         case progress_step::arm:
             step = fsm.on_armed(backend.arm());
+            break;
+        case progress_step::queue_wait:
+            step = fsm.on_wait_queued(backend.queue_wait());
             break;
         case progress_step::sleep:
             return;

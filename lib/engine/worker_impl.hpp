@@ -290,8 +290,17 @@ private:
     bool nothing_to_deliver() const noexcept;
     /// Runs the components queued for `stage`.
     std::size_t run_stage(deferred_stage stage) noexcept;
-    void queue_wait();
+    /// Puts the event fd in the reactor (if it is not) and queues the wait
+    /// on it; false if the fd cannot join the reactor.
+    bool queue_wait();
+    /// Cancels the queued wait, if any, and takes the fd out of the reactor.
     void cancel_wait() noexcept;
+    /// The pass goes on running (it yields, backs off or parks): a wait still
+    /// queued from the last sleep is cancelled, and the fd leaves the reactor.
+    void leave_reactor() noexcept {
+        if (fsm_.wait_queued()) [[unlikely]]
+            cancel_wait();
+    }
     void start_safety_timer();
     void unlink(operation* op) noexcept;
     /// `finished`, inline in UCX's callbacks.
@@ -338,6 +347,10 @@ private:
     ucp_worker_h worker_ = nullptr;
     /// The worker's address, taken once when it opened.
     worker_address address_;
+    /// UCX's event fd, and its descriptor in the reactor: open (registered)
+    /// only from the wait queued on a successful arm until that wait
+    /// completes (see queue_wait).
+    int event_fd_ = -1;
     boost::asio::posix::stream_descriptor efd_;
     guarded_timer safety_timer_;
     /// Starts the next pass after a back-off (see progress_config).
@@ -385,6 +398,7 @@ private:
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{random_u64()};
     bool arm_error_logged_ = false;
+    bool wait_error_logged_ = false;
     /// The clock of the operations' latencies (null where none are measured).
     const tick_clock* latency_clock_ = nullptr;
     /// Inside `progress_ucp_measured`: the operations that end share one

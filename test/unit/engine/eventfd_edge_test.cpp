@@ -1,11 +1,14 @@
-// The progress engine's ordering rule (queue the wait on the event fd before
-// arming the worker), checked with a plain Linux eventfd (no UCX):
-// Asio's epoll reactor registers descriptors edge-triggered (EPOLLET) and
-// async_wait is not speculative. What that means for a wait queued after the
-// edge, with this Boost (1.81), is pinned down by the first tests (see the
-// comment on LateWaitOnStillReadableFdCompletesWithThisAsio). The last tests
-// drive the real progress_fsm with an eventfd backend whose arm() drains the
-// fd, and check that no signal is lost.
+// The progress engine's ordering rule (arm the worker, then put the event fd
+// in the reactor and queue the wait; take it out when the wait completes),
+// checked with a plain Linux eventfd (no UCX): Asio's epoll reactor
+// registers descriptors edge-triggered (EPOLLET) and async_wait is not
+// speculative. What that means for a wait queued after the edge, on a
+// descriptor that stays registered, with this Boost (1.81), is pinned down by
+// the first tests (see the comment on
+// LateWaitOnStillReadableFdCompletesWithThisAsio); what a fresh registration
+// sees, by FreshRegistrationReportsAnFdAlreadyReadable. The last tests drive
+// the real progress_fsm with an eventfd backend whose arm() drains the fd,
+// and check that no signal is lost.
 #include "engine/progress_fsm.hpp"
 
 #include <boost/asio/io_context.hpp>
@@ -96,8 +99,10 @@ void warm_up(asio::io_context& io, descriptor& sd, int fd) {
 // edge if it is readable (RawEpollModRearmsAnEdgeTriggeredFd shows the kernel
 // side). So with this Asio a late wait is only missed when the fd stops being
 // readable before the wait is queued - e.g. when something (ucp_worker_arm)
-// drains it - and queueing the wait before arming remains the order that does
-// not depend on reactor internals (older Asio versions, other reactors).
+// drains it. The engine does not rely on the MOD: its fd is in the reactor
+// only while it sleeps, and joins it after the arm, and a fresh registration
+// (EPOLL_CTL_ADD) reads the readiness by the kernel's own rule
+// (FreshRegistrationReportsAnFdAlreadyReadable).
 TEST(EventfdEdge, LateWaitOnStillReadableFdCompletesWithThisAsio) {
     asio::io_context io;
     const int fd = make_eventfd();
@@ -158,6 +163,45 @@ TEST(EventfdEdge, LateWaitAfterDrainWaitsForTheNextSignal) {
     EXPECT_TRUE(fired);
 }
 
+// The engine's order: the fd is drained (armed) while in no epoll set, an
+// event comes, and only then does the fd join the reactor (epoll_ctl ADD,
+// through assign) and the wait is queued. The registration reads the fd's
+// readiness as it is made: the wait completes without a new signal. Taken
+// out again (release: EPOLL_CTL_DEL, the fd stays open), and added again with
+// nothing to read, the wait waits for the next signal.
+TEST(EventfdEdge, FreshRegistrationReportsAnFdAlreadyReadable) {
+    asio::io_context io;
+    const int fd = make_eventfd();
+    descriptor sd(io);
+    for (int round = 0; round < 3; ++round) {
+        EXPECT_EQ(drain_fd(fd), 0u);
+        signal_fd(fd); // after the "arm", before the registration
+        sd.assign(fd);
+        bool fired = false;
+        sd.async_wait(descriptor::wait_read, [&](const boost::system::error_code& ec) {
+            EXPECT_FALSE(ec);
+            fired = true;
+        });
+        io.restart();
+        io.run_for(1s);
+        EXPECT_TRUE(fired) << "round " << round;
+        EXPECT_EQ(sd.release(), fd);
+        EXPECT_EQ(drain_fd(fd), 1u);
+    }
+    sd.assign(fd);
+    bool fired = false;
+    sd.async_wait(descriptor::wait_read, [&](const boost::system::error_code&) { fired = true; });
+    io.restart();
+    io.run_for(50ms);
+    EXPECT_FALSE(fired) << "nothing to read: the wait waits";
+    signal_fd(fd);
+    io.restart();
+    io.run_for(1s);
+    EXPECT_TRUE(fired);
+    sd.release();
+    ::close(fd);
+}
+
 // The kernel side of the above, without Asio: an EPOLLET registration reports
 // an edge once, even while the fd stays readable; EPOLL_CTL_MOD re-arms it.
 TEST(EventfdEdge, RawEpollModRearmsAnEdgeTriggeredFd) {
@@ -209,14 +253,21 @@ TEST(EventfdEdge, WaitQueuedFirstIsWoken) {
     }
 }
 
-// (c) The engine's ordering against the eventfd: queue_wait() does the real
-// async_wait, arm() reads the eventfd dry (as ucp_worker_arm consumes the
-// events of its fd) and answers BUSY when events arrived since the last
-// progress. Signals come right after arm.
+// (c) The engine's ordering against the eventfd: queue_wait() puts the fd in
+// the reactor and does the real async_wait, as the worker does, and the wait's
+// completion takes it out again; arm() reads the eventfd dry (as
+// ucp_worker_arm consumes the events of its fd) and answers BUSY when events
+// arrived since the last progress. Signals come right after arm, before the
+// wait is queued.
 class eventfd_engine {
 public:
     eventfd_engine(asio::io_context& io, std::uint64_t n)
-        : io_(io), fd_(make_eventfd()), sd_(io, fd_), n_(n) {}
+        : io_(io), fd_(make_eventfd()), sd_(io), n_(n) {}
+    ~eventfd_engine() {
+        if (sd_.is_open())
+            sd_.release();
+        ::close(fd_);
+    }
 
     // ---- the backend of run_progress_pass
     std::size_t progress() {
@@ -231,19 +282,23 @@ public:
     bool work_pending() const { return consumed < n_; }
     bool submissions_queued() const { return false; }
     void relax() {}
-    void queue_wait() {
+    bool queue_wait() {
+        EXPECT_GT(arms_ok.load(), queued_waits) << "a wait queued without a successful arm";
         ++queued_waits;
+        if (!sd_.is_open())
+            sd_.assign(fd_);
         sd_.async_wait(descriptor::wait_read, [this](const boost::system::error_code& ec) {
             fsm.on_wait_done();
             if (ec)
                 return;
+            sd_.release();
             ++wakeups;
             if (!fsm.pass_scheduled() && !fsm.in_pass())
                 run_pass();
         });
+        return true;
     }
     bool arm() {
-        EXPECT_TRUE(fsm.wait_queued()) << "armed before the wait was queued";
         drain_fd(fd_);
         if (produced_.load() != consumed) {
             ++busy;

@@ -102,7 +102,9 @@ struct fake_backend {
     bool stop = false;
     std::size_t pass_start = 0;
     bool double_wait = false;  // queue_wait while a wait was already queued
-    bool arm_unwaited = false; // arm without a queued wait
+    bool wait_unarmed = false; // queue_wait not right after a successful arm
+    // Per queue_wait: whether the fd joins the reactor (then the default).
+    std::deque<bool> wait_script{};
 
     std::size_t progress() {
         std::size_t n = progress_default;
@@ -139,15 +141,21 @@ struct fake_backend {
         pending_answers.push_back(p);
         return p;
     }
-    void queue_wait() {
+    bool queue_wait() {
         if (wait_queued)
             double_wait = true;
-        wait_queued = true;
+        if (calls.empty() || !(calls.back() == ARM_OK))
+            wait_unarmed = true;
         calls.push_back(QW);
+        bool ok = true;
+        if (!wait_script.empty()) {
+            ok = wait_script.front();
+            wait_script.pop_front();
+        }
+        wait_queued = ok;
+        return ok;
     }
     bool arm() {
-        if (!wait_queued)
-            arm_unwaited = true;
         bool b = busy_default;
         if (!busy_script.empty()) {
             b = busy_script.front();
@@ -223,18 +231,18 @@ std::size_t engine_calls(const std::vector<call>& calls) {
 
 // ---------------------------------------------------------------- event mode
 
-TEST(ProgressFsm, EventModeProgressesUntilQuietThenWaitsThenArms) {
+TEST(ProgressFsm, EventModeProgressesUntilQuietThenArmsThenWaits) {
     progress_fsm fsm(cfg(progress_mode::event));
     fake_backend b{fsm};
     b.progress_script = {3, 1, 0};
     EXPECT_TRUE(fsm.request(clock_type::now()));
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(3), P(1), P(0), QW, ARM_OK})) << str(calls);
+    EXPECT_EQ(calls, (std::vector<call>{P(3), P(1), P(0), ARM_OK, QW})) << str(calls);
     EXPECT_TRUE(fsm.armed());
     EXPECT_TRUE(fsm.wait_queued());
     EXPECT_FALSE(fsm.in_pass());
     EXPECT_FALSE(fsm.pass_scheduled());
-    EXPECT_FALSE(b.arm_unwaited);
+    EXPECT_FALSE(b.wait_unarmed);
 }
 
 TEST(ProgressFsm, SecondPassWithWaitQueuedArmsWithoutQueueingAgain) {
@@ -249,7 +257,7 @@ TEST(ProgressFsm, SecondPassWithWaitQueuedArmsWithoutQueueingAgain) {
     EXPECT_TRUE(fsm.armed());
 }
 
-TEST(ProgressFsm, WakeUpQueuesTheWaitAgainBeforeArming) {
+TEST(ProgressFsm, WakeUpQueuesTheWaitAgainAfterArming) {
     progress_fsm fsm(cfg(progress_mode::event));
     fake_backend b{fsm};
     b.pass();
@@ -257,7 +265,7 @@ TEST(ProgressFsm, WakeUpQueuesTheWaitAgainBeforeArming) {
     EXPECT_FALSE(fsm.wait_queued());
     b.progress_script = {2, 0};
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(2), P(0), QW, ARM_OK})) << str(calls);
+    EXPECT_EQ(calls, (std::vector<call>{P(2), P(0), ARM_OK, QW})) << str(calls);
     EXPECT_TRUE(fsm.wait_queued());
 }
 
@@ -268,12 +276,12 @@ TEST(ProgressFsm, SpuriousWakeUpArmsAndSleepsAgain) {
     for (int i = 0; i < 5; ++i) {
         b.wake(); // nothing happened, but the fd said readable
         const auto calls = b.pass();
-        EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_OK})) << str(calls);
+        EXPECT_EQ(calls, (std::vector<call>{P(0), ARM_OK, QW})) << str(calls);
         EXPECT_TRUE(fsm.armed());
         EXPECT_TRUE(fsm.wait_queued());
     }
     EXPECT_FALSE(b.double_wait);
-    EXPECT_FALSE(b.arm_unwaited);
+    EXPECT_FALSE(b.wait_unarmed);
 }
 
 TEST(ProgressFsm, StepByStepDecisions) {
@@ -282,16 +290,42 @@ TEST(ProgressFsm, StepByStepDecisions) {
     EXPECT_EQ(fsm.begin(t), progress_step::progress);
     EXPECT_TRUE(fsm.in_pass());
     EXPECT_EQ(fsm.on_progressed(1, true, t), progress_step::progress);
-    EXPECT_EQ(fsm.on_progressed(0, true, t), progress_step::queue_wait);
-    EXPECT_FALSE(fsm.wait_queued());
-    EXPECT_EQ(fsm.on_wait_queued(), progress_step::arm);
-    EXPECT_TRUE(fsm.wait_queued());
-    EXPECT_FALSE(fsm.armed());
-    EXPECT_EQ(fsm.on_armed(true), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(0, true, t), progress_step::arm);
-    EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+    // Busy: no wait yet, progress again.
+    EXPECT_EQ(fsm.on_armed(true), progress_step::progress);
+    EXPECT_FALSE(fsm.wait_queued());
+    EXPECT_EQ(fsm.on_progressed(0, true, t), progress_step::arm);
+    // Armed: the wait is queued only now, and the pass then sleeps.
+    EXPECT_EQ(fsm.on_armed(false), progress_step::queue_wait);
+    EXPECT_FALSE(fsm.wait_queued());
+    EXPECT_FALSE(fsm.armed());
+    EXPECT_EQ(fsm.on_wait_queued(), progress_step::sleep);
+    EXPECT_TRUE(fsm.wait_queued());
     EXPECT_TRUE(fsm.armed());
     EXPECT_FALSE(fsm.in_pass());
+    // A later pass with the wait still queued sleeps on it after arming.
+    EXPECT_TRUE(fsm.request(t));
+    EXPECT_EQ(fsm.begin(t), progress_step::progress);
+    EXPECT_EQ(fsm.on_progressed(0, true, t), progress_step::arm);
+    EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+}
+
+TEST(ProgressFsm, AWaitThatCannotBeQueuedBacksOffInsteadOfSleeping) {
+    // The fd could not join the reactor: nothing would wake the worker, so
+    // it polls on the back-off timer, and tries to queue the wait again
+    // when it next arms.
+    progress_fsm fsm(cfg(progress_mode::event));
+    fake_backend b{fsm};
+    b.wait_script = {false, false};
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), ARM_OK, QW, BACKOFF(20us)}));
+    EXPECT_FALSE(fsm.wait_queued());
+    EXPECT_FALSE(fsm.armed());
+    EXPECT_TRUE(fsm.pass_scheduled());
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), ARM_OK, QW, BACKOFF(40us)}));
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), ARM_OK, QW}));
+    EXPECT_TRUE(fsm.wait_queued());
+    EXPECT_TRUE(fsm.armed());
+    EXPECT_FALSE(b.wait_unarmed);
 }
 
 TEST(ProgressFsm, StoppedBackendEndsThePassAtOnce) {
@@ -312,16 +346,18 @@ TEST(ProgressFsm, BusyArmProgressesAgainUntilArmSucceeds) {
     fake_backend b{fsm};
     b.busy_script = {true, true, true, true, true};
     const auto calls = b.pass();
-    std::vector<call> expected{P(0), QW};
+    std::vector<call> expected{P(0)};
     for (int i = 0; i < 5; ++i) {
         expected.push_back(ARM_BUSY);
         expected.push_back(P(0));
     }
     expected.push_back(ARM_OK);
+    expected.push_back(QW);
     EXPECT_EQ(calls, expected) << str(calls);
     EXPECT_TRUE(fsm.armed());
-    // Exactly one queue_wait: the wait stays queued across BUSY answers.
+    // Exactly one queue_wait, after the arm that succeeded.
     EXPECT_FALSE(b.double_wait);
+    EXPECT_FALSE(b.wait_unarmed);
 }
 
 TEST(ProgressFsm, BusyStreakLongerThanMaxStepsYields) {
@@ -343,12 +379,12 @@ TEST(ProgressFsm, BusyStreakLongerThanMaxStepsYields) {
         const auto again = b.pass();
         EXPECT_EQ(again.back(), POST);
         EXPECT_LE(engine_calls(again), max_steps);
-        // No second wait while the first one is still queued.
+        // No wait while the arms are busy.
         EXPECT_EQ(std::count(again.begin(), again.end(), QW), 0);
     }
     b.busy_default = false;
     const auto last = b.pass();
-    EXPECT_EQ(last, (std::vector<call>{P(0), ARM_OK})) << str(last);
+    EXPECT_EQ(last, (std::vector<call>{P(0), ARM_OK, QW})) << str(last);
     EXPECT_TRUE(fsm.armed());
     EXPECT_FALSE(fsm.pass_scheduled());
     EXPECT_FALSE(b.double_wait);
@@ -363,8 +399,8 @@ TEST(ProgressFsm, BusyArmsWithNothingToDoBackOffInsteadOfYielding) {
     fake_backend b{fsm};
     b.busy_default = true;
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_BUSY, P(0), ARM_BUSY, P(0), ARM_BUSY,
-                                        BACKOFF(20us)}))
+    EXPECT_EQ(calls,
+              (std::vector<call>{P(0), ARM_BUSY, P(0), ARM_BUSY, P(0), ARM_BUSY, BACKOFF(20us)}))
         << str(calls);
     EXPECT_FALSE(fsm.armed());
     // The timed pass counts as scheduled: requests are coalesced into it.
@@ -396,8 +432,8 @@ TEST(ProgressFsm, BusyArmsBetweenEventsOrASuccessfulArmDoNotBackOff) {
     b.progress_script = {0, 1, 0, 1, 0, 1, 0};
     b.busy_script = {true, true, true, false};
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_BUSY, P(1), P(0), ARM_BUSY, P(1), P(0),
-                                        ARM_BUSY, P(1), P(0), ARM_OK}))
+    EXPECT_EQ(calls, (std::vector<call>{P(0), ARM_BUSY, P(1), P(0), ARM_BUSY, P(1), P(0), ARM_BUSY,
+                                        P(1), P(0), ARM_OK, QW}))
         << str(calls);
     EXPECT_TRUE(fsm.armed());
     // One busy arm, then a successful one (a sleep): no streak is left.
@@ -471,7 +507,7 @@ TEST(ProgressFsm, RequestDuringProgressForcesAnotherProgressBeforeArm) {
     b.progress_script = {0, 0};
     b.request_script = {true, false};
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(0), P(0), QW, ARM_OK})) << str(calls);
+    EXPECT_EQ(calls, (std::vector<call>{P(0), P(0), ARM_OK, QW})) << str(calls);
     EXPECT_FALSE(fsm.pass_scheduled());
     EXPECT_TRUE(fsm.armed());
 }
@@ -482,7 +518,7 @@ TEST(ProgressFsm, RequestDuringProgressAfterBusyArm) {
     b.busy_script = {true};
     b.request_script = {false, true, true, false};
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_BUSY, P(0), P(0), P(0), ARM_OK}))
+    EXPECT_EQ(calls, (std::vector<call>{P(0), ARM_BUSY, P(0), P(0), P(0), ARM_OK, QW}))
         << str(calls);
 }
 
@@ -492,7 +528,7 @@ TEST(ProgressFsm, RequestDuringProgressWithoutWorkStillProgressesFirst) {
     b.pending_default = false;
     b.request_script = {true, false};
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(0), P(0), QW, ARM_OK})) << str(calls);
+    EXPECT_EQ(calls, (std::vector<call>{P(0), P(0), ARM_OK, QW})) << str(calls);
 }
 
 // Event mode keeps the wait queued and the worker armed with nothing in flight:
@@ -502,7 +538,7 @@ TEST(ProgressFsm, NoWorkPendingStillArmsInEventMode) {
     fake_backend b{fsm};
     b.pending_default = false;
     EXPECT_TRUE(fsm.request(clock_type::now()));
-    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), QW, ARM_OK}));
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), ARM_OK, QW}));
     EXPECT_TRUE(fsm.wait_queued());
     EXPECT_TRUE(fsm.armed());
     EXPECT_FALSE(fsm.pass_scheduled());
@@ -593,7 +629,7 @@ TEST(ProgressFsm, PollModeSleepsArmedWithoutWork) {
     b.pending_default = false;
     b.progress_script = {1, 0};
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(1), P(0), QW, ARM_OK})) << str(calls);
+    EXPECT_EQ(calls, (std::vector<call>{P(1), P(0), ARM_OK, QW})) << str(calls);
     EXPECT_FALSE(fsm.pass_scheduled());
     EXPECT_TRUE(fsm.armed());
     // Work submitted later: poll mode spins again, without arming.
@@ -627,7 +663,7 @@ TEST(ProgressFsm, SharedPollModeParksAfterOneQuietCallInsteadOfSpinning) {
     // Nothing in flight: poll mode arms and sleeps, parked in no group.
     b.pending_default = false;
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_OK})) << str(calls);
+    EXPECT_EQ(calls, (std::vector<call>{P(0), ARM_OK, QW})) << str(calls);
     EXPECT_FALSE(fsm.pass_scheduled());
     EXPECT_TRUE(fsm.armed());
 }
@@ -645,9 +681,9 @@ TEST(ProgressFsm, SharedHybridParksWithinTheSpinWindowAndKeepsIt) {
         EXPECT_EQ(fsm.on_progressed(0, false, t0 + t), progress_step::park);
     }
     EXPECT_EQ(fsm.begin(t0 + 100us), progress_step::progress);
-    EXPECT_EQ(fsm.on_progressed(0, false, t0 + 100us), progress_step::queue_wait);
-    EXPECT_EQ(fsm.on_wait_queued(), progress_step::arm);
-    EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+    EXPECT_EQ(fsm.on_progressed(0, false, t0 + 100us), progress_step::arm);
+    EXPECT_EQ(fsm.on_armed(false), progress_step::queue_wait);
+    EXPECT_EQ(fsm.on_wait_queued(), progress_step::sleep);
     EXPECT_FALSE(fsm.pass_scheduled());
 }
 
@@ -740,7 +776,7 @@ TEST(ProgressFsm, EventPassArmsWithASubmissionQueued) {
     progress_fsm fsm(cfg(progress_mode::event));
     fake_backend b{fsm};
     b.queued = true;
-    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), QW, ARM_OK}));
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), ARM_OK, QW}));
 }
 
 TEST(ProgressFsm, APassThatDeliveredArmsWhereItWouldNotSpin) {
@@ -753,7 +789,7 @@ TEST(ProgressFsm, APassThatDeliveredArmsWhereItWouldNotSpin) {
         b.progress_script = {1};
         b.deliver_script = {true};
         const auto calls = b.pass();
-        EXPECT_EQ(calls, (std::vector<call>{P(1), P(0), QW, ARM_OK})) << str(calls);
+        EXPECT_EQ(calls, (std::vector<call>{P(1), P(0), ARM_OK, QW})) << str(calls);
     }
 }
 
@@ -780,14 +816,14 @@ TEST(ProgressFsm, YieldCpuLeavesSleepingAndSharingAlone) {
     c.yield_cpu = true;
     progress_fsm fsm(c);
     fake_backend b{fsm};
-    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), QW, ARM_OK}));
+    EXPECT_EQ(b.pass(), (std::vector<call>{P(0), ARM_OK, QW}));
     // Poll mode with nothing awaited arms and sleeps.
     progress_config p = cfg(progress_mode::poll);
     p.yield_cpu = true;
     progress_fsm poll(p);
     fake_backend pb{poll};
     pb.pending_default = false;
-    EXPECT_EQ(pb.pass(), (std::vector<call>{P(0), QW, ARM_OK}));
+    EXPECT_EQ(pb.pass(), (std::vector<call>{P(0), ARM_OK, QW}));
     // A worker of a spin group parks: the group's turn moves to its next
     // member, which is what the processor would be yielded to.
     progress_fsm shared(p);
@@ -815,7 +851,7 @@ TEST(ProgressFsm, HybridWithZeroSpinArms) {
     progress_fsm fsm(cfg(progress_mode::hybrid, 64, 0ns));
     fake_backend b{fsm};
     const auto calls = b.pass();
-    EXPECT_EQ(calls, (std::vector<call>{P(0), QW, ARM_OK})) << str(calls);
+    EXPECT_EQ(calls, (std::vector<call>{P(0), ARM_OK, QW})) << str(calls);
     EXPECT_TRUE(fsm.armed());
 }
 
@@ -834,9 +870,9 @@ TEST(ProgressFsm, HybridSpinWindowWithExplicitTimes) {
     EXPECT_EQ(fsm.on_progressed(0, true, at(98us)), progress_step::progress);
     EXPECT_EQ(fsm.on_progressed(0, true, at(99us)), progress_step::yield);
     EXPECT_EQ(fsm.begin(at(100us)), progress_step::progress);
-    EXPECT_EQ(fsm.on_progressed(0, true, at(100us)), progress_step::queue_wait);
-    EXPECT_EQ(fsm.on_wait_queued(), progress_step::arm);
-    EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+    EXPECT_EQ(fsm.on_progressed(0, true, at(100us)), progress_step::arm);
+    EXPECT_EQ(fsm.on_armed(false), progress_step::queue_wait);
+    EXPECT_EQ(fsm.on_wait_queued(), progress_step::sleep);
 
     // Activity (events) restarts the window.
     EXPECT_TRUE(fsm.request(at(1000us)));
@@ -881,9 +917,9 @@ int pass_until_sleep(progress_fsm& fsm, clock_type::time_point begin_at,
             ++spun;
             continue;
         }
-        EXPECT_EQ(s, progress_step::queue_wait);
-        EXPECT_EQ(fsm.on_wait_queued(), progress_step::arm);
-        EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+        EXPECT_EQ(s, progress_step::arm);
+        EXPECT_EQ(fsm.on_armed(false), progress_step::queue_wait);
+        EXPECT_EQ(fsm.on_wait_queued(), progress_step::sleep);
         return spun;
     }
     ADD_FAILURE() << "the pass did not sleep";
@@ -971,9 +1007,9 @@ TEST(ProgressFsm, AdaptiveWindowReopensWhenWakeUpsComeSoonAfterSleeping) {
         // Sleep at the next quiet call past the window.
         const auto sleep_at = t + fsm.spin_window() + 1ns;
         const progress_step s = fsm.on_progressed(0, true, sleep_at);
-        EXPECT_EQ(s, progress_step::queue_wait);
-        EXPECT_EQ(fsm.on_wait_queued(), progress_step::arm);
-        EXPECT_EQ(fsm.on_armed(false), progress_step::sleep);
+        EXPECT_EQ(s, progress_step::arm);
+        EXPECT_EQ(fsm.on_armed(false), progress_step::queue_wait);
+        EXPECT_EQ(fsm.on_wait_queued(), progress_step::sleep);
         t = sleep_at;
     }
     // A wake-up long after the sleep leaves the window alone.
@@ -1060,7 +1096,7 @@ void run_random_passes(progress_mode mode, std::uint64_t seed, int passes, outco
         ASSERT_FALSE(calls.empty()) << trace;
         EXPECT_EQ(calls.front().k, kind::progress) << trace;
         EXPECT_FALSE(fsm.in_pass());
-        EXPECT_FALSE(b.arm_unwaited) << "arm without a queued wait: " << trace;
+        EXPECT_FALSE(b.wait_unarmed) << "a wait queued without a successful arm: " << trace;
         EXPECT_FALSE(b.double_wait) << "two waits queued: " << trace;
 
         // Index of the last progress call.
@@ -1083,22 +1119,25 @@ void run_random_passes(progress_mode mode, std::uint64_t seed, int passes, outco
                 ASSERT_LT(i + 1, calls.size()) << trace;
                 EXPECT_TRUE(calls[i + 1].k == kind::progress || calls[i + 1] == POST) << trace;
             }
-            // queue_wait is always directly followed by arm (wait-before-arm).
+            // queue_wait always directly follows a successful arm, and ends the pass.
             if (calls[i] == QW) {
-                ASSERT_LT(i + 1, calls.size()) << trace;
-                EXPECT_EQ(calls[i + 1].k, kind::arm) << trace;
+                ASSERT_GE(i, 1u) << trace;
+                EXPECT_EQ(calls[i - 1], ARM_OK) << trace;
+                EXPECT_EQ(i + 1, calls.size()) << trace;
             }
         }
 
         const call end = calls.back();
-        if (end == ARM_OK) {
+        if (end == ARM_OK || end == QW) {
             last = progress_step::sleep;
             ++counts.sleep;
-            // (a) asleep: [queue_wait or quiet progress] then arm OK, the wait queued,
-            // no request injected during or after the last progress call.
-            ASSERT_GE(calls.size(), 2u) << trace;
-            const call before = calls[calls.size() - 2];
-            EXPECT_TRUE(before == QW || before == P(0)) << trace;
+            // (a) asleep: a quiet progress, then arm OK, then the wait queued
+            // unless one still was; no request injected during or after the
+            // last progress call.
+            const std::size_t arm_at = calls.size() - (end == QW ? 2 : 1);
+            ASSERT_GE(arm_at, 1u) << trace;
+            EXPECT_EQ(calls[arm_at], ARM_OK) << trace;
+            EXPECT_EQ(calls[arm_at - 1], P(0)) << trace;
             EXPECT_EQ(calls[last_progress], P(0)) << trace;
             for (std::size_t at : b.request_at)
                 EXPECT_LT(at, base + last_progress) << "slept with a request pending: " << trace;
