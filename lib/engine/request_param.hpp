@@ -74,6 +74,14 @@ inline void add_reply_buffer(ucp_request_param_t& p, void* reply) noexcept {
     p.reply_buffer = reply;
 }
 
+/// UCX keeps the request in `request`, which has UCX's request size
+/// (`ucp_context_attr_t::request_size`) free before it, instead of taking
+/// one from its own pool; the request is never given to ucp_request_free.
+inline void add_request(ucp_request_param_t& p, void* request) noexcept {
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_REQUEST;
+    p.request = request;
+}
+
 /// Completion always goes through the callback, never inline at submission.
 inline void add_no_immediate_completion(ucp_request_param_t& p) noexcept {
     p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;

@@ -293,6 +293,21 @@ private:
     /// Puts the event fd in the reactor (if it is not) and queues the wait
     /// on it; false if the fd cannot join the reactor.
     bool queue_wait();
+    /// Memory for a UCX request that the worker keeps (`add_request`), or
+    /// null where none can be had (UCX then takes one from its pool).
+    void* take_request() noexcept {
+        if (void* r = free_requests_) [[likely]] {
+            free_requests_ = *static_cast<void**>(r);
+            return r;
+        }
+        return new_request();
+    }
+    /// Gives back what `take_request` returned, once UCX is done with it.
+    void give_request(void* r) noexcept {
+        *static_cast<void**>(r) = free_requests_;
+        free_requests_ = r;
+    }
+    void* new_request() noexcept;
     /// Cancels the queued wait, if any, and takes the fd out of the reactor.
     void cancel_wait() noexcept;
     /// The pass goes on running (it yields, backs off or parks): a wait still
@@ -398,6 +413,13 @@ private:
     std::vector<worker_resource*> resources_;
     std::mt19937_64 rng_{random_u64()};
     bool arm_error_logged_ = false;
+    /// The requests of the worker's own (take_request): UCX's request size,
+    /// the free ones (linked through their first word), and every block,
+    /// freed with the worker (after ucp_worker_destroy: a request UCX never
+    /// completed stays UCX's until then).
+    std::size_t ucp_request_size_ = 0;
+    void* free_requests_ = nullptr;
+    std::vector<std::unique_ptr<std::byte[]>> request_blocks_;
     bool wait_error_logged_ = false;
     /// The clock of the operations' latencies (null where none are measured).
     const tick_clock* latency_clock_ = nullptr;

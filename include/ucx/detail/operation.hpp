@@ -111,6 +111,9 @@ public:
     /// made before its endpoint's graceful close began: the close, which
     /// waits for it, lets it through.
     bool held_send = false;
+    /// `request` is memory of the worker's own (a tag receive's), given back
+    /// to the worker when the operation is delivered, not to ucp_request_free.
+    bool owns_request = false;
 
     /// When it started (in the ticks of the worker's latency clock), where
     /// the worker measures latencies (`worker_options::latency_histograms`).
