@@ -82,49 +82,44 @@ TEST_P(event_fd_test, is_in_the_reactor_only_while_the_worker_sleeps) {
     // first round's operations start outside the workers' passes, which then
     // run while the wait of the first sleep may still be queued.)
     ucx::endpoint to_b(a, b.address());
+    ucx::endpoint to_a(b, a.address());
+    struct side {
+        ucx::worker& w;
+        int fd;
+        ucx::endpoint& out;
+        ucx::tag_t in_tag, out_tag;
+        int received = 0;
+        std::uint64_t got = 0;
+    };
+    side pinger{a, afd, to_b, 2, 1}, ponger{b, bfd, to_a, 1, 2};
     constexpr int rounds = 200;
-    int pings = 0, pongs = 0, registered_in_handler = 0;
-    std::uint64_t ping = 0, pong = 0;
     const std::uint64_t token = 42;
-    std::function<void()> post_ping_recv, post_pong_recv, send_ping;
-    std::optional<ucx::endpoint> to_a;
-    send_ping = [&] {
-        ucx::async_tag_send(to_b, asio::buffer(&token, sizeof token), 1,
+    int registered_in_handler = 0;
+    const auto send = [&](side& s) {
+        ucx::async_tag_send(s.out, asio::buffer(&token, sizeof token), s.out_tag,
                             [](ucx::error_code ec, std::size_t) { EXPECT_FALSE(ec); });
     };
-    post_ping_recv = [&] {
-        ucx::async_tag_recv(b, asio::buffer(&ping, sizeof ping), 1, ucx::tag_mask_full,
-                            [&](ucx::error_code ec, std::size_t, ucx::tag_t) {
+    std::function<void(side&)> post_recv = [&](side& s) {
+        ucx::async_tag_recv(s.w, asio::buffer(&s.got, sizeof s.got), s.in_tag, ucx::tag_mask_full,
+                            [&, me = &s](ucx::error_code ec, std::size_t, ucx::tag_t) {
                                 ASSERT_FALSE(ec);
-                                if (pings++ > 0 && !epoll_sets_watching(bfd).empty())
+                                if (me->received++ > 0 && !epoll_sets_watching(me->fd).empty())
                                     ++registered_in_handler;
-                                if (pings < rounds)
-                                    post_ping_recv();
-                                ucx::async_tag_send(
-                                    *to_a, asio::buffer(&token, sizeof token), 2,
-                                    [](ucx::error_code ec, std::size_t) { EXPECT_FALSE(ec); });
+                                if (me->received < rounds)
+                                    post_recv(*me);
+                                // Every ping is answered; every pong but the last
+                                // is followed by the next ping.
+                                if (me == &ponger || me->received < rounds)
+                                    send(*me);
                             });
     };
-    post_pong_recv = [&] {
-        ucx::async_tag_recv(a, asio::buffer(&pong, sizeof pong), 2, ucx::tag_mask_full,
-                            [&](ucx::error_code ec, std::size_t, ucx::tag_t) {
-                                ASSERT_FALSE(ec);
-                                if (pongs++ > 0 && !epoll_sets_watching(afd).empty())
-                                    ++registered_in_handler;
-                                if (pongs < rounds) {
-                                    post_pong_recv();
-                                    send_ping();
-                                }
-                            });
-    };
-    to_a.emplace(b, a.address());
-    post_ping_recv();
-    post_pong_recv();
-    send_ping();
-    ASSERT_TRUE(run_until(io, [&] { return pongs == rounds; }));
-    EXPECT_EQ(pings, rounds);
-    EXPECT_EQ(ping, token);
-    EXPECT_EQ(pong, token);
+    post_recv(ponger);
+    post_recv(pinger);
+    send(pinger);
+    ASSERT_TRUE(run_until(io, [&] { return pinger.received == rounds; }));
+    EXPECT_EQ(ponger.received, rounds);
+    EXPECT_EQ(ponger.got, token);
+    EXPECT_EQ(pinger.got, token);
     EXPECT_EQ(registered_in_handler, 0)
         << "a handler ran while its worker's fd was in an epoll set besides UCX's";
 
