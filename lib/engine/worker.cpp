@@ -381,12 +381,16 @@ void worker_impl::tag_recv(tag_recv_op* op, void* data, std::size_t size, ucp_ta
     if (own) [[likely]]
         add_request(param, own);
     ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, data, size, tag, mask, &param);
-    if (own) [[likely]] {
-        if (UCS_PTR_IS_PTR(r)) [[likely]]
-            op->owns_request = true;
-        else
-            give_request(own); // refused: UCX did not keep it
+    if (UCS_PTR_IS_PTR(r)) [[likely]] {
+        // `submitted`'s common case, inline (once per receive). Nothing can
+        // have asked for its cancellation since the check above.
+        op->request = r;
+        op->owns_request = own != nullptr;
+        request_progress();
+        return;
     }
+    if (own)
+        give_request(own); // refused: UCX did not keep it
     submitted(op, r);
 }
 

@@ -40,7 +40,33 @@ public:
     /// A block of at least `n` bytes. The pool's blocks are as large as the
     /// largest request so far (`min_block` at least): a larger request
     /// retires the free ones.
-    void* allocate(std::size_t n) {
+    [[gnu::always_inline]] void* allocate(std::size_t n) {
+        if (n <= size_) [[likely]] {
+            if (node* b = free_) [[likely]] {
+                free_ = b->next;
+                --kept_;
+                return b;
+            }
+        }
+        return allocate_slow(n);
+    }
+
+    void deallocate(void* p, std::size_t) noexcept {
+        std::byte* base = static_cast<std::byte*>(p) - header;
+        const std::size_t size = *reinterpret_cast<std::size_t*>(base);
+        if (size != size_ || kept_ == keep_limit) [[unlikely]]
+            return ::operator delete(base);
+        free_ = new (p) node{free_};
+        ++kept_;
+    }
+
+    /// Free blocks held now.
+    std::size_t kept() const noexcept { return kept_; }
+
+private:
+    /// `allocate` with no free block of the size: out of line, so that the
+    /// common case inlines into every initiating function.
+    [[gnu::noinline]] void* allocate_slow(std::size_t n) {
         if (n > size_) {
             drop();
             const std::size_t rounded = (n + header - 1) / header * header;
@@ -56,19 +82,6 @@ public:
         return base + header;
     }
 
-    void deallocate(void* p, std::size_t) noexcept {
-        std::byte* base = static_cast<std::byte*>(p) - header;
-        const std::size_t size = *reinterpret_cast<std::size_t*>(base);
-        if (size != size_ || kept_ == keep_limit)
-            return ::operator delete(base);
-        free_ = new (p) node{free_};
-        ++kept_;
-    }
-
-    /// Free blocks held now.
-    std::size_t kept() const noexcept { return kept_; }
-
-private:
     /// Each block starts with its size (a multiple of this), before the
     /// bytes handed out.
     static constexpr std::size_t header = __STDCPP_DEFAULT_NEW_ALIGNMENT__;

@@ -283,10 +283,17 @@ private:
     /// Whether the handler may run on the worker's own executor (decided at
     /// run time unless it has no executor of its own).
     static constexpr bool maybe_own_executor = std::is_same_v<handler_executor_type, IoExecutor>;
+    /// No work guard: a handler with no executor of its own runs on the
+    /// worker's (an empty member, which costs nothing to move).
+    struct no_work {
+        explicit operator bool() const noexcept { return false; }
+    };
     /// The work guard of the handler's executor: always there for a handler
-    /// with an executor of another type, optional otherwise.
-    using work_holder =
-        std::conditional_t<maybe_own_executor, std::optional<handler_work_type>, handler_work_type>;
+    /// with an executor of another type, none for a handler with no executor
+    /// of its own, optional otherwise.
+    using work_holder = std::conditional_t<
+        !maybe_own_executor, handler_work_type,
+        std::conditional_t<has_no_own_executor<Handler>, no_work, std::optional<handler_work_type>>>;
 
     static work_holder make_work(const Handler& h, const IoExecutor& io_ex) {
         // A handler that runs on the worker's own executor needs no work
@@ -298,7 +305,7 @@ private:
             return boost::asio::prefer(boost::asio::get_associated_executor(h, io_ex),
                                        boost::asio::execution::outstanding_work.tracked);
         } else if constexpr (has_no_own_executor<Handler>) {
-            return std::nullopt; // no executor of its own: the worker's
+            return no_work{}; // no executor of its own: the worker's
         } else {
             auto ex = boost::asio::get_associated_executor(h, io_ex);
             if (ex == io_ex)
@@ -328,18 +335,24 @@ private:
 
         if (d == delivery::destroy)
             return;
+        if constexpr (maybe_own_executor) {
+            if (!handler_work && d == delivery::dispatch) [[likely]] {
+                // The handler's executor is the worker's. Only passes deliver
+                // by dispatch, and a pass runs on the worker's executor: do
+                // what dispatch would, without the type-erased trip through
+                // it, and call the handler where it is.
+                std::apply(std::move(handler), std::move(args));
+                return;
+            }
+        }
         auto bound = [handler = std::move(handler), args = std::move(args)]() mutable {
             std::apply(std::move(handler), std::move(args));
         };
-        if constexpr (maybe_own_executor) {
+        if constexpr (has_no_own_executor<Handler>) {
+            boost::asio::post(io_ex, std::move(bound));
+        } else if constexpr (maybe_own_executor) {
             if (!handler_work) {
-                // The handler's executor is the worker's. Only passes deliver
-                // by dispatch, and a pass runs on the worker's executor: do
-                // what dispatch would, without the type-erased trip through it.
-                if (d == delivery::dispatch)
-                    bound();
-                else
-                    boost::asio::post(io_ex, std::move(bound));
+                boost::asio::post(io_ex, std::move(bound));
                 return;
             }
             if (d == delivery::post)
@@ -359,7 +372,7 @@ private:
     const IoExecutor* io_ex_;
     /// Where the state came from when the handler has no allocator.
     block_pool* pool_;
-    work_holder handler_work_;
+    [[no_unique_address]] work_holder handler_work_;
 };
 
 } // namespace ucx::detail
