@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -97,12 +98,10 @@ inline std::size_t latency_bucket(std::chrono::nanoseconds d) noexcept {
     const std::int64_t ns = d.count();
     if (ns <= 1000)
         return 0;
-    std::uint64_t q = static_cast<std::uint64_t>(ns - 1) / 1000;
-    std::size_t i = 0;
-    while (q != 0) {
-        q >>= 1;
-        ++i;
-    }
+    // Bucket i (i >= 1) holds (2^(i-1), 2^i] µs: the bit width of the
+    // whole microseconds below ns.
+    const auto i =
+        static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(ns - 1) / 1000));
     return i < latency_histogram::bucket_count ? i : latency_histogram::bucket_count - 1;
 }
 

@@ -278,11 +278,12 @@ inline void worker_impl::unlink(operation* op) noexcept {
     if (!op->in_flight)
         return;
     // Every started operation leaves the list once, here, with its result
-    // set (by UCX's callback, the library, or shutdown). The common end
-    // inline; failures and latencies out of line. (UCS_OK with an error set
+    // set (by UCX's callback, the library, or shutdown). Success inline
+    // (its latency, where measured, out of line); failures out of line.
+    // (UCS_OK with an error set
     // does not occur: `complete` sets UCS_OK only without an error.) What
     // is counted is read before the counters' stores.
-    const bool plain_success = op->status == UCS_OK && !op->aborted && !ops_.measures_latency();
+    const bool success = op->status == UCS_OK && !op->aborted;
     const operation_kind kind = op->kind;
     kind_counters* const in = op->counted_in;
     const std::uint64_t n = counted_bytes(op);
@@ -290,8 +291,12 @@ inline void worker_impl::unlink(operation* op) noexcept {
     in_flight_list::erase(in_flight_head_, op);
     --in_flight_count_;
     background_count_ -= op->background;
-    if (plain_success) [[likely]]
-        return ops_.succeeded(kind, in, n);
+    if (success) [[likely]] {
+        ops_.succeeded(kind, in, n);
+        if (ops_.measures_latency()) [[unlikely]]
+            took(op);
+        return;
+    }
     count_end(op);
 }
 

@@ -291,9 +291,9 @@ private:
     /// The work guard of the handler's executor: always there for a handler
     /// with an executor of another type, none for a handler with no executor
     /// of its own, optional otherwise.
-    using work_holder = std::conditional_t<
-        !maybe_own_executor, handler_work_type,
-        std::conditional_t<has_no_own_executor<Handler>, no_work, std::optional<handler_work_type>>>;
+    using work_holder = std::conditional_t<!maybe_own_executor, handler_work_type,
+                                           std::conditional_t<has_no_own_executor<Handler>, no_work,
+                                                              std::optional<handler_work_type>>>;
 
     static work_holder make_work(const Handler& h, const IoExecutor& io_ex) {
         // A handler that runs on the worker's own executor needs no work
