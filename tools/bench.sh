@@ -87,28 +87,35 @@ next_port() { port=$(( port + 1 )); [ $port -lt 60000 ] || port=20000; }
 record() { echo "$*" >> "$results"; }
 
 # ---- medians and ratios ----
-# median KEY COLUMN (2: latency median, 3: latency average, 4: MiB/s, 5: msg/s, 6: allocs/op)
-median() {
-  awk -v k="$1" -v c="$2" '$1 == k && $c != "-" {print $c}' "$results" | sort -g |
+# median_lines: the median of the numbers on standard input ("-" for none).
+median_lines() {
+  sort -g |
     awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) print v[(NR+1)/2]; else printf "%.4g\n", (v[NR/2]+v[NR/2+1])/2}'
 }
-# paired_ratio KEY_A KEY_B COLUMN: the median over rounds of A / B, each
-# round's runs of A and B divided (the k-th run of A by the k-th of B). For
-# a row whose runs fall in one of two machine states by run (event mode:
-# each run either stays awake or sleeps, for raw UCX as for the library),
-# the median of medians says which state each median fell in; the pairs
-# compare runs made one after the other.
-paired_ratio() {
+# median KEY COLUMN (2: latency median, 3: latency average, 4: MiB/s, 5: msg/s, 6: allocs/op)
+median() {
+  awk -v k="$1" -v c="$2" '$1 == k && $c != "-" {print $c}' "$results" | median_lines
+}
+# round_ratios KEY_A KEY_B COLUMN: each round's A / B (the k-th run of A by
+# the k-th of B), one per line.
+round_ratios() {
   paste <(awk -v k="$1" -v c="$3" '$1 == k {print $c}' "$results") \
     <(awk -v k="$2" -v c="$3" '$1 == k {print $c}' "$results") |
-    awk '$1 != "-" && $2 != "-" && $2 > 0 && NF == 2 {print $1 / $2}' | sort -g |
-    awk '{v[NR]=$1} END {if (NR == 0) print "-"; else if (NR % 2) printf "%.2f\n", v[(NR+1)/2]; else printf "%.2f\n", (v[NR/2]+v[NR/2+1])/2}'
+    awk 'NF == 2 && $1 != "-" && $2 != "-" && $2 > 0 {print $1 / $2}'
+}
+# paired_ratio KEY_A KEY_B COLUMN: the median of the rounds' ratios. For a
+# row whose runs fall in one of two machine states by run (event mode: each
+# run either stays awake or sleeps, for raw UCX as for the library), the
+# ratio of the medians says which state each median fell in; the pairs
+# compare runs made one after the other.
+paired_ratio() {
+  local m
+  m=$(round_ratios "$@" | median_lines)
+  if [ "$m" = - ]; then echo "-"; else printf "%.2f\n" "$m"; fi
 }
 # pairs KEY_A KEY_B COLUMN: every round's A / B, for the table.
 pairs() {
-  paste -d' ' <(awk -v k="$1" -v c="$3" '$1 == k {print $c}' "$results") \
-    <(awk -v k="$2" -v c="$3" '$1 == k {print $c}' "$results") |
-    awk '$1 != "-" && $2 != "-" && $2 > 0 {printf "%s%.2f", (n++ ? ", " : ""), $1 / $2} END {if (!n) printf "-"}'
+  round_ratios "$@" | awk '{printf "%s%.2f", (NR > 1 ? ", " : ""), $1} END {if (NR == 0) printf "-"}'
 }
 ratio() { # a b -> a/b
   if [ "$1" = - ] || [ "$2" = - ]; then echo "-"; else awk -v a="$1" -v b="$2" 'BEGIN {if (b == 0) print "-"; else printf "%.2f\n", a/b}'; fi

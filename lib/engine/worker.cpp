@@ -280,9 +280,8 @@ inline void worker_impl::unlink(operation* op) noexcept {
     // Every started operation leaves the list once, here, with its result
     // set (by UCX's callback, the library, or shutdown). Success inline
     // (its latency, where measured, out of line); failures out of line.
-    // (UCS_OK with an error set
-    // does not occur: `complete` sets UCS_OK only without an error.) What
-    // is counted is read before the counters' stores.
+    // (UCS_OK with an error set does not occur: `complete` sets UCS_OK only
+    // without an error.) What is counted is read before the counters' stores.
     const bool success = op->status == UCS_OK && !op->aborted;
     const operation_kind kind = op->kind;
     kind_counters* const in = op->counted_in;

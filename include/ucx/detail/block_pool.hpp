@@ -64,18 +64,14 @@ public:
     std::size_t kept() const noexcept { return kept_; }
 
 private:
-    /// `allocate` with no free block of the size: out of line, so that the
+    /// `allocate` with no free block of the size (none kept, or a larger
+    /// size, which retires those kept): a new one, out of line, so that the
     /// common case inlines into every initiating function.
     [[gnu::noinline]] void* allocate_slow(std::size_t n) {
         if (n > size_) {
             drop();
             const std::size_t rounded = (n + header - 1) / header * header;
             size_ = rounded < min_block ? min_block : rounded;
-        }
-        if (node* b = free_) {
-            free_ = b->next;
-            --kept_;
-            return b;
         }
         auto* base = static_cast<std::byte*>(::operator new(header + size_));
         *reinterpret_cast<std::size_t*>(base) = size_;

@@ -348,17 +348,17 @@ private:
         auto bound = [handler = std::move(handler), args = std::move(args)]() mutable {
             std::apply(std::move(handler), std::move(args));
         };
-        if constexpr (has_no_own_executor<Handler>) {
-            boost::asio::post(io_ex, std::move(bound));
-        } else if constexpr (maybe_own_executor) {
+        if constexpr (maybe_own_executor) {
             if (!handler_work) {
                 boost::asio::post(io_ex, std::move(bound));
                 return;
             }
-            if (d == delivery::post)
-                boost::asio::post(*handler_work, std::move(bound));
-            else
-                boost::asio::dispatch(*handler_work, std::move(bound));
+            if constexpr (!has_no_own_executor<Handler>) {
+                if (d == delivery::post)
+                    boost::asio::post(*handler_work, std::move(bound));
+                else
+                    boost::asio::dispatch(*handler_work, std::move(bound));
+            }
         } else {
             if (d == delivery::post)
                 boost::asio::post(handler_work, std::move(bound));
