@@ -22,8 +22,10 @@ struct am_message_state;
 /// One received active message: its id, the sender's header, the data and
 /// the endpoint to answer on.
 ///
-/// The data is either UCX's own receive buffer, kept without a copy (eager
-/// messages), or memory from the worker's receive allocator (rendezvous
+/// The data is UCX's own receive buffer, kept without a copy (eager messages
+/// that arrived in a transport's buffer), a copy (eager data a transport
+/// delivered in place: in the message up to 64 bytes, in the worker's pool
+/// above), or memory from the worker's receive allocator (rendezvous
 /// messages); it is released when the message is destroyed. If the worker is
 /// closed first, the message keeps a private copy of the host data, so a
 /// message is always safe to read while it lives.

@@ -39,7 +39,10 @@ void am_send_message(endpoint_impl& ep, transfer_op* op, unsigned id, const void
 
 /// The state of one received message (pooled by its registry).
 struct am_message_state {
-    enum class storage : unsigned char { none, ucx, allocator, heap, inline_copy };
+    /// Where the data is: nowhere, UCX's buffer (kept), the id's allocator
+    /// (fetched), the heap (a copy the worker's close made), inline (small
+    /// eager data), or the registry's pool of eager copies.
+    enum class storage : unsigned char { none, ucx, allocator, heap, inline_copy, pooled_copy };
 
     am_registry* registry = nullptr;
     /// Set when the worker closes while the application holds the message:
@@ -214,6 +217,9 @@ private:
     std::size_t free_count_ = 0;
     am_message_state* live_ = nullptr;
     std::shared_ptr<am_allocator> allocators_[3];
+    /// Eager data UCX could not leave with the message (received without
+    /// UCP_AM_RECV_ATTR_FLAG_DATA) is copied here (owner thread).
+    pooled_host_allocator copies_;
     std::size_t fetches_in_flight_ = 0;
     std::size_t peak_bytes_ = 0;
 };
