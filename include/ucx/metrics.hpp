@@ -118,6 +118,9 @@ struct worker_metrics {
     /// Whether latencies are measured (`worker_options::latency_histograms`;
     /// never without `counts_operations`).
     bool has_latency = false;
+    /// One operation in this many is measured
+    /// (`worker_options::latency_sampling`); 0 without `has_latency`.
+    unsigned latency_sampling = 0;
     /// By `operation_kind`; empty unless `has_latency`.
     std::array<latency_histogram, operation_kind_count> latency{};
 

@@ -117,6 +117,7 @@ void operation_counters::snapshot(worker_metrics& m) const {
     m.other_errors = other_errors_.load();
     m.counts_operations = counts_operations;
     m.has_latency = latency_;
+    m.latency_sampling = sampling_;
     if (!latency_)
         return;
     for (std::size_t k = 0; k < operation_kind_count; ++k)

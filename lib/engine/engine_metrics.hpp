@@ -116,10 +116,14 @@ inline std::size_t latency_bucket(std::chrono::nanoseconds d) noexcept {
 /// are gone); errors by code and latencies are the worker's only.
 class operation_counters {
 public:
-    explicit operation_counters(bool measure_latency) noexcept
-        : latency_(counts_operations && measure_latency) {}
+    /// Latencies are measured where `sampling` is not 0: one operation in
+    /// `sampling`.
+    explicit operation_counters(unsigned sampling) noexcept
+        : latency_(counts_operations && sampling != 0), sampling_(latency_ ? sampling : 0) {}
 
     bool measures_latency() const noexcept { return counts_operations && latency_; }
+    /// One operation in this many is measured (0: none).
+    unsigned latency_sampling() const noexcept { return sampling_; }
 
     /// An operation of kind `k`, counted in `in` (null: the worker's own
     /// counts), started.
@@ -188,6 +192,7 @@ private:
     void count_error(const boost::system::error_code& ec) noexcept;
 
     bool latency_;
+    unsigned sampling_;
     kind_counter_set kinds_{};
     std::array<histogram_counters, operation_kind_count> histograms_{};
     std::array<error_slot, error_slots> errors_{};

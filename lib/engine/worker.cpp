@@ -148,9 +148,22 @@ struct engine_backend {
 worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type& ex,
                          const worker_options& options)
     : worker_core(ex), context_(std::move(ctx)), options_(options), efd_(ex), safety_timer_(ex),
-      backoff_timer_(ex), fsm_(make_progress_config(options)), ops_(options.latency_histograms) {
-    if (ops_.measures_latency())
+      backoff_timer_(ex), fsm_(make_progress_config(options)),
+      ops_(options.latency_histograms ? std::max(1u, options.latency_sampling) : 0u) {
+    if (ops_.measures_latency()) {
         latency_clock_ = &tick_clock::get();
+        sample_countdown_ = next_sample_gap();
+    }
+}
+
+std::uint32_t worker_impl::next_sample_gap() noexcept {
+    std::uint64_t x = sample_state_;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    sample_state_ = x;
+    const std::uint64_t n = ops_.latency_sampling();
+    return static_cast<std::uint32_t>(x % (2 * n - 1) + 1);
 }
 
 worker_impl::~worker_impl() {
@@ -292,7 +305,7 @@ inline void worker_impl::unlink(operation* op) noexcept {
     background_count_ -= op->background;
     if (success) [[likely]] {
         ops_.succeeded(kind, in, n);
-        if (ops_.measures_latency()) [[unlikely]]
+        if (ops_.measures_latency() && op->started_at > 0) [[unlikely]]
             took(op);
         return;
     }
@@ -300,6 +313,8 @@ inline void worker_impl::unlink(operation* op) noexcept {
 }
 
 void worker_impl::took(operation* op) noexcept {
+    if (op->started_at <= 0)
+        return; // not drawn (or never started)
     std::int64_t now;
     if (ends_share_clock_) {
         // Inside a ucp_worker_progress call: its one reading (see

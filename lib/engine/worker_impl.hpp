@@ -91,7 +91,7 @@ public:
         background_count_ += op->background;
         ops_.started(kind, in);
         if (ops_.measures_latency() && op->started_at == 0) [[unlikely]]
-            op->started_at = latency_clock_->now(); // unless stamped before it went to UCX
+            stamp(op); // unless stamped before it went to UCX
         if (!safety_timer_armed_) [[unlikely]]
             start_safety_timer();
     }
@@ -123,7 +123,7 @@ public:
     /// `start`): where latencies are measured, its start is now.
     void stamp_start(operation* op) noexcept {
         if (ops_.measures_latency()) [[unlikely]]
-            op->started_at = latency_clock_->now();
+            stamp(op);
     }
     /// `op`, never started, was submitted and UCX completed it inside the
     /// call (answered UCS_OK): counted as started and succeeded (in
@@ -132,7 +132,7 @@ public:
     /// in-flight list (nothing can fail or cancel it any more).
     void done_at_once(operation* op) noexcept {
         ops_.done_at_once(op->kind, op->counted_in, counted_bytes(op));
-        if (ops_.measures_latency()) [[unlikely]]
+        if (ops_.measures_latency() && op->started_at > 0) [[unlikely]]
             took(op);
         op->owner = this;
         op->status = UCS_OK;
@@ -329,7 +329,24 @@ private:
             done_head_ = op;
         done_tail_ = op;
     }
-    /// Notes the latency of `op`, ending now (out of line: measured rarely).
+    /// Where latencies are measured: `op` is one of the operations measured
+    /// (drawn at random, one in `worker_options::latency_sampling`), its
+    /// start now, or not (`operation::not_measured`).
+    void stamp(operation* op) noexcept {
+        if (--sample_countdown_ != 0) [[likely]] {
+            op->started_at = operation::not_measured;
+            return;
+        }
+        sample_countdown_ = next_sample_gap();
+        op->started_at = latency_clock_->now();
+    }
+    /// The operations from one measured to the next: drawn uniformly from 1
+    /// to 2 × latency_sampling − 1 (a mean of latency_sampling, and no
+    /// pattern of the traffic, such as sends and receives taking turns,
+    /// decides which kinds are measured).
+    std::uint32_t next_sample_gap() noexcept;
+    /// Notes the latency of `op`, ending now, if it is measured (out of line:
+    /// measured rarely).
     void took(operation* op) noexcept;
     /// The bytes `op` moved, as its kind counts them.
     static std::uint64_t counted_bytes(const operation* op) noexcept {
@@ -423,6 +440,10 @@ private:
     bool wait_error_logged_ = false;
     /// The clock of the operations' latencies (null where none are measured).
     const tick_clock* latency_clock_ = nullptr;
+    /// The draw of the operations measured (`stamp`): the operations until
+    /// the next one measured, and the state of the random gaps (xorshift64).
+    std::uint32_t sample_countdown_ = 1;
+    std::uint64_t sample_state_ = random_u64() | 1;
     /// Inside `progress_ucp_measured`: the operations that end share one
     /// reading of the clock (`ends_at_`, once `ends_read_`).
     bool ends_share_clock_ = false;

@@ -366,8 +366,9 @@ void write_worker_metrics(std::string& out, std::span<const labelled_worker> wor
         return;
     constexpr std::string_view hist = "ucx_operation_duration_seconds";
     header(out, hist, "histogram",
-           "Time from an operation's start to its completion, by kind "
-           "(workers with latency histograms on).");
+           "Time from an operation's start to its completion, by kind, of the "
+           "operations measured (workers with latency histograms on: one "
+           "operation in latency_sampling).");
     for (const labelled_worker& w : workers) {
         if (!w.metrics.has_latency)
             continue;

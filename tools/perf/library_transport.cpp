@@ -58,6 +58,8 @@ ucx::worker_options worker_options_for(const settings& s) {
     if (s.max_steps != 0)
         o.max_steps_per_handler = s.max_steps;
     o.latency_histograms = s.latency_histograms;
+    if (s.latency_sampling != 0)
+        o.latency_sampling = s.latency_sampling;
     return o;
 }
 

@@ -207,7 +207,7 @@ std::string parse(int argc, const char* const* argv, settings& s) {
         } else if (arg == "-s" || arg == "--size" || arg == "-n" || arg == "--iters" ||
                    arg == "-w" || arg == "--warmup" || arg == "--window" || arg == "-p" ||
                    arg == "--port" || arg == "--port-fd" || arg == "--spin-us" ||
-                   arg == "--max-steps" || arg == "--serves") {
+                   arg == "--max-steps" || arg == "--serves" || arg == "--latency-sampling") {
             if (!value(v) || !number(v, n))
                 return arg + " needs a number";
             if (arg == "-s" || arg == "--size")
@@ -230,6 +230,8 @@ std::string parse(int argc, const char* const* argv, settings& s) {
                 s.serves = n;
             } else if (arg == "--max-steps")
                 s.max_steps = static_cast<unsigned>(std::min<std::size_t>(n, 1u << 30));
+            else if (arg == "--latency-sampling")
+                s.latency_sampling = static_cast<unsigned>(std::min<std::size_t>(n, 1u << 30));
             else
                 s.spin_us = static_cast<unsigned>(n);
         } else if (arg == "--label") {
@@ -281,6 +283,8 @@ std::string wire_form(const settings& s) {
         out << " --ucx-defaults";
     if (s.latency_histograms)
         out << " --latency-histograms";
+    if (s.latency_sampling != 0)
+        out << " --latency-sampling " << s.latency_sampling;
     if (s.sockaddr_connect)
         out << " --connect sockaddr";
     if (s.count_allocations)
@@ -337,8 +341,10 @@ const char* usage() {
            "  --spin-us N            hybrid mode: spin before sleeping (20)\n"
            "  --max-steps N          library: progress steps per handler before yielding\n"
            "                         (worker_options::max_steps_per_handler; 0: its default)\n"
-           "  --latency-histograms   library: measure each operation's latency\n"
+           "  --latency-histograms   library: measure the operations' latencies\n"
            "                         (worker_options::latency_histograms)\n"
+           "  --latency-sampling N   library: of one operation in N (worker_options::\n"
+           "                         latency_sampling; 0: its default, 16)\n"
            "  --print-config         print the UCX settings the library applies by default\n"
            "Every UCX setting comes from the environment (UCX_TLS, UCX_NET_DEVICES, ...).\n";
 }

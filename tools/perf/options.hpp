@@ -64,6 +64,7 @@ struct settings {
     unsigned spin_us = 20;  ///< hybrid mode: spin before sleeping
     unsigned max_steps = 0; ///< library: worker_options::max_steps_per_handler (0: its default)
     bool latency_histograms = false; ///< library: worker_options::latency_histograms
+    unsigned latency_sampling = 0;   ///< library: worker_options::latency_sampling (0: its default)
 
     // Process roles (not sent).
     bool server = false;

@@ -116,8 +116,11 @@ public:
     bool owns_request = false;
 
     /// When it started (in the ticks of the worker's latency clock), where
-    /// the worker measures latencies (`worker_options::latency_histograms`).
+    /// the worker measures latencies (`worker_options::latency_histograms`)
+    /// and drew it to be measured; `not_measured` where it did not, 0 until
+    /// it started.
     std::int64_t started_at = 0;
+    static constexpr std::int64_t not_measured = -1;
 
     // Intrusive links: in-flight list, then completion queue.
     operation* next = nullptr;

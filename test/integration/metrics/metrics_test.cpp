@@ -28,9 +28,11 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-ucx::worker_options metric_options(bool latency = false) {
+// With latencies, every operation measured (the default measures one in 16).
+ucx::worker_options metric_options(bool latency = false, unsigned sampling = 1) {
     auto o = strict_worker_options(ucx::progress_mode::event);
     o.latency_histograms = latency;
+    o.latency_sampling = sampling;
     return o;
 }
 
@@ -107,6 +109,37 @@ TEST_P(metrics, count_operations_and_bytes_by_kind_on_both_sides) {
     EXPECT_EQ(hs.count, 1u + small);
     // What is still in flight: at most the library's own standing waits.
     EXPECT_EQ(s.in_flight, server_worker.pending_operations());
+}
+
+// With `latency_sampling`, each operation is measured with probability
+// 1 / sampling; every operation is still counted.
+TEST_P(metrics, latency_sampling_measures_one_operation_in_n_at_random) {
+    ucx::worker sampled_worker{ctx, io, metric_options(true, 4)};
+    auto [client, accepted] = connect_pair(io, server, sampled_worker);
+    ASSERT_TRUE(client.is_open() && accepted.is_open());
+    constexpr std::size_t n = 400;
+    for (std::uint32_t i = 0; i < n; ++i)
+        exchange(io, accepted, client, 8, i); // received by the sampled worker
+    const ucx::worker_metrics m = sampled_worker.metrics();
+    ASSERT_TRUE(m.has_latency);
+    EXPECT_EQ(m.latency_sampling, 4u);
+    EXPECT_EQ(m.of(ucx::operation_kind::tag_recv).completed, n);
+    const auto& h = m.latency[static_cast<std::size_t>(ucx::operation_kind::tag_recv)];
+    // Binomial(400, 1/4): mean 100, standard deviation 8.7; these bounds are
+    // about seven deviations away.
+    EXPECT_GE(h.count, 40u);
+    EXPECT_LE(h.count, 160u);
+    std::uint64_t in_buckets = 0;
+    for (auto b : h.buckets)
+        in_buckets += b;
+    EXPECT_EQ(in_buckets, h.count);
+
+    // The default: one in 16.
+    ucx::worker_options defaults = strict_worker_options(ucx::progress_mode::event);
+    defaults.latency_histograms = true;
+    ucx::worker default_worker{ctx, io, defaults};
+    EXPECT_EQ(default_worker.metrics().latency_sampling, 16u);
+    EXPECT_EQ(client_worker.metrics().latency_sampling, 0u); // not measuring
 }
 
 // The receives that end inside one progress call share one reading of the
