@@ -156,6 +156,15 @@ worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type&
     }
 }
 
+void worker_impl::stamp(operation* op) noexcept {
+    if (--sample_countdown_ != 0) [[likely]] {
+        op->started_at = operation::not_measured;
+        return;
+    }
+    sample_countdown_ = next_sample_gap();
+    op->started_at = latency_clock_->now();
+}
+
 std::uint32_t worker_impl::next_sample_gap() noexcept {
     std::uint64_t x = sample_state_;
     x ^= x << 13;
@@ -313,8 +322,6 @@ inline void worker_impl::unlink(operation* op) noexcept {
 }
 
 void worker_impl::took(operation* op) noexcept {
-    if (op->started_at <= 0)
-        return; // not drawn (or never started)
     std::int64_t now;
     if (ends_share_clock_) {
         // Inside a ucp_worker_progress call: its one reading (see
@@ -335,7 +342,7 @@ void worker_impl::count_end(operation* op) noexcept {
     const error_code ec = op->result_code();
     const std::uint64_t n = counted_bytes(op);
     ops_.ended(kind, op->counted_in, ec, n);
-    if (ops_.measures_latency())
+    if (ops_.measures_latency() && op->started_at > 0)
         took(op);
 }
 

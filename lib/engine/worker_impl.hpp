@@ -331,22 +331,16 @@ private:
     }
     /// Where latencies are measured: `op` is one of the operations measured
     /// (drawn at random, one in `worker_options::latency_sampling`), its
-    /// start now, or not (`operation::not_measured`).
-    void stamp(operation* op) noexcept {
-        if (--sample_countdown_ != 0) [[likely]] {
-            op->started_at = operation::not_measured;
-            return;
-        }
-        sample_countdown_ = next_sample_gap();
-        op->started_at = latency_clock_->now();
-    }
+    /// start now, or not (`operation::not_measured`). Out of line: the
+    /// paths of every operation only test whether latencies are measured.
+    [[gnu::noinline]] void stamp(operation* op) noexcept;
     /// The operations from one measured to the next: drawn uniformly from 1
     /// to 2 × latency_sampling − 1 (a mean of latency_sampling, and no
     /// pattern of the traffic, such as sends and receives taking turns,
     /// decides which kinds are measured).
     std::uint32_t next_sample_gap() noexcept;
-    /// Notes the latency of `op`, ending now, if it is measured (out of line:
-    /// measured rarely).
+    /// Notes the latency of `op` (a measured one: `started_at` > 0), ending
+    /// now (out of line: measured rarely).
     void took(operation* op) noexcept;
     /// The bytes `op` moved, as its kind counts them.
     static std::uint64_t counted_bytes(const operation* op) noexcept {
@@ -440,10 +434,6 @@ private:
     bool wait_error_logged_ = false;
     /// The clock of the operations' latencies (null where none are measured).
     const tick_clock* latency_clock_ = nullptr;
-    /// The draw of the operations measured (`stamp`): the operations until
-    /// the next one measured, and the state of the random gaps (xorshift64).
-    std::uint32_t sample_countdown_ = 1;
-    std::uint64_t sample_state_ = random_u64() | 1;
     /// Inside `progress_ucp_measured`: the operations that end share one
     /// reading of the clock (`ends_at_`, once `ends_read_`).
     bool ends_share_clock_ = false;
@@ -451,6 +441,10 @@ private:
     std::int64_t ends_at_ = 0;
     /// Last: most of it (the latency histograms) is cold.
     operation_counters ops_;
+    /// The draw of the operations measured (`stamp`): the operations until
+    /// the next one measured, and the state of the random gaps (xorshift64).
+    std::uint32_t sample_countdown_ = 1;
+    std::uint64_t sample_state_ = random_u64() | 1;
 };
 
 /// The service `Service` of `w`, or null.
