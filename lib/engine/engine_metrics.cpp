@@ -116,9 +116,9 @@ void operation_counters::snapshot(worker_metrics& m) const {
     }
     m.other_errors = other_errors_.load();
     m.counts_operations = counts_operations;
-    m.has_latency = latency_;
+    m.has_latency = sampling_ != 0;
     m.latency_sampling = sampling_;
-    if (!latency_)
+    if (sampling_ == 0)
         return;
     for (std::size_t k = 0; k < operation_kind_count; ++k)
         histograms_[k].snapshot(m.latency[k]);

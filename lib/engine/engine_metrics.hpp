@@ -119,9 +119,9 @@ public:
     /// Latencies are measured where `sampling` is not 0: one operation in
     /// `sampling`.
     explicit operation_counters(unsigned sampling) noexcept
-        : latency_(counts_operations && sampling != 0), sampling_(latency_ ? sampling : 0) {}
+        : sampling_(counts_operations ? sampling : 0) {}
 
-    bool measures_latency() const noexcept { return counts_operations && latency_; }
+    bool measures_latency() const noexcept { return counts_operations && sampling_ != 0; }
     /// One operation in this many is measured (0: none).
     unsigned latency_sampling() const noexcept { return sampling_; }
 
@@ -191,7 +191,6 @@ private:
     }
     void count_error(const boost::system::error_code& ec) noexcept;
 
-    bool latency_;
     unsigned sampling_;
     kind_counter_set kinds_{};
     std::array<histogram_counters, operation_kind_count> histograms_{};
