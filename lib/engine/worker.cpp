@@ -375,8 +375,11 @@ void worker_impl::submitted(operation* op, ucs_status_ptr_t result) noexcept {
 }
 
 void worker_impl::complete(operation* op, const error_code& ec) noexcept {
-    op->error = ec;
-    if (!ec)
+    // An empty `ec` leaves `error` as constructed (empty), which success
+    // hands to the handler (operation::result_code).
+    if (ec)
+        op->error = ec;
+    else
         op->status = UCS_OK;
     if (!worker_ || stopping_) {
         unlink(op);
@@ -425,13 +428,20 @@ void* worker_impl::new_request() noexcept {
         return nullptr;
     try {
         // UCX's request before the pointer, aligned as its own pool aligns
-        // them (a cache line); the link of the free list after it.
+        // them (a cache line); the link of the free list after it. Several
+        // at a time, side by side, as UCX's pool keeps them: the requests in
+        // flight stay on few pages.
         constexpr std::size_t align = 64;
-        auto block = std::make_unique<std::byte[]>(ucp_request_size_ + sizeof(void*) + align);
+        constexpr std::size_t per_block = 16;
+        const std::size_t stride = (ucp_request_size_ + sizeof(void*) + align - 1) & ~(align - 1);
+        auto block = std::make_unique<std::byte[]>(per_block * stride + align);
         auto at = reinterpret_cast<std::uintptr_t>(block.get());
         at = (at + align - 1) & ~static_cast<std::uintptr_t>(align - 1);
         request_blocks_.push_back(std::move(block));
-        return reinterpret_cast<std::byte*>(at) + ucp_request_size_;
+        auto* first = reinterpret_cast<std::byte*>(at) + ucp_request_size_;
+        for (std::size_t i = per_block - 1; i > 0; --i)
+            give_request(first + i * stride);
+        return first;
     } catch (...) {
         return nullptr; // UCX's pool serves this one
     }

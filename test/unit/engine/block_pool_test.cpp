@@ -5,6 +5,7 @@
 #include <ucx/detail/block_pool.hpp>
 #include <ucx/detail/operation.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
