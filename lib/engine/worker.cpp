@@ -719,6 +719,18 @@ void worker_impl::run_pass() {
     // A handler delivered during the pass may drop the last handle.
     auto keep_alive = shared_from_this();
     ++stats_.passes;
+    // The thread runs this worker's io_context for the whole pass (a plain
+    // io_context executor only: with any other, running_in_owner stays
+    // false). The pass a handler of this one runs (another worker's, or a
+    // nested run of the io_context) puts back what it found.
+    struct pass_scope {
+        const worker_core* saved = pass_on_this_thread;
+        explicit pass_scope(const worker_core* w) noexcept {
+            if (w)
+                pass_on_this_thread = w;
+        }
+        ~pass_scope() { pass_on_this_thread = saved; }
+    } scope(native_executor_ ? this : nullptr);
     engine_backend backend{*this};
     run_progress_pass(fsm_, backend);
     if (work_context_ && worker_ && !stopping_)

@@ -36,6 +36,15 @@ class listener_impl;
 class stream_impl;
 class address_acceptor_impl;
 
+class worker_core;
+
+/// The worker whose progress pass runs on this thread now, where that
+/// worker's executor is a plain io_context executor (set by the pass), or
+/// null. The handlers a pass delivers start most operations: they find
+/// their worker here with one read, rather than through Asio's walk of the
+/// thread's call stack.
+inline constinit thread_local const worker_core* pass_on_this_thread = nullptr;
+
 /// What initiating an operation needs of a worker: its executor, and whether
 /// the calling thread runs it now (then the operation is submitted at once).
 class worker_core {
@@ -50,7 +59,8 @@ public:
     /// Whether the calling thread runs the worker's executor now (known only
     /// for a plain io_context executor; false otherwise).
     bool running_in_owner() const noexcept {
-        return native_executor_ && native_executor_->running_in_this_thread();
+        return pass_on_this_thread == this ||
+               (native_executor_ && native_executor_->running_in_this_thread());
     }
 
     /// Submissions started outside the executor and queued to it, not run
