@@ -127,8 +127,8 @@ public:
     operation* prev = nullptr;
 
     [[gnu::always_inline]] error_code result_code() const noexcept {
-        // Success returns a copy of `error`, empty then (set only by
-        // `worker_impl::complete`, from an empty code or a failure), rather
+        // Success returns a copy of `error`, empty then (only
+        // `worker_impl::complete` sets it, and only to a failure), rather
         // than a code built here: the compiler builds an empty error_code
         // with three 8-byte stores and then copies it into the handler's
         // arguments with a 16-byte load, which the processor cannot forward
