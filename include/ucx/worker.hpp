@@ -58,8 +58,11 @@ struct worker_options {
     progress_mode mode = progress_mode::hybrid;
     /// Hybrid mode: how long to keep progressing after the last activity
     /// before arming the event fd and sleeping (with `adaptive_spin`, the
-    /// most the window grows to).
-    std::chrono::nanoseconds spin_duration = std::chrono::microseconds(20);
+    /// most the window grows to). Longer than a wake-up from the event fd
+    /// takes: a worker whose peer slept waits for the peer's answer by
+    /// spinning, or both sides would take turns waking each other (seen
+    /// with 20 µs on a virtual machine whose wake-ups took about 20 µs).
+    std::chrono::nanoseconds spin_duration = std::chrono::microseconds(50);
     /// Hybrid mode: the spin window follows the traffic, between none and
     /// `spin_duration`. A spin that found events, or a sleep that an event
     /// ended within `spin_duration`, doubles it (from a sixteenth of

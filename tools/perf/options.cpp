@@ -338,7 +338,7 @@ const char* usage() {
            "                         ucx_perftest's peers) or by host:port (address)\n"
            "  --ucx-defaults         library and ucp: UCX's defaults, without the library's\n"
            "                         MM_ERROR_HANDLING=y and MM_SEG_SIZE\n"
-           "  --spin-us N            hybrid mode: spin before sleeping (20)\n"
+           "  --spin-us N            hybrid mode: spin before sleeping (50, as the library)\n"
            "  --max-steps N          library: progress steps per handler before yielding\n"
            "                         (worker_options::max_steps_per_handler; 0: its default)\n"
            "  --latency-histograms   library: measure the operations' latencies\n"

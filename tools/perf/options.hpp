@@ -61,7 +61,7 @@ struct settings {
     /// Library streams: connect by host:port (a listener, UCX's sockaddr
     /// connection) instead of by worker address.
     bool sockaddr_connect = false;
-    unsigned spin_us = 20;  ///< hybrid mode: spin before sleeping
+    unsigned spin_us = 50;  ///< hybrid mode: spin before sleeping (the library's default)
     unsigned max_steps = 0; ///< library: worker_options::max_steps_per_handler (0: its default)
     bool latency_histograms = false; ///< library: worker_options::latency_histograms
     unsigned latency_sampling = 0;   ///< library: worker_options::latency_sampling (0: its default)
