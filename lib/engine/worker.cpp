@@ -40,6 +40,7 @@ inline bool worker_impl::nothing_to_deliver() const noexcept {
 }
 
 inline unsigned worker_impl::progress_ucp_once() noexcept {
+    ++ucp_progress_calls_;
     const unsigned events = ucp_worker_progress(worker_);
     // Stream data that arrived goes to its stream at once (see
     // watch_streams); only workers with a stream waiting without a read look.
@@ -894,8 +895,10 @@ void worker_impl::shutdown() {
         finished(op);
 
     // 3. Progress until UCX has called back every request.
-    while (work_pending() && std::chrono::steady_clock::now() < deadline)
+    while (work_pending() && std::chrono::steady_clock::now() < deadline) {
+        ++ucp_progress_calls_;
         ucp_worker_progress(worker_);
+    }
     if (in_flight_count_ > 0) {
         log::write(log::severity::error,
                    "worker shutdown: " + std::to_string(in_flight_count_.load()) +

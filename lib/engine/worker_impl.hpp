@@ -230,6 +230,10 @@ public:
         take_stream_data_ = take;
         on ? ++streams_ : --streams_;
     }
+    /// How many ucp_worker_progress calls this worker made. Received data
+    /// reaches UCX's queues only inside one: a queue found empty stays empty
+    /// while this number stays the same.
+    std::uint64_t ucp_progress_calls() const noexcept { return ucp_progress_calls_; }
     /// What ends a counted send of an endpoint (`operation::counted_send`)
     /// when UCX finishes it (inside UCX's callback: it only records). The
     /// connection layer installs it with its first endpoint.
@@ -397,6 +401,7 @@ private:
     /// Streams connected with no read pending.
     std::size_t streams_ = 0;
     stream_data_taker take_stream_data_ = nullptr;
+    std::uint64_t ucp_progress_calls_ = 0;
     send_finisher finish_counted_send_ = nullptr;
     endpoint_canceller cancel_endpoint_ = nullptr;
 

@@ -58,6 +58,7 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
     }
     ep_ = std::move(ep);
     ep_->set_watcher(this);
+    ucx_empty_at_ = never;
     held_.reserve(16);
     closed_ = false;
     recv_error_ = {};
@@ -406,22 +407,19 @@ void stream_impl::read_direct(transfer_op* op, const boost::asio::mutable_buffer
                                       : error_code(boost::asio::error::not_connected));
     if (deadline_passed())
         return w.complete(op, boost::asio::error::timed_out);
-    pending_read r{op, {}, 0};
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < n && r.count < max_read_buffers; ++i) {
-        if (bufs[i].size() == 0)
-            continue;
-        r.bufs[r.count++] = bufs[i];
-        total += bufs[i].size();
-    }
-    if (total == 0) {
-        // Asio: a read into no space completes at once with 0 bytes.
-        return w.complete(op, error_code());
-    }
     try {
-        reads_.push_back(r);
+        reads_.emplace_back(op);
     } catch (...) {
         return w.complete(op, make_error_code(error::allocation_failed));
+    }
+    pending_read& r = reads_.back();
+    for (std::size_t i = 0; i < n && r.count < max_read_buffers; ++i)
+        if (bufs[i].size() != 0)
+            r.bufs[r.count++] = {static_cast<std::byte*>(bufs[i].data()), bufs[i].size()};
+    if (r.count == 0) {
+        // Asio: a read into no space completes at once with 0 bytes.
+        reads_.pop_back();
+        return w.complete(op, error_code());
     }
     // Data may be there already; the completion still goes through the queue.
     serve();
@@ -456,14 +454,19 @@ std::size_t stream_impl::run_deferred(deferred_stage) noexcept {
 bool stream_impl::pull() noexcept {
     if (!ep_ || !ep_->native() || recv_error_)
         return false;
+    const std::uint64_t calls = worker_->ucp_progress_calls();
+    if (ucx_empty_at_ == calls)
+        return false;
     std::size_t len = 0;
     ucs_status_ptr_t p = ucp_stream_recv_data_nb(ep_->native(), &len);
     if (UCS_PTR_IS_ERR(p)) {
         recv_error_ = make_error_code(UCS_PTR_STATUS(p));
         return false;
     }
-    if (p == nullptr)
+    if (p == nullptr) {
+        ucx_empty_at_ = calls;
         return false;
+    }
     if (len == 0) {
         ucp_stream_data_release(ep_->native(), p);
         return false;
@@ -479,49 +482,42 @@ bool stream_impl::pull() noexcept {
 }
 
 bool stream_impl::fetch() noexcept {
-    while (held_first_ < held_.size()) {
-        if (held_off_ < held_[held_first_].size)
-            return true;
-        release_first();
-    }
-    if (drained_off_ < drained_.size())
-        return true;
-    return pull();
+    // A held chunk is given back as soon as it is read to its end: the first
+    // one, if any, has bytes left.
+    return held_first_ < held_.size() || drained_off_ < drained_.size() || pull();
 }
 
 std::size_t stream_impl::copy_out(pending_read& r) noexcept {
     std::size_t copied = 0;
     for (std::size_t i = 0; i < r.count; ++i) {
-        auto* dst = static_cast<std::byte*>(r.bufs[i].data());
-        std::size_t room = r.bufs[i].size();
-        while (room > 0 && fetch()) {
-            const bool held = held_first_ < held_.size();
-            const std::byte* src;
-            std::size_t avail;
-            if (held) {
+        std::byte* dst = r.bufs[i].data;
+        std::size_t room = r.bufs[i].size;
+        while (room > 0) {
+            if (held_first_ < held_.size()) {
                 const held_chunk& c = held_[held_first_];
-                src = static_cast<const std::byte*>(c.data) + held_off_;
-                avail = c.size - held_off_;
-            } else {
-                src = drained_.data() + drained_off_;
-                avail = drained_.size() - drained_off_;
-            }
-            const std::size_t k = std::min(room, avail);
-            std::memcpy(dst, src, k);
-            dst += k;
-            room -= k;
-            copied += k;
-            if (held)
+                const std::size_t k = std::min(room, c.size - held_off_);
+                std::memcpy(dst, static_cast<const std::byte*>(c.data) + held_off_, k);
+                dst += k;
+                room -= k;
+                copied += k;
                 held_off_ += k;
-            else
+                if (held_off_ == c.size)
+                    release_first();
+            } else if (drained_off_ < drained_.size()) {
+                const std::size_t k = std::min(room, drained_.size() - drained_off_);
+                std::memcpy(dst, drained_.data() + drained_off_, k);
+                dst += k;
+                room -= k;
+                copied += k;
                 drained_off_ += k;
+            } else if (!pull()) {
+                break;
+            }
         }
         if (room > 0)
             break;
     }
-    if (held_first_ < held_.size() && held_off_ == held_[held_first_].size)
-        release_first();
-    if (held_.empty() && drained_off_ == drained_.size() && !drained_.empty()) {
+    if (!drained_.empty() && drained_off_ == drained_.size()) {
         drained_.clear();
         drained_.shrink_to_fit();
         drained_off_ = 0;

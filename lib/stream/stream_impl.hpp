@@ -159,10 +159,17 @@ private:
     /// Tells the peer how much was read, every `ack_every` bytes.
     void maybe_ack() noexcept;
 
+    /// A read waiting for data, with its non-empty buffers: only the first
+    /// `count` pieces are set (a read of one buffer writes one).
     struct pending_read {
+        struct piece {
+            std::byte* data;
+            std::size_t size;
+        };
+        explicit pending_read(transfer_op* o) noexcept : op(o) {}
         transfer_op* op;
-        std::array<boost::asio::mutable_buffer, max_read_buffers> bufs;
-        std::size_t count;
+        std::size_t count = 0;
+        piece bufs[max_read_buffers];
     };
 
     static void cancel_read(operation* op, boost::asio::cancellation_type) noexcept;
@@ -212,6 +219,10 @@ private:
     std::vector<held_chunk> held_;
     std::size_t held_first_ = 0;
     std::size_t held_off_ = 0;
+    /// The worker's `ucp_progress_calls()` when UCX last had no data for
+    /// the endpoint: until it changes, asking again would find none.
+    static constexpr std::uint64_t never = ~std::uint64_t{0};
+    std::uint64_t ucx_empty_at_ = never;
     bool watched_ = false;
     // Data taken from UCX before the UCP endpoint closed.
     std::vector<std::byte> drained_;
