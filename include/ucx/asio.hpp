@@ -28,6 +28,7 @@
 #include <ucx/store.hpp>
 #include <ucx/stream.hpp>
 #include <ucx/tag.hpp>
+#include <ucx/tag_receiver.hpp>
 #include <ucx/tag_type.hpp>
 #include <ucx/tcp_store.hpp>
 #include <ucx/ucxio.hpp>

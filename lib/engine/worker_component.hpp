@@ -37,7 +37,8 @@ enum class deferred_stage : unsigned char {
     /// callback for stream data; a stream queues itself again while reads
     /// are pending, and the worker queues it when UCX lists it as ready).
     stream_data,
-    /// Received active messages.
+    /// Received messages: active messages, and the batches of standing tag
+    /// receives.
     messages,
 };
 inline constexpr std::size_t deferred_stage_count = 6;

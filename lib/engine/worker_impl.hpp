@@ -234,6 +234,22 @@ public:
     /// reaches UCX's queues only inside one: a queue found empty stays empty
     /// while this number stays the same.
     std::uint64_t ucp_progress_calls() const noexcept { return ucp_progress_calls_; }
+    /// Memory for a UCX request that the worker keeps (`add_request`), or
+    /// null where none can be had (UCX then takes one from its pool): the
+    /// worker's own receives, and the parts that keep receives posted.
+    /// Owner thread.
+    void* take_request() noexcept {
+        if (void* r = free_requests_) [[likely]] {
+            free_requests_ = *static_cast<void**>(r);
+            return r;
+        }
+        return new_request();
+    }
+    /// Gives back what `take_request` returned, once UCX is done with it.
+    void give_request(void* r) noexcept {
+        *static_cast<void**>(r) = free_requests_;
+        free_requests_ = r;
+    }
     /// What ends a counted send of an endpoint (`operation::counted_send`)
     /// when UCX finishes it (inside UCX's callback: it only records). The
     /// connection layer installs it with its first endpoint.
@@ -297,20 +313,6 @@ private:
     /// Puts the event fd in the reactor (if it is not) and queues the wait
     /// on it; false if the fd cannot join the reactor.
     bool queue_wait();
-    /// Memory for a UCX request that the worker keeps (`add_request`), or
-    /// null where none can be had (UCX then takes one from its pool).
-    void* take_request() noexcept {
-        if (void* r = free_requests_) [[likely]] {
-            free_requests_ = *static_cast<void**>(r);
-            return r;
-        }
-        return new_request();
-    }
-    /// Gives back what `take_request` returned, once UCX is done with it.
-    void give_request(void* r) noexcept {
-        *static_cast<void**>(r) = free_requests_;
-        free_requests_ = r;
-    }
     void* new_request() noexcept;
     /// Cancels the queued wait, if any, and takes the fd out of the reactor.
     void cancel_wait() noexcept;

@@ -10,6 +10,7 @@
 #include <ucx/am.hpp>
 #include <ucx/asio.hpp>
 #include <ucx/stream.hpp>
+#include <ucx/tag_receiver.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -504,6 +505,47 @@ void rma_server(const settings& s, control& ctl) {
     l.io.run();
 }
 
+// tag_bw's receiving side with --style batch: a ucx::tag_receiver with a
+// slot per send the sender keeps in flight takes the messages, all that
+// arrived per handler; the acknowledgements go as bw_server_cb sends them.
+struct bw_batch_server {
+    session<tag_ops>& ss;
+    ucx::tag_receiver rx{ss.ops.w, data_bit, tag_mask_full,
+                         ucx::tag_receiver_options{ss.s.window, ss.s.size}};
+    std::size_t received = 0;
+    std::uint64_t ack = 0;
+
+    void start() { receive(); }
+    void receive() {
+        rx.async_receive([this](error_code ec, ucx::tag_batch batch) {
+            throw_if(ec, "tag receiver");
+            for (const ucx::tag_message& m : batch) {
+                throw_if(m.error, "tag receive");
+                expect<tag_ops>(ss.s, received_bytes{m.data, m.tag}, received, "data");
+                ++received;
+            }
+            batch.release();
+            // The sender waits for the acknowledgement at the end of a round:
+            // no batch goes past one.
+            const bool ack_due = (warmup_halves(ss.warmup) && received == ss.warmup / 2) ||
+                                 received == ss.warmup || received == ss.total;
+            if (received < ss.total)
+                receive();
+            if (ack_due)
+                send_ack(received == ss.total, received == ss.warmup);
+        });
+    }
+    void send_ack(bool last, bool warmup_done) {
+        ss.ops.send_ack(ack, [this, last](error_code ec, std::size_t) {
+            throw_if(ec, "acknowledgement send");
+            if (last)
+                ss.finish();
+        });
+        if (warmup_done)
+            ss.begin_measuring();
+    }
+};
+
 // Calls `f` with the message kind of the test in `s` (tags or active
 // messages) on a worker connected to the other side.
 template <class F>
@@ -547,6 +589,14 @@ void library_server(const settings& s, control& ctl) {
         // Messages that arrive before a receive is posted wait in UCX (tags)
         // or in the library's queue (active messages), so "ready" may go first.
         ctl.send("ready go");
+        if constexpr (std::is_same_v<decltype(kind), tag_ops>) {
+            if (s.style == style::batch) {
+                session<tag_ops> ss{s, io, kind};
+                run_callbacks<bw_batch_server>(ss, [] {});
+                finish_server(ctl, ss.m.counted(), measured_operations(s));
+                return;
+            }
+        }
         auto [allocs, ops] = run_server(io, s, kind, [] {});
         finish_server(ctl, allocs, ops);
     });

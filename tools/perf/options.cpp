@@ -73,7 +73,8 @@ constexpr named<transport> transports[] = {
     {transport::library, "library"}, {transport::ucp, "ucp"}, {transport::tcp, "tcp"}};
 constexpr named<progress> progress_modes[] = {
     {progress::event, "event"}, {progress::poll, "poll"}, {progress::hybrid, "hybrid"}};
-constexpr named<style> styles[] = {{style::callback, "callback"}, {style::coroutine, "coroutine"}};
+constexpr named<style> styles[] = {
+    {style::callback, "callback"}, {style::coroutine, "coroutine"}, {style::batch, "batch"}};
 constexpr named<format> formats[] = {
     {format::table, "table"}, {format::csv, "csv"}, {format::json, "json"}};
 constexpr named<memory> memories[] = {{memory::host, "host"}, {memory::cuda, "cuda"}};
@@ -258,6 +259,9 @@ std::string parse(int argc, const char* const* argv, settings& s) {
         return "--check needs --size of at least 8";
     if (!s.server && !s.local && s.host.empty())
         return "give a server host, --local or --server";
+    if (s.style == style::batch &&
+        (s.transport != transport::library || s.test != "tag_bw" || s.memory != memory::host))
+        return "--style batch runs tag_bw over the library in host memory";
     if (s.memory == memory::cuda && s.transport != transport::library)
         return "--memory cuda runs with --transport library (compare raw UCX with "
                "ucx_perftest -m cuda)";
@@ -317,7 +321,8 @@ const char* usage() {
            "  --transport T          library (ucx-asio), ucp (raw UCP) or tcp (Asio TCP) "
            "(library)\n"
            "  --progress MODE        event, poll or hybrid (event)\n"
-           "  --style S              callback or coroutine completions (callback)\n"
+           "  --style S              callback or coroutine completions, or batch: tag_bw\n"
+           "                         received with a ucx::tag_receiver (callback)\n"
            "  -s, --size BYTES       message size, k/m/g suffixes allowed (8); a comma-\n"
            "                         separated list runs each test at each size in turn\n"
            "  -n, --iters N          measured iterations (depends on test and size)\n"

@@ -38,7 +38,10 @@ enum class transport {
 };
 
 enum class progress { event, poll, hybrid };
-enum class style { callback, coroutine };
+/// How the library's operations complete: a callback each, a coroutine each,
+/// or (tag_bw's receiving side) a batch of messages per handler from a
+/// ucx::tag_receiver, the sending side with callbacks.
+enum class style { callback, coroutine, batch };
 enum class format { table, csv, json };
 /// Where the messages live: host memory, or CUDA device memory on both sides.
 enum class memory { host, cuda };

@@ -514,7 +514,7 @@ result run_client(asio::io_context& io, const settings& s, Ops ops) {
     r.one_way_us.reserve(s.measured_iters());
     const bool lat = find_test(s.test)->kind == kind::latency;
     const auto none = [] {};
-    if (s.style == style::callback)
+    if (s.style != style::coroutine)
         lat ? run_callbacks<lat_client_cb<Ops>>(ss, none, r)
             : run_callbacks<bw_client_cb<Ops>>(ss, none, r);
     else

@@ -42,6 +42,19 @@ foreach(transport library ucp tcp)
   endforeach()
 endforeach()
 
+# tag_bw received with a ucx::tag_receiver (--style batch), between the two
+# processes, content checked: eager and rendezvous sizes.
+foreach(mode event poll hybrid)
+  set(_name perf_smoke.library.${mode}.batch)
+  add_test(NAME ${_name}
+    COMMAND ucx-asio-perf --local --check --progress ${mode} --style batch --test tag_bw
+            --size 8,300000 --iters ${_iters} --warmup ${_warmup} --window 16)
+  set_tests_properties(${_name} PROPERTIES ENVIRONMENT "${UCX_ASIO_TEST_ENV}" TIMEOUT 600)
+endforeach()
+add_test(NAME perf_smoke.batch_needs_tag_bw COMMAND ucx-asio-perf --local --style batch --test am_bw)
+set_tests_properties(perf_smoke.batch_needs_tag_bw PROPERTIES
+  PASS_REGULAR_EXPRESSION "--style batch runs tag_bw over the library in host memory")
+
 # The library over UCX's TCP transport only.
 string(REPLACE ";" "," _all_tests "${_perf_tests}")
 add_test(NAME perf_smoke.library_ucx_tcp

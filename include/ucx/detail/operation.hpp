@@ -47,6 +47,7 @@ inline constexpr bool has_no_own_executor =
 class worker_impl;
 class endpoint_impl;
 class remote_key_impl;
+class tag_receiver_impl;
 struct am_message_state;
 struct kind_counters;
 
@@ -190,6 +191,16 @@ constexpr bool counts_transfer_bytes(operation_kind k) noexcept {
 struct tag_recv_op : transfer_op {
     using transfer_op::transfer_op;
     ucp_tag_t sender_tag = 0;
+};
+
+/// A tag_receiver's receive: the batch it hands out, `count` slots chained
+/// from `first` (`bytes`: their messages' bytes), and the receiver the
+/// batch keeps alive.
+struct tag_batch_op : transfer_op {
+    using transfer_op::transfer_op;
+    std::shared_ptr<tag_receiver_impl> owner;
+    std::uint32_t first = 0;
+    std::uint32_t count = 0;
 };
 
 /// A put or a get: the remote key stays alive until UCX is done with it.

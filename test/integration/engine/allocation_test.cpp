@@ -2,6 +2,8 @@
 // operation state comes from the handler's (recycling) allocator.
 #include "test_support.hpp"
 
+#include <boost/asio/post.hpp>
+
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -230,6 +232,85 @@ TEST_P(allocations_per_op, steady_state_active_messages_allocate_nothing) {
     std::printf("heap allocations during %zu active-message operations: %zu\n", ops,
                 allocations.load());
     EXPECT_LE(allocations.load(), 8u) << "per-operation heap allocation";
+}
+
+// A tag_receiver's batches: its receives go back to UCX in the worker's own
+// requests and a batch's operation comes from the worker's pool, so nothing
+// is allocated per message (sixteen sends in flight, 10,000 messages).
+TEST_P(allocations_per_op, steady_state_tag_receiver_allocates_nothing) {
+    asio::io_context io;
+    ucx::context ctx(options_for(transport::shared_memory));
+    ucx::worker a(ctx, io, strict_worker_options(GetParam()));
+    ucx::worker b(ctx, io, strict_worker_options(GetParam()));
+    ucx::endpoint a_to_b(a, b.address());
+    ucx::tag_receiver rx(b, 5, ucx::tag_mask_full, {32, 8});
+
+    std::uint64_t payload = 42;
+    std::size_t sent = 0, received = 0, inflight = 0, target = 0;
+    bool failed = false;
+    struct send_loop {
+        ucx::endpoint& ep;
+        std::uint64_t& payload;
+        std::size_t &sent, &received, &inflight, &target;
+        bool& failed;
+        void operator()() {
+            while (inflight < 16 && sent < target && sent - received < 32) {
+                ++sent;
+                ++inflight;
+                ucx::async_tag_send(ep, asio::buffer(&payload, sizeof payload), 5,
+                                    [this](ucx::error_code ec, std::size_t) {
+                                        --inflight;
+                                        if (ec)
+                                            failed = true;
+                                        (*this)();
+                                    });
+            }
+        }
+    } sender{a_to_b, payload, sent, received, inflight, target, failed};
+    struct receive_loop {
+        ucx::tag_receiver& rx;
+        send_loop& sender;
+        std::size_t& received;
+        bool& failed;
+        void operator()() {
+            rx.async_receive([this](ucx::error_code ec, ucx::tag_batch batch) {
+                if (ec) {
+                    failed = true;
+                    return;
+                }
+                for (const ucx::tag_message& m : batch)
+                    if (m.error || m.data.size() != 8)
+                        failed = true;
+                received += batch.size();
+                batch.release();
+                sender();
+                if (!failed)
+                    (*this)();
+            });
+        }
+    } receiver{rx, sender, received, failed};
+
+    target = 2000; // warm-up: fills the recycling caches and UCX's pools
+    receiver();
+    sender();
+    ASSERT_TRUE(run_until(io, [&] { return received == target || failed; }));
+    ASSERT_FALSE(failed);
+
+    // operator new only, as for active messages: with sixteen sends in
+    // flight, the two workers' passes posted on their one thread overflow
+    // Asio's per-thread cache of handler memory (measured: 0.04 blocks per
+    // message in event and poll mode, what a window of plain async_tag_recv
+    // costs as well); the sends start on the workers' thread.
+    target = 12000;
+    allocations = 0;
+    counting = true;
+    asio::post(io, [&] { sender(); });
+    while (received < target && !failed)
+        io.run_one();
+    counting = false;
+    ASSERT_FALSE(failed);
+    std::printf("heap allocations during 10000 messages: %zu\n", allocations.load());
+    EXPECT_LE(allocations.load(), 8u) << "per-message heap allocation";
 }
 
 // A loop of one collective computes its plan once (the group keeps the
