@@ -273,6 +273,7 @@ one_round() {
   pt pt_mr8 "$lib_env" -t tag_bw -s 8 -n "$M" -w "$(n 200000)" -O 64 -e
   pt pt_mr8_noeh "$lib_env_noeh" -t tag_bw -s 8 -n "$M" -w "$(n 200000)" -O 64
   ap lib_mr8_poll "" -t tag_bw -s 8 --progress poll --window 64 -n "$M"
+  ap lib_mr8_batch "" -t tag_bw -s 8 --progress poll --window 64 --style batch -n "$M"
   ap lib_mr8_hybrid "" -t tag_bw -s 8 --progress hybrid --window 64 -n "$M"
   ap lib_mr8_poll_hist "" -t tag_bw -s 8 --progress poll --window 64 --latency-histograms -n "$M"
   ap ucp_mr8_poll "" --transport ucp -t tag_bw -s 8 --progress poll --window 64 -n "$M"
@@ -477,6 +478,8 @@ table="$out/targets.md"
   echo "| instructions per 8 B round trip, event mode (callgrind): library / raw UCP | $(lat ir_library_event_callback) / $(lat ir_ucp_event) | $r | (reference) | |"
   r=$(ratio "$(mr lib_mr8_poll)" "$(mr pt_mr8)")
   row "8 B tag message rate, window 64: library / ucx_perftest tag_bw" "$(mr lib_mr8_poll) / $(mr pt_mr8) msg/s" "$r" ">=" 0.9
+  r=$(ratio "$(mr lib_mr8_batch)" "$(mr pt_mr8)")
+  row "8 B tag message rate, window 64, received with a tag_receiver (64 slots): library / ucx_perftest tag_bw" "$(mr lib_mr8_batch) / $(mr pt_mr8) msg/s" "$r" ">=" 0.9
   a=$(best lib_lat8_poll_metrics 2 min); b=$(best lib_lat8_poll_nometrics 2 min)
   row "8 B tag latency, poll: operation metrics on (histograms off) / a build without them, best runs" "$a / $b µs (medians $(lat lib_lat8_poll_metrics) / $(lat lib_lat8_poll_nometrics))" "$(ratio3 "$a" "$b")" "<=" 1.02
   a=$(best lib_mr8_poll_metrics 5 max); b=$(best lib_mr8_poll_nometrics 5 max)
@@ -633,7 +636,7 @@ generated="$out/generated.md"
   echo
   echo "### Every run (medians)"
   echo
-  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` the same settings without error handling, \`_ucxdef\` UCX's defaults (with \`-e\`; \`_ucxdef_noeh\` without); \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`put1m\`/\`get1m\`: 1 MiB put_bw/get_bw (ucx_perftest ucp_put_bw/ucp_get, window 32), \`stbw64k\`: stream_bw with 64 KiB writes; \`_hist\`: with latency histograms, \`_nometrics\`: over a library built with \`-DUCX_ASIO_OPERATION_METRICS=OFF\`."
+  echo "Keys: \`pt_\` ucx_perftest (\`-e\`: peer error handling, with the library's settings), \`_noeh\` the same settings without error handling, \`_ucxdef\` UCX's defaults (with \`-e\`; \`_ucxdef_noeh\` without); \`lib_\` ucx-asio-perf over the library, \`ucp_\` over raw UCP, \`tcp_\` over Asio TCP; \`_tcp_\` in the middle: \`UCX_TLS=tcp,self\`. \`lat8\`: 8 B tag_lat, \`mr8\`: 8 B tag_bw (rate), \`bw1m\`/\`bw16m\`: tag_bw, \`amlat8\`/\`ambw1m\`: active messages, \`put1m\`/\`get1m\`: 1 MiB put_bw/get_bw (ucx_perftest ucp_put_bw/ucp_get, window 32), \`stbw64k\`: stream_bw with 64 KiB writes; \`_batch\`: received with a \`ucx::tag_receiver\` (\`--style batch\`), \`_hist\`: with latency histograms, \`_nometrics\`: over a library built with \`-DUCX_ASIO_OPERATION_METRICS=OFF\`."
   echo
   cat "$details"
   echo

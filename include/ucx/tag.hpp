@@ -68,6 +68,28 @@ auto async_tag_send(
         });
 }
 
+/// Sends `data` to the peer of `ep`, tagged `tag`, now, when UCX can
+/// complete the send inside the call (its inline protocol: a message within
+/// the transport's short-send size, with room in the send queue): no
+/// operation, no handler, nothing allocated. A message sent this way is
+/// matched and ordered as any tag send, and `data` is free again when the
+/// call returns. For a sender of many small messages: try this first, and
+/// send with `async_tag_send` what it does not take.
+///
+/// Returns `data.size()` when sent. Otherwise nothing was sent, it returns
+/// 0 and sets `ec`: `asio::error::would_block` (UCX cannot complete the
+/// send at once: too large for its inline protocol, no room now, the
+/// connection still being set up; or, where the worker copies device memory
+/// through host memory, `data` is device memory or an earlier send of
+/// device memory still waits; or the call does not run on the worker's
+/// executor, which is known only where that executor is a plain
+/// io_context's, so elsewhere always); `asio::error::bad_descriptor` (the
+/// endpoint is closed or was never connected); `asio::error::operation_aborted`
+/// (the worker is closed); the endpoint's failure code after a peer failure.
+/// In the metrics a send made here counts as a `tag_send` done at once.
+std::size_t try_tag_send(endpoint& ep, boost::asio::const_buffer data, tag_t tag,
+                         error_code& ec) noexcept;
+
 /// Receives one message whose tag matches `tag` under `mask`
 /// (`(sender_tag & mask) == (tag & mask)`) from any endpoint of `w`.
 ///

@@ -102,7 +102,10 @@ public:
     /// `tag_message`s, computed on access).
     class iterator {
     public:
-        using iterator_category = std::forward_iterator_tag;
+        // Its values are made on access (no reference into the batch): a
+        // forward iterator in C++20's terms, an input iterator in the older.
+        using iterator_concept = std::forward_iterator_tag;
+        using iterator_category = std::input_iterator_tag;
         using value_type = tag_message;
         using difference_type = std::ptrdiff_t;
         using pointer = void;

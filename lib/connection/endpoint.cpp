@@ -801,6 +801,41 @@ bool endpoint_impl::send_now(const void* data, std::size_t size, std::uint32_t t
     return UCS_PTR_STATUS(r) == UCS_OK;
 }
 
+error_code endpoint_impl::tag_send_at_once(const void* data, std::size_t size,
+                                           ucp_tag_t tag) noexcept {
+    worker_impl& w = *worker_;
+    // UCX's worker is used from its thread only; where the worker's executor
+    // is not a plain io_context's, the thread is not known: never here.
+    if (!w.running_in_owner())
+        return boost::asio::error::would_block;
+    if (!w.is_open())
+        return boost::asio::error::operation_aborted;
+    if (!ep_ || error())
+        return error() ? error() : error_code(boost::asio::error::bad_descriptor);
+    if (const device_staging* s = staging_of(w); s && (s->holds_sends(this) || s->is_device(data)))
+        [[unlikely]]
+        return boost::asio::error::would_block;
+    // UCX tries its inline (short) protocol only, and answers
+    // UCS_ERR_NO_RESOURCE rather than make a request; it reads only the
+    // fields that `op_attr_mask` names.
+    ucp_request_param_t param;
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    const ucs_status_ptr_t r = ucp_tag_send_nbx(ep_, data, size, tag, &param);
+    if (UCS_PTR_IS_PTR(r)) [[unlikely]] {
+        // Not what UCX promises for this flag; the request is released and
+        // UCX completes the send on its own.
+        ucp_request_free(r);
+    } else if (const ucs_status_t st = UCS_PTR_STATUS(r); st != UCS_OK) {
+        return st == UCS_ERR_NO_RESOURCE ? error_code(boost::asio::error::would_block)
+                                         : make_error_code(st);
+    }
+    if constexpr (counts_operations)
+        w.operation_metrics().done_at_once(
+            operation_kind::tag_send, &ops_[static_cast<std::size_t>(operation_kind::tag_send)],
+            size);
+    return {};
+}
+
 endpoint_impl::at_once endpoint_impl::recv_at_once(void* data, std::size_t size, std::uint32_t tag,
                                                    ucs_status_ptr_t& pending,
                                                    std::size_t& length) noexcept {

@@ -216,6 +216,12 @@ public:
     /// complete it at once (size above its short limit, no send resources).
     /// The caller then sends it with `send`, which reports any error.
     bool send_now(const void* data, std::size_t size, std::uint32_t tag) noexcept;
+    /// `ucx::try_tag_send`: a tag send of host memory that UCX completes
+    /// inside this call, with no operation; `would_block` where it cannot
+    /// (off the worker's thread, device memory or an earlier staged send
+    /// where the worker stages, UCX without room or above its short limit),
+    /// or the error that an `async_tag_send` would end with at once.
+    error_code tag_send_at_once(const void* data, std::size_t size, ucp_tag_t tag) noexcept;
     /// What `recv_at_once` did.
     enum class at_once {
         not_here, ///< nothing: no message with the tag is here yet, or the endpoint is not usable

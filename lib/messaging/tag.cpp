@@ -1,5 +1,6 @@
 // Tag messages, worker-wide and per endpoint: the non-template functions the
 // templates of <ucx/tag.hpp> and <ucx/endpoint.hpp> call.
+#include <ucx/detail/access.hpp>
 #include <ucx/endpoint.hpp>
 #include <ucx/tag.hpp>
 
@@ -93,3 +94,15 @@ void endpoint_recv(endpoint_impl& ep, tag_recv_op* op, void* data, std::size_t s
 }
 
 } // namespace ucx::detail
+
+namespace ucx {
+
+std::size_t try_tag_send(endpoint& ep, boost::asio::const_buffer data, tag_t tag,
+                         error_code& ec) noexcept {
+    const auto& impl = detail::access::get_impl(ep);
+    ec = impl ? impl->tag_send_at_once(data.data(), data.size(), tag)
+              : error_code(boost::asio::error::bad_descriptor);
+    return ec ? 0 : data.size();
+}
+
+} // namespace ucx

@@ -39,8 +39,9 @@ enum class transport {
 
 enum class progress { event, poll, hybrid };
 /// How the library's operations complete: a callback each, a coroutine each,
-/// or (tag_bw's receiving side) a batch of messages per handler from a
-/// ucx::tag_receiver, the sending side with callbacks.
+/// or batch (tag_bw): the sender sends with ucx::try_tag_send (a callback
+/// for what it does not take), the receiver takes a batch of messages per
+/// handler from a ucx::tag_receiver.
 enum class style { callback, coroutine, batch };
 enum class format { table, csv, json };
 /// Where the messages live: host memory, or CUDA device memory on both sides.

@@ -5,6 +5,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
@@ -331,6 +332,120 @@ TEST_P(tag_pair, closed_endpoint_fails_sends) {
     ASSERT_TRUE(run_until(f.io, [&] { return r.has_value(); }));
     EXPECT_EQ(*r, asio::error::bad_descriptor);
     f.a_to_b.close(); // twice is harmless
+}
+
+// try_tag_send on the worker's thread: small messages go at once (no
+// handler), in order with the async sends around them, until UCX has no
+// room; then would_block, and async_tag_send takes the rest. Counted as
+// sends done at once.
+TEST_P(tag_pair, try_tag_send_at_once_then_would_block) {
+    // A first message sets the connection up (until then UCX takes nothing
+    // at once over TCP, which connects on first use).
+    {
+        std::uint64_t v = 0;
+        std::optional<ucx::error_code> s, r;
+        ucx::async_tag_recv(f.b, asio::buffer(&v, 8), 76, ucx::tag_mask_full,
+                            [&](ucx::error_code ec, std::size_t, ucx::tag_t) { r = ec; });
+        ucx::async_tag_send(f.a_to_b, asio::buffer(&v, 8), 76,
+                            [&](ucx::error_code ec, std::size_t) { s = ec; });
+        ASSERT_TRUE(run_until(f.io, [&] { return s && r; }));
+        ASSERT_FALSE(*s);
+        ASSERT_FALSE(*r);
+    }
+    const bool shm = std::get<0>(GetParam()) == transport::shared_memory;
+    constexpr std::size_t most = 20000;
+    std::vector<std::uint64_t> out(most + 2);
+    std::size_t at_once = 0;
+    std::optional<ucx::error_code> refused, last_sent;
+    bool posted_ran = false;
+    asio::post(f.io, [&] {
+        // Nothing progresses the receiver meanwhile: UCX runs out of room.
+        for (; at_once < most; ++at_once) {
+            out[at_once] = at_once;
+            ucx::error_code ec;
+            const std::size_t n =
+                ucx::try_tag_send(f.a_to_b, asio::buffer(&out[at_once], 8), 77, ec);
+            if (ec) {
+                EXPECT_EQ(n, 0u);
+                refused = ec;
+                break;
+            }
+            EXPECT_EQ(n, 8u);
+        }
+        // The next one goes with async_tag_send, after those.
+        out[at_once] = at_once;
+        ucx::async_tag_send(f.a_to_b, asio::buffer(&out[at_once], 8), 77,
+                            [&](ucx::error_code ec, std::size_t) { last_sent = ec; });
+        posted_ran = true;
+    });
+    ASSERT_TRUE(run_until(f.io, [&] { return posted_ran; }));
+    // Shared memory has a receive queue of a few dozen messages; UCX's TCP
+    // transport may take all of them (the socket's buffers).
+    if (shm) {
+        ASSERT_TRUE(refused.has_value()) << "UCX took " << most << " messages without progress";
+    }
+    if (refused) {
+        EXPECT_EQ(*refused, asio::error::would_block) << refused->message();
+    }
+    EXPECT_GT(at_once, 0u);
+
+    // All of them arrive, in order.
+    std::uint64_t in = 0;
+    std::size_t received = 0;
+    bool failed = false;
+    std::function<void()> next = [&] {
+        ucx::async_tag_recv(f.b, asio::buffer(&in, 8), 77, ucx::tag_mask_full,
+                            [&](ucx::error_code ec, std::size_t n, ucx::tag_t) {
+                                if (ec || n != 8 || in != received)
+                                    failed = true;
+                                ++received;
+                                if (!failed && received <= at_once)
+                                    next();
+                            });
+    };
+    next();
+    ASSERT_TRUE(run_until(f.io, [&] { return failed || (received == at_once + 1 && last_sent); }));
+    EXPECT_FALSE(failed) << "message " << received - 1 << " out of order";
+    EXPECT_FALSE(*last_sent);
+
+    const auto sends = f.a_to_b.metrics().of(ucx::operation_kind::tag_send);
+    EXPECT_EQ(sends.started, at_once + 2);
+    EXPECT_EQ(sends.completed, at_once + 2);
+    EXPECT_EQ(sends.bytes, (at_once + 2) * 8);
+}
+
+// What try_tag_send does not take: a message above UCX's inline sizes, a
+// call off the worker's thread, a closed or never connected endpoint.
+TEST_P(tag_pair, try_tag_send_refusals) {
+    const std::vector<char> big(1 << 20, 'x');
+    std::optional<ucx::error_code> too_big;
+    asio::post(f.io, [&] {
+        ucx::error_code ec;
+        EXPECT_EQ(ucx::try_tag_send(f.a_to_b, asio::buffer(big), 78, ec), 0u);
+        too_big = ec;
+    });
+    ASSERT_TRUE(run_until(f.io, [&] { return too_big.has_value(); }));
+    EXPECT_EQ(*too_big, asio::error::would_block);
+
+    // This thread does not run the io_context now.
+    std::uint64_t v = 1;
+    ucx::error_code ec;
+    EXPECT_EQ(ucx::try_tag_send(f.a_to_b, asio::buffer(&v, 8), 78, ec), 0u);
+    EXPECT_EQ(ec, asio::error::would_block);
+
+    ucx::endpoint never;
+    EXPECT_EQ(ucx::try_tag_send(never, asio::buffer(&v, 8), 78, ec), 0u);
+    EXPECT_EQ(ec, asio::error::bad_descriptor);
+
+    f.a_to_b.close();
+    std::optional<ucx::error_code> closed;
+    asio::post(f.io, [&] {
+        ucx::error_code e;
+        ucx::try_tag_send(f.a_to_b, asio::buffer(&v, 8), 78, e);
+        closed = e;
+    });
+    ASSERT_TRUE(run_until(f.io, [&] { return closed.has_value(); }));
+    EXPECT_EQ(*closed, asio::error::bad_descriptor);
 }
 
 INSTANTIATE_TEST_SUITE_P(all, tag_pair,
