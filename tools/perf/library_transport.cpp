@@ -115,6 +115,18 @@ struct tag_ops : peer {
     auto send_data(std::uint64_t&, asio::const_buffer b, T&& token) {
         return ucx::async_tag_send(ep, b, data_bit, std::forward<T>(token));
     }
+    /// --style batch: a bandwidth message with ucx::try_tag_send; false
+    /// (nothing sent) where UCX does not take it at once.
+    bool send_at_once(const settings& s, asio::const_buffer b) {
+        if (s.style != style::batch)
+            return false;
+        error_code ec;
+        if (ucx::try_tag_send(ep, b, data_bit, ec) != 0)
+            return true;
+        if (ec != asio::error::would_block)
+            throw_if(ec, "tag send");
+        return false;
+    }
     template <class T>
     auto send_ack(std::uint64_t& ack, T&& token) {
         return ucx::async_tag_send(ep, asio::buffer(&ack, sizeof ack), ack_tag,
@@ -546,92 +558,6 @@ struct bw_batch_server {
     }
 };
 
-// tag_bw's sending side with --style batch: each message goes with
-// ucx::try_tag_send when UCX takes it at once (no operation, no handler);
-// one it does not take goes with async_tag_send, up to --window of those in
-// flight, and the loop goes on from their handlers. The rounds and
-// acknowledgements are bw_client_cb's; with --check each message in flight
-// has its own buffer.
-struct bw_batch_client {
-    session<tag_ops>& ss;
-    result& r;
-    std::size_t slots = ss.s.check ? buffer_slots(ss.s) : ss.s.window;
-    std::vector<buffer> bufs{};
-    std::vector<std::size_t> free_slots{};
-    std::uint64_t next = 0;
-    std::size_t remaining = 0, sending = 0;
-    std::uint64_t ack = 0;
-    bool acked = false;
-    int round = 0;
-    clock_type::time_point t0{};
-
-    void start() {
-        bufs.resize(ss.s.check ? slots : 1, buffer(ss.s.size, ss.s.memory));
-        if (!ss.s.check)
-            bufs[0].fill(0);
-        for (std::size_t k = 0; k < slots; ++k)
-            free_slots.push_back(k);
-        const std::size_t first = warmup_halves(ss.warmup) ? ss.warmup / 2 : ss.warmup;
-        if (first == ss.warmup)
-            round = 1;
-        start_round(first);
-    }
-    void start_round(std::size_t n) {
-        remaining = n;
-        acked = false;
-        if (round == 2) {
-            ss.begin_measuring();
-            t0 = clock_type::now();
-        }
-        ss.ops.recv_ack(ack, [this](error_code ec, auto&&...) {
-            throw_if(ec, "acknowledgement receive");
-            acked = true;
-            if (round == 2)
-                r.seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
-            maybe_end_round();
-        });
-        pump();
-    }
-    void pump() {
-        while (remaining > 0 && !free_slots.empty()) {
-            const std::size_t slot = free_slots.back();
-            buffer& b = bufs[ss.s.check ? slot : 0];
-            if (ss.s.check)
-                b.fill(next);
-            ++next;
-            --remaining;
-            // While sends wait in UCX, a later one cannot overtake them:
-            // UCX would refuse it, after the work of trying.
-            error_code ec = asio::error::would_block;
-            if (sending == 0 && ucx::try_tag_send(ss.ops.ep, b.view(), data_bit, ec) != 0)
-                continue;
-            if (ec != asio::error::would_block)
-                throw_if(ec, "tag send");
-            free_slots.pop_back();
-            ++sending;
-            ss.ops.send_data(next, b.view(), [this, slot](error_code ec, std::size_t) {
-                throw_if(ec, "tag send");
-                --sending;
-                free_slots.push_back(slot);
-                pump();
-            });
-        }
-        maybe_end_round();
-    }
-    void maybe_end_round() {
-        if (!acked || sending != 0 || remaining != 0)
-            return;
-        switch (round++) {
-        case 0:
-            return start_round(ss.warmup - ss.warmup / 2);
-        case 1:
-            return start_round(ss.s.measured_iters());
-        default:
-            return ss.finish();
-        }
-    }
-};
-
 // Calls `f` with the message kind of the test in `s` (tags or active
 // messages) on a worker connected to the other side.
 template <class F>
@@ -659,17 +585,6 @@ result library_client(const settings& s, control& ctl) {
     // The worker and endpoint live until the end of the run's handshake.
     return with_kind(s, ctl, false, [&](asio::io_context& io, auto kind) {
         ctl.expect("ready");
-        if constexpr (std::is_same_v<decltype(kind), tag_ops>) {
-            if (s.style == style::batch) {
-                session<tag_ops> ss{s, io, kind};
-                result r;
-                run_callbacks<bw_batch_client>(
-                    ss, [] {}, r);
-                count_measured(s, ss.m.counted(), r);
-                finish_client(ctl, r);
-                return r;
-            }
-        }
         result r = run_client(io, s, kind);
         finish_client(ctl, r);
         return r;

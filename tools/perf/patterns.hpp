@@ -247,8 +247,7 @@ struct bw_client_cb {
         // last write.
         if (!Ops::one_at_a_time || remaining == 0)
             recv_ack();
-        while (remaining > 0 && !free_slots.empty())
-            send_one();
+        send_more();
     }
     void recv_ack() {
         ss.ops.recv_ack(ack, [this](error_code ec, auto&&...) {
@@ -259,26 +258,40 @@ struct bw_client_cb {
             maybe_end_round();
         });
     }
-    void send_one() {
-        const std::size_t slot = free_slots.back();
-        free_slots.pop_back();
-        seqs[slot] = next++;
-        --remaining;
-        ++inflight;
-        auto& b = bufs[ss.s.check ? slot : 0];
-        if (ss.s.check)
-            b.fill(seqs[slot]);
-        ss.ops.send_data(seqs[slot], b.view(), [this, slot](error_code ec, std::size_t) {
-            throw_if(ec, Ops::send_what);
-            --inflight;
-            free_slots.push_back(slot);
-            if (remaining > 0)
-                send_one();
-            else if (Ops::one_at_a_time)
-                recv_ack();
-            else
-                maybe_end_round();
-        });
+    /// Sends while messages remain and a slot is free. A kind that can send
+    /// without an operation (`send_at_once`: tags with --style batch) sends
+    /// so what its transport takes at once, while nothing of it waits.
+    void send_more() {
+        while (remaining > 0 && !free_slots.empty()) {
+            const std::size_t slot = free_slots.back();
+            auto& b = bufs[ss.s.check ? slot : 0];
+            if (ss.s.check)
+                b.fill(next);
+            if constexpr (requires { ss.ops.send_at_once(ss.s, b.view()); }) {
+                if (inflight == 0 && ss.ops.send_at_once(ss.s, b.view())) {
+                    ++next;
+                    --remaining;
+                    continue;
+                }
+            }
+            free_slots.pop_back();
+            seqs[slot] = next++;
+            --remaining;
+            ++inflight;
+            ss.ops.send_data(seqs[slot], b.view(), [this, slot](error_code ec, std::size_t) {
+                throw_if(ec, Ops::send_what);
+                --inflight;
+                free_slots.push_back(slot);
+                if (remaining > 0)
+                    send_more();
+                else if (Ops::one_at_a_time)
+                    recv_ack();
+                else
+                    maybe_end_round();
+            });
+        }
+        if (remaining == 0 && !Ops::one_at_a_time)
+            maybe_end_round(); // all sent at once: the round may be over
     }
     void maybe_end_round() {
         if (!acked || inflight != 0)
