@@ -537,24 +537,13 @@ struct bw_batch_server {
                 ++received;
             }
             batch.release();
-            // The sender waits for the acknowledgement at the end of a round:
-            // no batch goes past one.
-            const bool ack_due = (warmup_halves(ss.warmup) && received == ss.warmup / 2) ||
-                                 received == ss.warmup || received == ss.total;
             if (received < ss.total)
                 receive();
-            if (ack_due)
-                send_ack(received == ss.total, received == ss.warmup);
+            // The sender waits for the acknowledgement at the end of a round:
+            // no batch goes past one.
+            if (ack_due(ss, received))
+                send_round_ack(ss, ack, received, [] {});
         });
-    }
-    void send_ack(bool last, bool warmup_done) {
-        ss.ops.send_ack(ack, [this, last](error_code ec, std::size_t) {
-            throw_if(ec, "acknowledgement send");
-            if (last)
-                ss.finish();
-        });
-        if (warmup_done)
-            ss.begin_measuring();
     }
 };
 

@@ -307,6 +307,34 @@ struct bw_client_cb {
     }
 };
 
+/// Whether a bandwidth test's receiving side acknowledges after `received`
+/// messages: at the end of each round (the warm-up's one or two, the
+/// measured one); the sender waits for it before the next round.
+template <class Ops>
+bool ack_due(const session<Ops>& ss, std::size_t received) {
+    return (warmup_halves(ss.warmup) && received == ss.warmup / 2) || received == ss.warmup ||
+           received == ss.total;
+}
+
+/// Sends the acknowledgement of a round that ended with message `received`;
+/// after the last one the run ends, after the others `next()` runs.
+template <class Ops, class Next>
+void send_round_ack(session<Ops>& ss, std::uint64_t& ack, std::size_t received, Next next) {
+    const bool last = received == ss.total;
+    ss.ops.send_ack(ack, [&ss, last, next](error_code ec, std::size_t) mutable {
+        throw_if(ec, "acknowledgement send");
+        if (last)
+            ss.finish();
+        else
+            next();
+    });
+    // The warm-up ends with its acknowledgement, as the client's does when
+    // it receives it: the moment with every receive and the acknowledgement
+    // in flight.
+    if (received == ss.warmup)
+        ss.begin_measuring();
+}
+
 template <class Ops>
 struct bw_server_cb {
     session<Ops>& ss;
@@ -337,27 +365,15 @@ struct bw_server_cb {
                 m = {};
                 ++received;
                 // One at a time: the acknowledgement before the next read.
-                const bool ack_due = (warmup_halves(ss.warmup) && received == ss.warmup / 2) ||
-                                     received == ss.warmup || received == ss.total;
-                if (posted < ss.total && !(Ops::one_at_a_time && ack_due))
+                const bool due = ack_due(ss, received);
+                if (posted < ss.total && !(Ops::one_at_a_time && due))
                     post_recv(slot);
-                if (ack_due)
-                    send_ack(received == ss.total, received == ss.warmup);
+                if (due)
+                    send_round_ack(ss, ack, received, [this] {
+                        if (Ops::one_at_a_time)
+                            post_recv(0);
+                    });
             });
-    }
-    void send_ack(bool last, bool warmup_done) {
-        ss.ops.send_ack(ack, [this, last](error_code ec, std::size_t) {
-            throw_if(ec, "acknowledgement send");
-            if (last)
-                ss.finish();
-            else if (Ops::one_at_a_time)
-                post_recv(0);
-        });
-        // The warm-up ends with its acknowledgement, as the client's does
-        // when it receives it: the moment with every receive and the
-        // acknowledgement in flight.
-        if (warmup_done)
-            ss.begin_measuring();
     }
 };
 
