@@ -182,11 +182,22 @@ private:
                                     [self, g](error_code ec, const tcp::endpoint&) {
                                         if (self->closed_ || g != self->gen_)
                                             return;
-                                        if (ec)
+                                        if (ec || self->connected_to_itself())
                                             return self->retry();
                                         self->on_connected();
                                     });
             });
+    }
+
+    /// A connect to a local port nobody listens on yet can meet itself: the
+    /// kernel may give the socket, as its own port, the port it connects to
+    /// (both in the ephemeral range), and TCP's simultaneous open then
+    /// connects the socket to itself, holding the port the server is about
+    /// to bind. Such a connection is closed and tried again.
+    bool connected_to_itself() const {
+        error_code a, b;
+        const tcp::endpoint local = sock_.local_endpoint(a), remote = sock_.remote_endpoint(b);
+        return !a && !b && local == remote;
     }
 
     void retry() {

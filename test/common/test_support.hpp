@@ -8,6 +8,7 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
@@ -183,6 +184,38 @@ inline bool run_ticks(asio::io_context& io, int ticks = 20) {
     };
     tick();
     return run_until(io, [&] { return seen >= ticks; });
+}
+
+/// A port free on 127.0.0.1 below the kernel's range of ports for outgoing
+/// connections (`/proc/sys/net/ipv4/ip_local_port_range`), for a server a
+/// child process starts later: no other socket is given it on its own
+/// between this probe and that bind, and a client connecting to it before
+/// the server listens cannot be given it as its own port (a socket
+/// connected to itself). Random ports from 10,000 up; the kernel's choice
+/// if none of 200 is free.
+inline unsigned short free_port_below_ephemeral() {
+    unsigned first_ephemeral = 32768;
+    if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+        if (std::fscanf(f, "%u", &first_ephemeral) != 1)
+            first_ephemeral = 32768;
+        std::fclose(f);
+    }
+    const unsigned top = std::max(first_ephemeral, 10001u);
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_int_distribution<unsigned> pick(10000, top - 1);
+    asio::io_context io;
+    for (int i = 0; i < 200; ++i) {
+        const auto port = static_cast<unsigned short>(pick(rng));
+        asio::ip::tcp::acceptor probe(io);
+        ucx::error_code ec;
+        probe.open(asio::ip::tcp::v4(), ec);
+        if (!ec)
+            probe.bind({asio::ip::make_address("127.0.0.1"), port}, ec);
+        if (!ec)
+            return port;
+    }
+    asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
+    return probe.local_endpoint().port();
 }
 
 /// A deterministic pattern for message contents.

@@ -22,6 +22,7 @@
 
 #include "child_process.hpp"
 #include "store_support.hpp"
+#include "test_support.hpp"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -53,11 +54,9 @@ bool have(const char* program) {
     return std::system(("command -v " + std::string(program) + " >/dev/null 2>&1").c_str()) == 0;
 }
 
-/// A port the kernel says is free on 127.0.0.1.
+/// A port free on 127.0.0.1, for a store a launched rank serves.
 std::string free_port() {
-    asio::io_context io;
-    asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
-    return std::to_string(probe.local_endpoint().port());
+    return std::to_string(ucx_test::free_port_below_ephemeral());
 }
 
 /// `/usr/bin/env` without any variable of this library nor of a launcher

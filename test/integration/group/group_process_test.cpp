@@ -107,11 +107,10 @@ TEST(group_processes, four_ranks_under_mpirun) {
 }
 
 TEST(group_processes, four_ranks_with_torchrun_variables_and_a_tcp_store) {
-    // Rank 0 serves the store on MASTER_PORT; a free port from the kernel.
-    asio::io_context io;
-    asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
-    const std::string port = std::to_string(probe.local_endpoint().port());
-    probe.close();
+    // Rank 0 serves the store on MASTER_PORT: a free port below the kernel's
+    // range of ports for outgoing connections, which another test's socket
+    // could take between this probe and rank 0's bind.
+    const std::string port = std::to_string(free_port_below_ephemeral());
     std::vector<std::unique_ptr<child_process>> ranks;
     for (int r = 0; r < 4; ++r)
         ranks.push_back(std::make_unique<child_process>(std::vector<std::string>{
