@@ -40,7 +40,7 @@ inline bool worker_impl::nothing_to_deliver() const noexcept {
 }
 
 inline unsigned worker_impl::progress_ucp_once() noexcept {
-    ++ucp_progress_calls_;
+    ++stats_.progress_calls;
     const unsigned events = ucp_worker_progress(worker_);
     // Stream data that arrived goes to its stream at once (see
     // watch_streams); only workers with a stream waiting without a read look.
@@ -82,7 +82,6 @@ struct engine_backend {
     worker_impl& w;
 
     std::size_t progress() {
-        ++w.stats_.progress_calls;
         const unsigned events = w.progress_ucp();
         // Most spinning steps find nothing: decide that inline.
         if (w.nothing_to_deliver())
@@ -896,7 +895,7 @@ void worker_impl::shutdown() {
 
     // 3. Progress until UCX has called back every request.
     while (work_pending() && std::chrono::steady_clock::now() < deadline) {
-        ++ucp_progress_calls_;
+        ++stats_.progress_calls;
         ucp_worker_progress(worker_);
     }
     if (in_flight_count_ > 0) {

@@ -233,7 +233,7 @@ public:
     /// How many ucp_worker_progress calls this worker made. Received data
     /// reaches UCX's queues only inside one: a queue found empty stays empty
     /// while this number stays the same.
-    std::uint64_t ucp_progress_calls() const noexcept { return ucp_progress_calls_; }
+    std::uint64_t ucp_progress_calls() const noexcept { return stats_.progress_calls; }
     /// Memory for a UCX request that the worker keeps (`add_request`), or
     /// null where none can be had (UCX then takes one from its pool): the
     /// worker's own receives, and the parts that keep receives posted.
@@ -403,7 +403,6 @@ private:
     /// Streams connected with no read pending.
     std::size_t streams_ = 0;
     stream_data_taker take_stream_data_ = nullptr;
-    std::uint64_t ucp_progress_calls_ = 0;
     send_finisher finish_counted_send_ = nullptr;
     endpoint_canceller cancel_endpoint_ = nullptr;
 

@@ -206,11 +206,7 @@ void tag_receiver_impl::close() noexcept {
         counted_ = posted_;
         for (std::size_t k = 0; k < counted_; ++k)
             w.internal_request_started();
-        try {
-            self_ = shared_from_this();
-        } catch (...) {
-            // Not owned by a shared_ptr (cannot happen: made by make_shared).
-        }
+        self_ = weak_from_this().lock();
     }
     w.remove_component(*this);
 }
