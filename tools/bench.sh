@@ -522,9 +522,11 @@ table="$out/targets.md"
   row "1 MiB tag bandwidth: library (its defaults) / ucx_perftest -e (UCX's defaults)" "$(bw lib_bw1m_poll) / $(bw pt_bw1m_ucxdef) MiB/s" "$r" ">=" 1.5
   r=$(ratio "$(bw lib_bw1m_poll)" "$(bw pt_bw1m_ucxdef_noeh)")
   echo "| 1 MiB tag bandwidth: library (its defaults) / ucx_perftest without error handling (UCX's defaults) | $(bw lib_bw1m_poll) / $(bw pt_bw1m_ucxdef_noeh) MiB/s | $r | (reference) | |"
-  a=$(median lib_lat8_poll 6); b=$(median lib_mr8_poll 6); c=$(median lib_bw1m_poll 6)
-  worst=$(printf '%s\n' "$a" "$b" "$c" | grep -v -- - | sort -g | tail -1)
-  row "heap allocations per operation, steady state (tag lat, rate, 1 MiB)" "$a, $b, $c" "${worst:--}" "<=" 0
+  a=$(median lib_lat8_poll 6); b=$(median lib_mr8_poll 6); c=$(median lib_mr8_batch 6)
+  d=$(median lib_bw1m_poll 6); e=$(median lib_bw16m_poll 6); f=$(median lib_amlat8_poll 6)
+  g=$(median lib_ambw1m_poll 6); h=$(median lib_stbw64k_poll 6)
+  worst=$(printf '%s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g" "$h" | grep -v -- - | sort -g | tail -1)
+  row "heap allocations per operation, steady state (tag lat, rate, batch rate, 1 MiB, 16 MiB; AM lat, 1 MiB AM; 64 KiB stream)" "$a, $b, $c, $d, $e; $f, $g; $h" "${worst:--}" "<=" 0
   a=$(median lib_lat8_poll_nometrics 6); b=$(median lib_mr8_poll_nometrics 6)
   worst=$(printf '%s\n' "$a" "$b" | grep -v -- - | sort -g | tail -1)
   row "heap allocations per operation without operation metrics (tag lat, rate)" "$a, $b" "${worst:--}" "<=" 0

@@ -58,7 +58,17 @@ std::size_t settings::measured_iters() const {
 }
 
 std::size_t settings::warmup_iters() const {
-    return warmup != 0 ? warmup : std::max<std::size_t>(1, measured_iters() / 10);
+    if (warmup != 0)
+        return warmup;
+    std::size_t n = std::max<std::size_t>(1, measured_iters() / 10);
+    // A bandwidth test's warm-up comes in two rounds (see warmup_halves);
+    // each fills the window, as the measured round does, so that the
+    // measured round finds every operation state it needs already made
+    // (the worker's pool keeps as many as were in flight at once).
+    const test_info* t = find_test(test);
+    if (t && t->kind != kind::latency)
+        n = std::max(n, 2 * (window + 1));
+    return n;
 }
 
 namespace {
@@ -328,7 +338,8 @@ const char* usage() {
            "  -s, --size BYTES       message size, k/m/g suffixes allowed (8); a comma-\n"
            "                         separated list runs each test at each size in turn\n"
            "  -n, --iters N          measured iterations (depends on test and size)\n"
-           "  -w, --warmup N         warm-up iterations (iters/10)\n"
+           "  -w, --warmup N         warm-up iterations (iters/10; bandwidth tests at least\n"
+           "                         two windows and two)\n"
            "  --window N             bandwidth tests: sends (puts, gets) in flight (64)\n"
            "  -m, --memory M         host or cuda: the messages in device memory on both sides\n"
            "                         (bandwidth tests, --transport library; prints the\n"
