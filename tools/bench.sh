@@ -257,9 +257,9 @@ one_round() {
   metrics_pairs "$L" "$M"
   # 8 B tag latency over shared memory
   pt pt_lat8 "$lib_env" -t tag_lat -s 8 -n "$L" -w "$(n 20000)" -e
-  pt pt_lat8_noeh "$lib_env_noeh" -t tag_lat -s 8 -n "$L" -w "$(n 20000)"
   ap lib_lat8_poll "" -t tag_lat -s 8 --progress poll -n "$L"
   ap lib_lat8_hybrid "" -t tag_lat -s 8 --progress hybrid -n "$L"
+  pt pt_lat8_noeh "$lib_env_noeh" -t tag_lat -s 8 -n "$L" -w "$(n 20000)"
   ap lib_lat8_poll_co "" -t tag_lat -s 8 --progress poll --style coroutine -n "$L"
   ap lib_lat8_poll_hist "" -t tag_lat -s 8 --progress poll --latency-histograms -n "$L"
   ap ucp_lat8_poll "" --transport ucp -t tag_lat -s 8 --progress poll -n "$L"
@@ -277,15 +277,26 @@ one_round() {
   ap lib_mr8_hybrid "" -t tag_bw -s 8 --progress hybrid --window 64 -n "$M"
   ap lib_mr8_poll_hist "" -t tag_bw -s 8 --progress poll --window 64 --latency-histograms -n "$M"
   ap ucp_mr8_poll "" --transport ucp -t tag_bw -s 8 --progress poll --window 64 -n "$M"
-  # 1 MiB and 16 MiB tag bandwidth
-  pt pt_bw1m "$lib_env" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
+  # 1 MiB and 16 MiB tag bandwidth. Memory bandwidth is what these measure,
+  # and it is what changes most when the machine changes state: the library
+  # and ucx_perftest run next to each other, twice, in the order
+  # ucx_perftest-library-library-ucx_perftest (each pair's ratio is one of
+  # the row's rounds), so that a drift weighs on both alike.
+  local k
+  for k in 1 2; do
+    if [ $k = 1 ]; then pt pt_bw1m "$lib_env" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e; fi
+    ap lib_bw1m_poll "" -t tag_bw -s 1048576 --progress poll -n "$(n 4000)"
+    if [ $k = 2 ]; then pt pt_bw1m "$lib_env" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e; fi
+  done
+  for k in 1 2; do
+    if [ $k = 1 ]; then pt pt_bw16m "$lib_env" -t tag_bw -s 16777216 -n "$(n 300)" -w "$(n 30)" -e; fi
+    ap lib_bw16m_poll "" -t tag_bw -s 16777216 --progress poll -n "$(n 300)"
+    if [ $k = 2 ]; then pt pt_bw16m "$lib_env" -t tag_bw -s 16777216 -n "$(n 300)" -w "$(n 30)" -e; fi
+  done
   pt pt_bw1m_noeh "$lib_env_noeh" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)"
   pt pt_bw1m_ucxdef "" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)" -e
   pt pt_bw1m_ucxdef_noeh "" -t tag_bw -s 1048576 -n "$(n 4000)" -w "$(n 400)"
-  ap lib_bw1m_poll "" -t tag_bw -s 1048576 --progress poll -n "$(n 4000)"
   ap lib_bw1m_event "" -t tag_bw -s 1048576 --progress event -n "$(n 4000)"
-  pt pt_bw16m "$lib_env" -t tag_bw -s 16777216 -n "$(n 300)" -w "$(n 30)" -e
-  ap lib_bw16m_poll "" -t tag_bw -s 16777216 --progress poll -n "$(n 300)"
   # active messages
   # ucx-asio-perf's active messages carry their number in an 8-byte header:
   # ucx_perftest sends one of that size too (-H 8), so both move the same bytes
@@ -301,11 +312,14 @@ one_round() {
   ap lib_get1m_poll "" -t get_bw -s 1048576 --progress poll --window 32 -n "$(n 4000)"
   ap ucp_get1m_poll "" --transport ucp -t get_bw -s 1048576 --progress poll --window 32 -n "$(n 4000)"
   # stream, 64 KiB writes
-  pt pt_stbw64k "$lib_env" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)" -e
+  for k in 1 2; do
+    if [ $k = 1 ]; then pt pt_stbw64k "$lib_env" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)" -e; fi
+    if [ $has_stream = 1 ]; then
+      ap lib_stbw64k_poll "" -t stream_bw -s 65536 --progress poll -n "$(n 40000)"
+    fi
+    if [ $k = 2 ]; then pt pt_stbw64k "$lib_env" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)" -e; fi
+  done
   pt pt_stbw64k_noeh "$lib_env_noeh" -t stream_bw -s 65536 -n "$(n 40000)" -w "$(n 4000)"
-  if [ $has_stream = 1 ]; then
-    ap lib_stbw64k_poll "" -t stream_bw -s 65536 --progress poll -n "$(n 40000)"
-  fi
   ap tcp_stbw64k_event "" --transport tcp -t stream_bw -s 65536 --progress event -n "$(n 40000)"
   # over UCX's TCP transport
   pt pt_tcp_lat8 "$tcp" -t tag_lat -s 8 -n "$E" -w "$(n 2000)" -e
@@ -450,13 +464,14 @@ table="$out/targets.md"
     echo "| $1 | $2 | $3 | $4 $5 | $(verdict "$3" "$4" "$5") |"
   }
   # prow METRIC KEY_A KEY_B COLUMN UNIT OP LIMIT: a row whose ratio is the
-  # median of the rounds' ratios (A and B run one after the other in each
-  # round, in the same state of a machine that changes between states for
-  # minutes at a time); the medians of each are shown beside.
+  # median of the pairs' ratios (A and B run one after the other, once a
+  # round or, for the bandwidth rows, twice in the order B-A-A-B, in the
+  # same state of a machine that changes between states for minutes at a
+  # time); the medians of each are shown beside.
   prow() {
     local med_a med_b
     med_a=$(median "$2" "$4"); med_b=$(median "$3" "$4")
-    row "$1, median of the rounds' ratios (each round's: $(pairs "$2" "$3" "$4"))" \
+    row "$1, median of the pairs' ratios (each pair's, in run order: $(pairs "$2" "$3" "$4"))" \
       "$med_a / $med_b $5 (medians; their ratio $(ratio "$med_a" "$med_b"))" \
       "$(paired_ratio "$2" "$3" "$4")" "$6" "$7"
   }
