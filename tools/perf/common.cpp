@@ -10,6 +10,11 @@
 #include <istream>
 #include <new>
 #include <sstream>
+#include <thread>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 namespace {
 std::atomic<bool> counting_on{false};
@@ -149,6 +154,26 @@ void check(std::span<const std::byte> b, std::uint64_t seq, const char* what) {
 
 void throw_error(const boost::system::error_code& ec, const char* what) {
     throw failure(std::string(what) + ": " + ec.message());
+}
+
+void sample_clock::init() {
+#if defined(__x86_64__)
+    // An invariant counter (CPUID 0x80000007, EDX bit 8) ticks at one rate
+    // in every power state and on every core.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8)))
+        return;
+    const auto t0 = clock_type::now();
+    const std::uint64_t c0 = __rdtsc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto t1 = clock_type::now();
+    const std::uint64_t c1 = __rdtsc();
+    if (c1 <= c0)
+        return;
+    us_per_tick_ =
+        std::chrono::duration<double, std::micro>(t1 - t0).count() / static_cast<double>(c1 - c0);
+    use_tsc_ = true;
+#endif
 }
 
 std::size_t allocations() noexcept {

@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
 namespace perf {
 
 namespace asio = boost::asio;
@@ -59,9 +63,40 @@ struct result {
     std::size_t operations = 0;     ///< operations both sides started in the measured phase
 };
 
-/// Half of a round trip from `t0` to `t1`, in microseconds.
-inline double one_way_us(clock_type::time_point t0, clock_type::time_point t1) {
-    return std::chrono::duration<double, std::micro>(t1 - t0).count() / 2;
+/// The clock of the latency loops' samples (two reads per round trip). On
+/// x86-64 with an invariant time-stamp counter it reads the counter, as
+/// `ucx_perftest` times its iterations (`ucs_get_time`): a read costs about
+/// a third of a `steady_clock::now()` through the vDSO (9 against 22 ns on
+/// the 2-core benchmark host), and the part of each read that falls inside
+/// a round trip is counted in its latency. The rate is measured against
+/// `steady_clock` once, when first used. Elsewhere it is `steady_clock`.
+struct sample_clock {
+    using time_point = std::uint64_t; ///< ticks
+    static time_point now() noexcept {
+#if defined(__x86_64__)
+        if (use_tsc_) [[likely]]
+            return __rdtsc();
+#endif
+        return static_cast<time_point>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           clock_type::now().time_since_epoch())
+                                           .count());
+    }
+    /// Microseconds per tick.
+    static double us_per_tick() noexcept {
+        return us_per_tick_;
+    }
+    /// Chooses the counter and measures its rate (about 20 ms); before the
+    /// first sample.
+    static void init();
+
+private:
+    static inline bool use_tsc_ = false;
+    static inline double us_per_tick_ = 1e-3;
+};
+
+/// Half of a round trip from `t0` to `t1` (sample_clock), in microseconds.
+inline double one_way_us(sample_clock::time_point t0, sample_clock::time_point t1) {
+    return static_cast<double>(t1 - t0) * sample_clock::us_per_tick() / 2;
 }
 
 /// Operations one side starts in a measured phase: a send and a receive

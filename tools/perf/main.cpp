@@ -270,6 +270,7 @@ int main(int argc, char** argv) {
             host = "127.0.0.1";
             port = p;
         }
+        perf::sample_clock::init();
         int rc = 0;
         try {
             for (const perf::settings& s : runs) {

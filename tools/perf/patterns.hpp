@@ -112,7 +112,7 @@ struct lat_client_cb {
     buffer in = recv_buffer<Ops>(ss.s);
     std::uint64_t i = 0;
     int pending = 0;
-    clock_type::time_point t0{}, t_recv{};
+    sample_clock::time_point t0{}, t_recv{};
 
     void start() {
         if (i == ss.warmup)
@@ -120,7 +120,7 @@ struct lat_client_cb {
         if (ss.s.check)
             out.fill(i);
         pending = 2;
-        t0 = clock_type::now();
+        t0 = sample_clock::now();
         // Send first, then post the receive, as ucx_perftest does: nothing
         // can arrive in between (no progress runs inside an initiation), and
         // the receive's set-up stays off the message's path. A byte stream
@@ -139,7 +139,7 @@ struct lat_client_cb {
     }
     void recv_reply() {
         ss.ops.recv_reply(i, in.view(), [this](error_code ec, auto&&... got) {
-            t_recv = clock_type::now();
+            t_recv = sample_clock::now();
             throw_if(ec, Ops::recv_what);
             const auto m = Ops::received(in.view(), std::move(got)...);
             if (Ops::numbered && Ops::seq(m) != i)
@@ -388,10 +388,10 @@ awaitable<void> lat_client_co(session<Ops>& ss, result& r) {
             ss.begin_measuring();
         if (s.check)
             out.fill(i);
-        const auto t0 = clock_type::now();
+        const auto t0 = sample_clock::now();
         co_await ss.ops.send_ping(i, out.view(), use_awaitable);
         auto got = co_await ss.ops.recv_reply(i, in.view(), use_awaitable);
-        const auto t1 = clock_type::now();
+        const auto t1 = sample_clock::now();
         const auto m = Ops::received(in.view(), std::move(got));
         if (Ops::numbered && Ops::seq(m) != i)
             throw failure("reply out of order");

@@ -410,13 +410,13 @@ void tag_lat_client(const settings& s, ucp_side& u, result& r, measurement& c) {
             c.begin();
         if (s.check)
             fill(out, i);
-        const auto t0 = clock_type::now();
+        const auto t0 = sample_clock::now();
         // Send, then post the receive, as ucx_perftest and the library's
         // loops do (no progress runs in between).
         u.send(out.data(), out.size(), data_bit | i, ss);
         u.recv(in.data(), in.size(), reply_bit | i, ~ucp_tag_t{0}, rs);
         u.wait([&] { return rs.done; });
-        const auto t1 = clock_type::now();
+        const auto t1 = sample_clock::now();
         u.wait([&] { return ss.done; });
         ok(rs, "tag receive");
         ok(ss, "tag send");
