@@ -17,34 +17,36 @@ public:
     counter(const counter&) = delete;
     counter& operator=(const counter&) = delete;
 
-    // Always inline: two plain instructions, which GCC otherwise calls out
-    // of line from large functions such as the progress loop's (a call per
-    // spinning step).
+    // Always inline, every operation: two plain instructions, which GCC
+    // otherwise calls out of line from large functions such as the progress
+    // loop's (a call per spinning step).
     [[gnu::always_inline]] void add(std::uint64_t n) noexcept {
         v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
     }
     [[gnu::always_inline]] void sub(std::uint64_t n) noexcept {
         v_.store(v_.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
     }
-    counter& operator++() noexcept {
+    [[gnu::always_inline]] counter& operator++() noexcept {
         add(1);
         return *this;
     }
-    counter& operator--() noexcept {
+    [[gnu::always_inline]] counter& operator--() noexcept {
         sub(1);
         return *this;
     }
-    counter& operator+=(std::uint64_t n) noexcept {
+    [[gnu::always_inline]] counter& operator+=(std::uint64_t n) noexcept {
         add(n);
         return *this;
     }
-    counter& operator-=(std::uint64_t n) noexcept {
+    [[gnu::always_inline]] counter& operator-=(std::uint64_t n) noexcept {
         sub(n);
         return *this;
     }
     /// The value (from any thread).
-    std::uint64_t load() const noexcept { return v_.load(std::memory_order_relaxed); }
-    operator std::uint64_t() const noexcept { return load(); }
+    [[gnu::always_inline]] std::uint64_t load() const noexcept {
+        return v_.load(std::memory_order_relaxed);
+    }
+    [[gnu::always_inline]] operator std::uint64_t() const noexcept { return load(); }
 
 private:
     std::atomic<std::uint64_t> v_{0};
