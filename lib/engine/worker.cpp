@@ -5,6 +5,7 @@
 #include "core/context_impl.hpp"
 #include "engine/request_param.hpp"
 #include "engine/worker_impl.hpp"
+#include "util/cpu_relax.hpp"
 #include "util/intrusive_list.hpp"
 
 #include <sched.h>
@@ -83,9 +84,13 @@ struct engine_backend {
 
     std::size_t progress() {
         const unsigned events = w.progress_ucp();
-        // Most spinning steps find nothing: decide that inline.
-        if (w.nothing_to_deliver())
+        // Most spinning steps find nothing: decide that inline, and pause
+        // before the next poll (see cpu_relax).
+        if (w.nothing_to_deliver()) {
+            if (events == 0)
+                cpu_relax();
             return events;
+        }
         const std::size_t delivered = w.deliver_completions(operation::delivery::dispatch);
         if (delivered != 0)
             w.fsm_.on_delivered();

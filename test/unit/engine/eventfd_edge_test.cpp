@@ -327,7 +327,7 @@ public:
     // ---- driving
     void run_pass() { ucx::detail::run_progress_pass(fsm, *this); }
     void request() {
-        if (fsm.request(std::chrono::steady_clock::now()))
+        if (fsm.request(ucx::detail::progress_fsm::clock::now()))
             post_pass();
     }
     // The event source: safe from any thread.
