@@ -87,7 +87,7 @@ struct engine_backend {
         // Most spinning steps find nothing: decide that inline, and pause
         // before the next poll (see cpu_relax).
         if (w.nothing_to_deliver()) {
-            if (events == 0)
+            if (events == 0 && w.relax_when_quiet_)
                 cpu_relax();
             return events;
         }
@@ -155,6 +155,7 @@ worker_impl::worker_impl(std::shared_ptr<context_impl> ctx, const executor_type&
     : worker_core(ex), context_(std::move(ctx)), options_(options), efd_(ex), safety_timer_(ex),
       backoff_timer_(ex), fsm_(make_progress_config(options)),
       ops_(options.latency_histograms ? std::max(1u, options.latency_sampling) : 0u) {
+    relax_when_quiet_ = short_cpu_relax();
     if (ops_.measures_latency()) {
         latency_clock_ = &tick_clock::get();
         sample_countdown_ = next_sample_gap();

@@ -440,6 +440,9 @@ private:
     bool wait_error_logged_ = false;
     /// The clock of the operations' latencies (null where none are measured).
     const tick_clock* latency_clock_ = nullptr;
+    /// A quiet progress call is followed by a processor pause (where the
+    /// processor's pause is short: see cpu_relax).
+    bool relax_when_quiet_ = false;
     /// Inside `progress_ucp_measured`: the operations that end share one
     /// reading of the clock (`ends_at_`, once `ends_read_`).
     bool ends_share_clock_ = false;
