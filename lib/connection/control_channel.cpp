@@ -38,6 +38,15 @@ bool control_channel::open() noexcept {
     am.cb = &control_channel::on_message;
     am.arg = this;
     open_ = ucp_worker_set_am_recv_handler(worker_.native(), &am) == UCS_OK;
+    try {
+        // Room for the messages of a few endpoints arriving in one progress
+        // call (streams' acknowledgements, goodbyes): a first such burst in
+        // the middle of a run allocates nothing then. Without it they grow
+        // when needed.
+        queue_.reserve(16);
+        spare_.reserve(16);
+    } catch (...) {
+    }
     return open_;
 }
 

@@ -56,10 +56,20 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
         ec = make_error_code(error::wrong_worker);
         return;
     }
+    try {
+        // Room for the chunks of a full flow-control window (8 MiB) in
+        // shared memory's 32 KiB segments, so that a reader catching up after
+        // falling a window behind allocates nothing (4 KiB); and for a few
+        // writes waiting for the window.
+        held_.reserve(256);
+        blocked_.reserve(8);
+    } catch (...) {
+        ec = make_error_code(error::allocation_failed);
+        return;
+    }
     ep_ = std::move(ep);
     ep_->set_watcher(this);
     ucx_empty_at_ = never;
-    held_.reserve(16);
     closed_ = false;
     recv_error_ = {};
     // A plain peer (any UCX program) sends no acknowledgements: no flow
@@ -472,6 +482,14 @@ bool stream_impl::pull() noexcept {
         return false;
     }
     try {
+        // The chunks read to their end stay at the front until the next one
+        // would make the vector grow; then they go, so that its capacity
+        // follows the most chunks held at once (which the peer's window
+        // bounds), not the chunks taken since the reader last caught up.
+        if (held_.size() == held_.capacity() && held_first_ != 0) {
+            held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(held_first_));
+            held_first_ = 0;
+        }
         held_.push_back(held_chunk{p, len});
     } catch (...) {
         ucp_stream_data_release(ep_->native(), p);

@@ -743,6 +743,44 @@ TEST_P(stream_test, flow_control_holds_a_writer_back_until_the_reader_reads) {
     EXPECT_EQ(client.bytes_written(), chunk * count);
 }
 
+TEST_P(stream_test, small_reads_behind_a_full_window_keep_every_byte_in_order) {
+    // The reader first lets a window's worth pile up (held in UCX's chunks),
+    // then reads it and everything after in small reads of odd sizes, so
+    // that chunks keep arriving while earlier ones are only partly read:
+    // the chunks read to their end are dropped from the front of the held
+    // list as it fills, and every byte must still come once, in order.
+    auto [client, server] = connect_pair();
+    constexpr std::size_t chunk = 1u << 20, count = 20;
+    const auto data = pattern(chunk * count, 22);
+    bool write_done = false;
+    asio::co_spawn(
+        io,
+        [&]() -> awaitable<void> {
+            for (std::size_t i = 0; i < count; ++i)
+                co_await asio::async_write(client, asio::buffer(data.data() + i * chunk, chunk),
+                                           use_awaitable);
+            write_done = true;
+        },
+        [](std::exception_ptr e) { EXPECT_FALSE(e); });
+    EXPECT_FALSE(run_until(
+        io, [&] { return write_done; }, std::chrono::milliseconds(300)));
+    std::vector<char> in(chunk * count);
+    std::size_t got = 0, reads = 0;
+    run([&]() -> awaitable<void> {
+        constexpr std::size_t sizes[] = {4093, 17, 65536 + 7, 1000, 32768 - 3};
+        while (got < in.size()) {
+            const std::size_t want = std::min(sizes[reads % std::size(sizes)], in.size() - got);
+            got +=
+                co_await server.async_read_some(asio::buffer(in.data() + got, want), use_awaitable);
+            ++reads;
+        }
+    }());
+    EXPECT_TRUE(run_until(io, [&] { return write_done; }));
+    EXPECT_EQ(got, in.size());
+    EXPECT_TRUE(in == data);
+    EXPECT_GT(reads, count * chunk / 65536);
+}
+
 // ---- connections from a worker address (the address acceptor) ----
 
 /// Accepts on `a` while `client` connects to `to`; returns both results.
