@@ -148,7 +148,8 @@ public:
     /// Accepts the next connection into `s`, which must not be connected
     /// (`asio::error::already_open` otherwise). Cancellable through the
     /// handler's cancellation slot. Completion signature: `void(error_code)`.
-    /// Library errors: `ucx::error::allocation_failed` (address acceptor).
+    /// Library errors: `ucx::error::allocation_failed` (the address
+    /// acceptor's records, or the stream's, as `basic_stream::assign`).
     template <class Executor,
               class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_accept(

@@ -194,7 +194,9 @@ public:
     /// when connected, `ucx::error::not_connected` for an endpoint made
     /// directly from a worker address (`ucx::endpoint(worker, address)` has no
     /// handshake: use `async_connect(worker_address)` instead),
-    /// `ucx::error::wrong_worker` for an endpoint of another worker.
+    /// `ucx::error::wrong_worker` for an endpoint of another worker,
+    /// `ucx::error::allocation_failed` when the stream's bookkeeping (room
+    /// for a flow-control window of received chunks) cannot be had.
     void assign(endpoint&& ep, error_code& ec) {
         const auto& ep_impl = detail::access::get_impl(ep);
         if (!impl_ || !ep_impl) {
@@ -314,7 +316,8 @@ public:
     /// Connects to a `ucx::acceptor` (or `ucx::listener`) at `host`:`service`
     /// (see `ucx::async_connect`, whose errors it reports, including
     /// `ucx::error::feature_not_enabled`). `asio::error::already_open` when
-    /// connected. Completion signature: `void(error_code)`.
+    /// connected, `ucx::error::allocation_failed` as `assign`. Completion
+    /// signature: `void(error_code)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_connect(
         std::string host, std::string service,
@@ -341,9 +344,9 @@ public:
     /// `ucx::error::feature_not_enabled` without `feature::am`,
     /// `connection_refused` when the peer's worker has no address acceptor
     /// open (or its backlog is full), `connection_reset` and UCX's errors when
-    /// the peer's worker is gone, `asio::error::already_open` when connected.
-    /// Cancellable through the handler's cancellation slot. Completion
-    /// signature: `void(error_code)`.
+    /// the peer's worker is gone, `asio::error::already_open` when connected,
+    /// `ucx::error::allocation_failed` as `assign`. Cancellable through the
+    /// handler's cancellation slot. Completion signature: `void(error_code)`.
     template <class CompletionToken = boost::asio::default_completion_token_t<executor_type>>
     auto async_connect(
         const worker_address& to,

@@ -57,11 +57,11 @@ void stream_impl::assign(std::shared_ptr<endpoint_impl> ep, error_code& ec) noex
         return;
     }
     try {
-        // Room for the chunks of a full flow-control window (8 MiB) in
-        // shared memory's 32 KiB segments, so that a reader catching up after
-        // falling a window behind allocates nothing (4 KiB); and for a few
-        // writes waiting for the window.
-        held_.reserve(256);
+        // Room for the chunks of a full flow-control window in shared
+        // memory's 32 KiB segments (256 of them, 4 KiB), so that a reader
+        // catching up after falling a window behind allocates nothing; and
+        // for a few writes waiting for the window.
+        held_.reserve(window / (std::uint64_t{32} << 10));
         blocked_.reserve(8);
     } catch (...) {
         ec = make_error_code(error::allocation_failed);
