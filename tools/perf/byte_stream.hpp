@@ -82,7 +82,7 @@ struct byte_ops {
         return asio::async_write(sock, asio::buffer(&ack, sizeof ack), std::forward<T>(token));
     }
     template <class T>
-    auto recv_ping(asio::mutable_buffer b, T&& token) {
+    auto recv_ping(std::uint64_t, asio::mutable_buffer b, T&& token) {
         return asio::async_read(sock, b, std::forward<T>(token));
     }
     template <class T>

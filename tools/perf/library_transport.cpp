@@ -133,8 +133,8 @@ struct tag_ops : peer {
                                    std::forward<T>(token));
     }
     template <class T>
-    auto recv_ping(asio::mutable_buffer b, T&& token) {
-        return ucx::async_tag_recv(w, b, data_bit, data_bit, std::forward<T>(token));
+    auto recv_ping(std::uint64_t seq, asio::mutable_buffer b, T&& token) {
+        return ucx::async_tag_recv(w, b, data_bit | seq, tag_mask_full, std::forward<T>(token));
     }
     template <class T>
     auto recv_reply(std::uint64_t seq, asio::mutable_buffer b, T&& token) {
@@ -192,7 +192,7 @@ struct am_ops : peer {
                                   options, std::forward<T>(token));
     }
     template <class T>
-    auto recv_ping(asio::mutable_buffer, T&& token) {
+    auto recv_ping(std::uint64_t, asio::mutable_buffer, T&& token) {
         return ucx::async_am_recv(w, data_id, std::forward<T>(token));
     }
     template <class T>

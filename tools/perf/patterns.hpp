@@ -6,7 +6,7 @@
 //   send_ping / send_reply / send_data (seq&, const_buffer, token), send_ack
 //   (ack&, token): complete with (error_code, std::size_t); `seq` and `ack`
 //   stay valid until then (headers).
-//   recv_ping (buffer, token), recv_reply (seq, buffer, token), recv_data
+//   recv_ping (seq, buffer, token), recv_reply (seq, buffer, token), recv_data
 //   (buffer, token), recv_ack (ack&, token): complete with the operation's
 //   own results, which `received(buffer, results...)` turns into the kind's
 //   `message`; `payload(message)` and `seq(message)` read it.
@@ -173,7 +173,7 @@ struct lat_server_cb {
     void start() { post_recv(); }
     void post_recv() {
         std::size_t k = Ops::one_at_a_time ? 0 : received % 2;
-        ss.ops.recv_ping(buf[k].view(), [this, k](error_code ec, auto&&... got) {
+        ss.ops.recv_ping(received, buf[k].view(), [this, k](error_code ec, auto&&... got) {
             throw_if(ec, Ops::recv_what);
             held[k] = Ops::received(buf[k].view(), std::move(got)...);
             seq[k] = Ops::numbered ? Ops::seq(held[k]) : received;
@@ -407,7 +407,7 @@ awaitable<void> lat_server_co(session<Ops>& ss) {
     buffer buf = recv_buffer<Ops>(ss.s);
     for (std::size_t i = 0; i < ss.total; ++i) {
         const auto m =
-            Ops::received(buf.view(), co_await ss.ops.recv_ping(buf.view(), use_awaitable));
+            Ops::received(buf.view(), co_await ss.ops.recv_ping(i, buf.view(), use_awaitable));
         std::uint64_t seq = Ops::numbered ? Ops::seq(m) : i;
         expect<Ops>(ss.s, m, seq, "ping");
         if (i + 1 == ss.warmup)

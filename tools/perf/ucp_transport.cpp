@@ -480,15 +480,15 @@ void tag_bw_client(const settings& s, ucp_side& u, result& r, measurement& c) {
     c.end();
 }
 
-// tag_lat: each ping answered from its own buffer, the next receive posted
-// once the reply before it left.
+// tag_lat: each ping answered from its own buffer, the next receive (by the
+// exact tag of the ping it expects) posted once the reply before it left.
 void tag_lat_server(const settings& s, control& ctl, ucp_side& u, measurement& c) {
     const std::size_t warmup = s.warmup_iters(), total = warmup + s.measured_iters();
     std::vector<std::byte> buf[2] = {std::vector<std::byte>(s.size),
                                      std::vector<std::byte>(s.size)};
     slot rs[2], ss[2];
     ss[0].done = ss[1].done = true;
-    u.recv(buf[0].data(), s.size, data_bit, data_bit, rs[0]);
+    u.recv(buf[0].data(), s.size, data_bit, ~ucp_tag_t{0}, rs[0]);
     ctl.send("ready go");
     for (std::size_t k = 0; k < total; ++k) {
         const std::size_t cur = k % 2, nxt = (k + 1) % 2;
@@ -505,7 +505,7 @@ void tag_lat_server(const settings& s, control& ctl, ucp_side& u, measurement& c
         if (k + 1 < total) {
             u.wait([&] { return ss[nxt].done; });
             ok(ss[nxt], "tag send");
-            u.recv(buf[nxt].data(), s.size, data_bit, data_bit, rs[nxt]);
+            u.recv(buf[nxt].data(), s.size, data_bit | (k + 1), ~ucp_tag_t{0}, rs[nxt]);
         }
     }
     u.wait([&] { return ss[0].done && ss[1].done; });
