@@ -441,15 +441,15 @@ for r in $(seq "$rounds"); do
   done_rounds=$r
 done
 rounds=$done_rounds
-# Counted instructions per 8 B round trip in event mode (repeatable where
-# time is not), library and raw UCP, where valgrind is installed.
+# Counted instructions per 8 B message (repeatable where time is not), each
+# side of a tag_bw in turn, library and raw UCP, where valgrind is installed.
 if command -v valgrind > /dev/null; then
   while read -r label ir; do
-    record "ir_$label" "$ir" - - - -
-  done < <(CALLGRIND_N1=$(n 1000) CALLGRIND_N2=$(n 2000) tools/callgrind.sh --brief "$build" 2>/dev/null || true)
+    if [ "$ir" -gt 0 ]; then record "ir_$label" "$ir" - - - -; fi
+  done < <(CALLGRIND_MSG_N1=$(n 20000) CALLGRIND_MSG_N2=$(n 60000) tools/callgrind.sh --brief "$build" 2>/dev/null || true)
   while read -r label ir; do
-    [ "$label" = library_event_callback ] && record "ir_library_event_callback_nometrics" "$ir" - - - -
-  done < <(CALLGRIND_N1=$(n 1000) CALLGRIND_N2=$(n 2000) tools/callgrind.sh --brief "$build-nometrics" 2>/dev/null || true)
+    if [[ $label == library_* ]] && [ "$ir" -gt 0 ]; then record "ir_${label}_nometrics" "$ir" - - - -; fi
+  done < <(CALLGRIND_MSG_N1=$(n 20000) CALLGRIND_MSG_N2=$(n 60000) tools/callgrind.sh --brief "$build-nometrics" 2>/dev/null || true)
 fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 elapsed=$(( SECONDS - t_start ))
@@ -498,16 +498,16 @@ table="$out/targets.md"
   r=$(ratio "$(median echo_default 3)" "$(lat echo_default)")
   row "echo samples, defaults: p99 / median round trip" "$(median echo_default 3) / $(lat echo_default) µs" "$r" "<=" 3
   row "echo_server with its defaults, one silent connection: % of a core" "$(lat idle_default) %" "$(lat idle_default)" "<=" 1
-  r=$(ratio "$(lat ir_library_event_callback)" "$(lat ir_ucp_event)")
-  echo "| instructions per 8 B round trip, event mode (callgrind): library / raw UCP | $(lat ir_library_event_callback) / $(lat ir_ucp_event) | $r | (reference) | |"
+  r="$(ratio "$(lat ir_library_send)" "$(lat ir_ucp_send)"); $(ratio "$(lat ir_library_recv)" "$(lat ir_ucp_recv)")"
+  echo "| instructions per 8 B message, tag_bw window 64 (callgrind, one side at a time, the fewest of three): library / raw UCP, sending; receiving | $(lat ir_library_send) / $(lat ir_ucp_send); $(lat ir_library_recv) / $(lat ir_ucp_recv) | $r | (reference) | |"
   prow "8 B tag message rate, window 64: library / ucx_perftest tag_bw" lib_mr8_poll pt_mr8 5 msg/s ">=" 0.9
   prow "8 B tag message rate, window 64, sent with try_tag_send, received with a tag_receiver (64 slots): library / ucx_perftest tag_bw" lib_mr8_batch pt_mr8 5 msg/s ">=" 0.9
   a=$(best lib_lat8_poll_metrics 2 min); b=$(best lib_lat8_poll_nometrics 2 min)
   row "8 B tag latency, poll: operation metrics on (histograms off) / a build without them, best runs" "$a / $b µs (medians $(lat lib_lat8_poll_metrics) / $(lat lib_lat8_poll_nometrics))" "$(ratio3 "$a" "$b")" "<=" 1.02
   a=$(best lib_mr8_poll_metrics 5 max); b=$(best lib_mr8_poll_nometrics 5 max)
   row "8 B tag message rate: operation metrics on (histograms off) / a build without them, best runs" "$a / $b msg/s (medians $(mr lib_mr8_poll_metrics) / $(mr lib_mr8_poll_nometrics))" "$(ratio3 "$a" "$b")" ">=" 0.98
-  a=$(lat ir_library_event_callback); b=$(lat ir_library_event_callback_nometrics)
-  echo "| instructions per 8 B round trip in the client, event mode (callgrind): operation metrics on / off | $a / $b | $(ratio3 "$a" "$b") | (reference) | |"
+  a=$(lat ir_library_send); b=$(lat ir_library_send_nometrics); c=$(lat ir_library_recv); d=$(lat ir_library_recv_nometrics)
+  echo "| instructions per 8 B message (callgrind, as above): operation metrics on / off, sending; receiving | $a / $b; $c / $d | $(ratio3 "$a" "$b"); $(ratio3 "$c" "$d") | (reference) | |"
   r=$(ratio "$(lat lib_lat8_poll_hist)" "$(lat lib_lat8_poll)")
   row "8 B tag latency, poll: latency histograms on / off" "$(lat lib_lat8_poll_hist) / $(lat lib_lat8_poll) µs" "$r" "<=" 1.05
   r=$(ratio "$(mr lib_mr8_poll_hist)" "$(mr lib_mr8_poll)")

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# Counted instructions per 8 B tag round trip (valgrind --tool=callgrind):
-# repeatable on a noisy machine, unlike wall-clock time. The client runs under
-# callgrind, the server natively; each configuration runs with two iteration
-# counts and the difference, divided by the extra round trips, is the cost of
-# one round trip in the client's process (set-up and teardown cancel out).
-# Event mode, so that the client sleeps instead of spinning while it waits.
-# Also prints the library's heap allocations per operation (operator new).
+# Counted instructions per 8 B tag message (valgrind --tool=callgrind):
+# repeatable on a noisy machine, unlike wall-clock time. One side of an 8 B
+# tag_bw (window 64, poll mode) runs under callgrind, the other natively: the
+# sending side (the client), then the receiving side (the server). Each runs
+# with two message counts and the same warm-up; the difference, divided by
+# the extra messages, is the cost of one message in that process (set-up and
+# teardown cancel out). The side under callgrind is the slower one by far,
+# so it seldom waits for the other; where it does, its empty progress calls
+# add instructions (raw UCP's receiving side: 440 to 572 per message in four
+# runs), so each total is the fewest of three runs (CALLGRIND_REPEATS).
+# Also the 8 B tag round trip in the client in event and poll mode, which
+# varies by tens of percent from run to run (how many progress and arm calls
+# a round trip takes depends on when the reply comes), and the library's
+# heap allocations per operation (operator new).
 #
 #   tools/callgrind.sh [--brief] [BUILD_DIR]   (default: build-perf; built if missing)
 #
-# --brief: only the event-mode rows of raw UCP and the library (callbacks),
-# one "label instructions-per-round-trip" line each (tools/bench.sh).
+# --brief: only the per-message counts of raw UCP and the library, one
+# "label instructions-per-message" line each (ucp_send, ucp_recv,
+# library_send, library_recv; tools/bench.sh).
+# CALLGRIND_MSG_N1/N2 (default 20000/60000) set the message counts,
+# CALLGRIND_MSG_WARMUP (default 1000) the messages before them,
+# CALLGRIND_REPEATS (default 3) the runs with each count,
+# CALLGRIND_N1/N2 (default 2000/4000) the round trips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 brief=0
@@ -22,7 +34,7 @@ if [ ! -x "$build/tools/ucx-asio-perf" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TESTS=OFF > /dev/null
   cmake --build "$build" --target ucx-asio-perf -j2 > /dev/null
 fi
-perf=$PWD/$build/tools/ucx-asio-perf
+case $build in /*) perf=$build/tools/ucx-asio-perf ;; *) perf=$PWD/$build/tools/ucx-asio-perf ;; esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 n1=${CALLGRIND_N1:-2000}
@@ -50,19 +62,69 @@ run() {
   a=$(instructions "$label" "$n1" "$@")
   b=$(instructions "$label" "$n2" "$@")
   per_rtt[$label]=$(( (b - a) / (n2 - n1) ))
+  printf '%-34s %14s %14s %12s\n' "$label" "$a" "$b" "${per_rtt[$label]}"
+}
+
+# messages LABEL SIDE ITERS ARGS... : total Ir of one 8 B tag_bw run of
+# SIDE (send: the client; receive: the server) under callgrind
+messages() {
+  local label=$1 side=$2 iters=$3; shift 3
+  local portfile=$tmp/port.$label.$iters out=$tmp/cg.$label.$iters
+  local grind=(valgrind --tool=callgrind --callgrind-out-file="$out")
+  local server=() client=()
+  if [ "$side" = receive ]; then server=("${grind[@]}"); else client=("${grind[@]}"); fi
+  "${server[@]}" "$perf" --server --port 0 --port-fd 3 3> "$portfile" > /dev/null 2>&1 &
+  local spid=$!
+  for _ in $(seq 600); do [ -s "$portfile" ] && break; sleep 0.05; done
+  local port
+  port=$(cat "$portfile")
+  "${client[@]}" "$perf" 127.0.0.1 --port "$port" --iters "$iters" --warmup "$warm" \
+    -t tag_bw -s 8 --window 64 --progress poll "$@" > "$tmp/out.$label.$iters" 2>&1
+  wait $spid
+  sed -n 's/^summary: *//p' "$out" | awk '{print $1}'
+}
+
+m1=${CALLGRIND_MSG_N1:-20000}
+m2=${CALLGRIND_MSG_N2:-60000}
+repeats=${CALLGRIND_REPEATS:-3}
+warm=${CALLGRIND_MSG_WARMUP:-1000}
+declare -A per_msg
+# per_message LABEL SIDE ARGS... : instructions per message from the
+# fewest instructions of `repeats` runs with each message count (a side that
+# waits for the other adds the instructions of its empty progress calls,
+# never fewer)
+per_message() {
+  local label=$1 side=$2; shift 2
+  local a="" b="" x
+  for _ in $(seq "$repeats"); do
+    x=$(messages "$label" "$side" "$m1" "$@")
+    if [ -z "$a" ] || [ "$x" -lt "$a" ]; then a=$x; fi
+    x=$(messages "$label" "$side" "$m2" "$@")
+    if [ -z "$b" ] || [ "$x" -lt "$b" ]; then b=$x; fi
+  done
+  local best=$(( (b - a) / (m2 - m1) ))
+  if [ "$best" -le 0 ]; then
+    echo "callgrind: $label: $a instructions with $m1 messages, $b with $m2: the side waited" \
+      "for the other (a busy machine?); the count is not the work of a message" >&2
+  fi
+  per_msg[$label]=$best
   if [ $brief = 1 ]; then
-    echo "$label ${per_rtt[$label]}"
+    echo "$label $best"
   else
-    printf '%-34s %14s %14s %12s\n' "$label" "$a" "$b" "${per_rtt[$label]}"
+    printf '%-34s %14s %14s %12s\n' "$label" "$a" "$b" "$best"
   fi
 }
 
-if [ $brief = 1 ]; then
-  run ucp_event --transport ucp -t tag_lat -s 8 --progress event
-  run library_event_callback -t tag_lat -s 8 --progress event --style callback
-  exit 0
-fi
-printf '%-34s %14s %14s %12s\n' "configuration" "Ir ($n1 RTT)" "Ir ($n2 RTT)" "Ir per RTT"
+[ $brief = 1 ] || printf '%-34s %14s %14s %12s\n' "8 B tag_bw, window 64" "Ir ($m1 msgs)" "Ir ($m2 msgs)" "Ir per msg"
+per_message ucp_send send --transport ucp
+per_message ucp_recv receive --transport ucp
+per_message library_send send
+per_message library_recv receive
+[ $brief = 1 ] && exit 0
+echo "library overhead per message: sending $(( per_msg[library_send] - per_msg[ucp_send] )), receiving $(( per_msg[library_recv] - per_msg[ucp_recv] )) instructions"
+echo
+
+printf '%-34s %14s %14s %12s\n' "8 B tag round trip (client)" "Ir ($n1 RTT)" "Ir ($n2 RTT)" "Ir per RTT"
 
 run ucp_event --transport ucp -t tag_lat -s 8 --progress event
 run library_event_callback -t tag_lat -s 8 --progress event --style callback
@@ -72,7 +134,8 @@ run library_poll_callback -t tag_lat -s 8 --progress poll --style callback
 
 echo
 echo "library overhead per round trip, event mode: callback $(( per_rtt[library_event_callback] - per_rtt[ucp_event] )) instructions, coroutine $(( per_rtt[library_event_coroutine] - per_rtt[ucp_event] ))"
-echo "(poll rows include the instructions spent spinning while the reply travels: not comparable run to run)"
+echo "(round trips vary run to run: event mode with when each reply comes, poll mode with the"
+echo " instructions spent spinning while it travels; the per-message counts above do not)"
 
 echo
 echo "top functions of library_event_callback ($n2 round trips, self cost):"
