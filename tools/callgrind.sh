@@ -73,12 +73,13 @@ messages() {
   local grind=(valgrind --tool=callgrind --callgrind-out-file="$out")
   local server=() client=()
   if [ "$side" = receive ]; then server=("${grind[@]}"); else client=("${grind[@]}"); fi
-  "${server[@]}" "$perf" --server --port 0 --port-fd 3 3> "$portfile" > /dev/null 2>&1 &
+  # Bounded: a side that fails leaves the other waiting.
+  timeout 600 "${server[@]}" "$perf" --server --port 0 --port-fd 3 3> "$portfile" > /dev/null 2>&1 &
   local spid=$!
   for _ in $(seq 600); do [ -s "$portfile" ] && break; sleep 0.05; done
   local port
   port=$(cat "$portfile")
-  "${client[@]}" "$perf" 127.0.0.1 --port "$port" --iters "$iters" --warmup "$warm" \
+  timeout 600 "${client[@]}" "$perf" 127.0.0.1 --port "$port" --iters "$iters" --warmup "$warm" \
     -t tag_bw -s 8 --window 64 --progress poll "$@" > "$tmp/out.$label.$iters" 2>&1
   wait $spid
   sed -n 's/^summary: *//p' "$out" | awk '{print $1}'
