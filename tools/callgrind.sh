@@ -44,12 +44,12 @@ n2=${CALLGRIND_N2:-4000}
 instructions() {
   local label=$1 iters=$2; shift 2
   local portfile=$tmp/port.$label.$iters
-  "$perf" --server --port 0 --port-fd 3 3> "$portfile" &
+  timeout 600 "$perf" --server --port 0 --port-fd 3 3> "$portfile" &
   local spid=$!
   for _ in $(seq 100); do [ -s "$portfile" ] && break; sleep 0.05; done
   local port
   port=$(cat "$portfile")
-  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$label.$iters" \
+  timeout 600 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$label.$iters" \
     "$perf" 127.0.0.1 --port "$port" --iters "$iters" --warmup 200 "$@" > "$tmp/out.$label.$iters" 2>&1
   wait $spid
   sed -n 's/^summary: *//p' "$tmp/cg.$label.$iters" | awk '{print $1}'
