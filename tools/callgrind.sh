@@ -40,49 +40,41 @@ trap 'rm -rf "$tmp"' EXIT
 n1=${CALLGRIND_N1:-2000}
 n2=${CALLGRIND_N2:-4000}
 
-# instructions LABEL ITERS ARGS... : total Ir of one client run
-instructions() {
-  local label=$1 iters=$2; shift 2
-  local portfile=$tmp/port.$label.$iters
-  timeout 600 "$perf" --server --port 0 --port-fd 3 3> "$portfile" &
-  local spid=$!
-  for _ in $(seq 100); do [ -s "$portfile" ] && break; sleep 0.05; done
-  local port
-  port=$(cat "$portfile")
-  timeout 600 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$label.$iters" \
-    "$perf" 127.0.0.1 --port "$port" --iters "$iters" --warmup 200 "$@" > "$tmp/out.$label.$iters" 2>&1
-  wait $spid
-  sed -n 's/^summary: *//p' "$tmp/cg.$label.$iters" | awk '{print $1}'
-}
-
-declare -A per_rtt
-run() {
-  local label=$1; shift
-  local a b
-  a=$(instructions "$label" "$n1" "$@")
-  b=$(instructions "$label" "$n2" "$@")
-  per_rtt[$label]=$(( (b - a) / (n2 - n1) ))
-  printf '%-34s %14s %14s %12s\n' "$label" "$a" "$b" "${per_rtt[$label]}"
-}
-
-# messages LABEL SIDE ITERS ARGS... : total Ir of one 8 B tag_bw run of
-# SIDE (send: the client; receive: the server) under callgrind
-messages() {
-  local label=$1 side=$2 iters=$3; shift 3
+# grind LABEL SIDE ITERS WARMUP ARGS... : total Ir of one run of SIDE (send:
+# the client; receive: the server) under callgrind, the other side native.
+# Each side is bounded in time: one that fails leaves the other waiting.
+grind() {
+  local label=$1 side=$2 iters=$3 warmup=$4; shift 4
   local portfile=$tmp/port.$label.$iters out=$tmp/cg.$label.$iters
-  local grind=(valgrind --tool=callgrind --callgrind-out-file="$out")
+  local cg=(valgrind --tool=callgrind --callgrind-out-file="$out")
   local server=() client=()
-  if [ "$side" = receive ]; then server=("${grind[@]}"); else client=("${grind[@]}"); fi
-  # Bounded: a side that fails leaves the other waiting.
+  if [ "$side" = receive ]; then server=("${cg[@]}"); else client=("${cg[@]}"); fi
   timeout 600 "${server[@]}" "$perf" --server --port 0 --port-fd 3 3> "$portfile" > /dev/null 2>&1 &
   local spid=$!
   for _ in $(seq 600); do [ -s "$portfile" ] && break; sleep 0.05; done
   local port
   port=$(cat "$portfile")
-  timeout 600 "${client[@]}" "$perf" 127.0.0.1 --port "$port" --iters "$iters" --warmup "$warm" \
-    -t tag_bw -s 8 --window 64 --progress poll "$@" > "$tmp/out.$label.$iters" 2>&1
+  timeout 600 "${client[@]}" "$perf" 127.0.0.1 --port "$port" --iters "$iters" --warmup "$warmup" \
+    "$@" > "$tmp/out.$label.$iters" 2>&1
   wait $spid
   sed -n 's/^summary: *//p' "$out" | awk '{print $1}'
+}
+
+# run LABEL ARGS... : instructions per round trip in the client
+declare -A per_rtt
+run() {
+  local label=$1; shift
+  local a b
+  a=$(grind "$label" send "$n1" 200 "$@")
+  b=$(grind "$label" send "$n2" 200 "$@")
+  per_rtt[$label]=$(( (b - a) / (n2 - n1) ))
+  printf '%-34s %14s %14s %12s\n' "$label" "$a" "$b" "${per_rtt[$label]}"
+}
+
+# messages LABEL SIDE ITERS ARGS... : total Ir of one 8 B tag_bw run of SIDE
+messages() {
+  local label=$1 side=$2 iters=$3; shift 3
+  grind "$label" "$side" "$iters" "$warm" -t tag_bw -s 8 --window 64 --progress poll "$@"
 }
 
 m1=${CALLGRIND_MSG_N1:-20000}

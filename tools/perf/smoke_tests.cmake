@@ -108,8 +108,8 @@ add_test(NAME perf_smoke.pipe_pingpong COMMAND pipe_pingpong --iters 200 --warmu
 # tools/callgrind.sh --brief with few messages: every count the benchmark
 # reports is made (a number; its value is not asserted: with so few messages,
 # or on a busy machine, a side under callgrind waits for its peer and counts
-# its empty progress calls). Valgrind cannot run a sanitized program: plain builds only.
-find_program(UCX_ASIO_VALGRIND valgrind)
+# its empty progress calls). Valgrind (found by test/integration) cannot run
+# a sanitized program: plain builds only.
 if(UCX_ASIO_VALGRIND AND NOT UCX_ASIO_SANITIZE)
   add_test(NAME perf_smoke.callgrind_counts
     COMMAND bash -c "set -o pipefail; '${PROJECT_SOURCE_DIR}/tools/callgrind.sh' --brief '${CMAKE_BINARY_DIR}' | tee /dev/stderr | grep -cE '^(ucp|library)_(send|recv) -?[0-9]+$' | grep -qx 4")
