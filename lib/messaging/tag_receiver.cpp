@@ -49,6 +49,13 @@ void tag_receiver_impl::open(const tag_receiver_options& o, error_code& ec) noex
     for (slot& s : slots_) {
         s.owner = this;
         s.own_request = w.take_request();
+        // The callback in every case: UCX 1.13 does not fill the receive's
+        // information when it completes one at once from its queue of
+        // unexpected messages. The callback only records.
+        s.param = recv_param(&tag_receiver_impl::on_received, &s);
+        add_no_immediate_completion(s.param);
+        if (s.own_request)
+            add_request(s.param, s.own_request);
     }
     w.add_component(*this);
     open_ = true;
@@ -68,17 +75,11 @@ void tag_receiver_impl::post(std::uint32_t i) noexcept {
         ucp_request_free(s.ucx_request); // from UCX's pool: done with it
         s.ucx_request = nullptr;
     }
-    // The callback in every case: UCX 1.13 does not fill the receive's
-    // information when it completes one at once from its queue of
-    // unexpected messages. The callback only records.
-    ucp_request_param_t param = recv_param(&tag_receiver_impl::on_received, &s);
-    add_no_immediate_completion(param);
-    if (s.own_request)
-        add_request(param, s.own_request);
     s.posted = true;
     ++posted_;
     void* data = const_cast<std::byte*>(table_.data) + i * table_.stride;
-    const ucs_status_ptr_t r = ucp_tag_recv_nbx(w.native(), data, slot_size_, tag_, mask_, &param);
+    const ucs_status_ptr_t r =
+        ucp_tag_recv_nbx(w.native(), data, slot_size_, tag_, mask_, &s.param);
     if (UCS_PTR_IS_ERR(r)) [[unlikely]] {
         s.posted = false;
         --posted_;
@@ -126,8 +127,12 @@ void tag_receiver_impl::ended(std::uint32_t i, ucs_status_t status, std::size_t 
     ready_bytes_ += length;
     // A receive waits only while none is ready (it takes them at once
     // otherwise): the first one queues the hand-out.
-    if (waiting_ && ready_count_ == 1)
-        worker_->defer(*this, deferred_stage::messages);
+    if (waiting_ && ready_count_ == 1) [[unlikely]]
+        queue_hand_out();
+}
+
+void tag_receiver_impl::queue_hand_out() noexcept {
+    worker_->defer(*this, deferred_stage::messages);
 }
 
 void tag_receiver_impl::receive(tag_batch_op* op) noexcept {

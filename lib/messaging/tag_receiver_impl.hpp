@@ -71,6 +71,10 @@ private:
         void* own_request = nullptr;
         void* ucx_request = nullptr;
         bool posted = false;
+        /// What every post of the slot gives UCX (built once, at open):
+        /// the callback, the slot, its request memory, no completion inside
+        /// the call.
+        ucp_request_param_t param{};
     };
 
     static void on_received(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
@@ -82,6 +86,9 @@ private:
     void ended(std::uint32_t i, ucs_status_t status, std::size_t length, tag_t tag) noexcept;
     /// Hands the completed slots to the waiting receive.
     void hand_out() noexcept;
+    /// Queues the hand-out for after the progress call (out of line: once
+    /// per batch, not per message).
+    [[gnu::noinline]] void queue_hand_out() noexcept;
     /// Gives the slots' request memory back (none posted).
     void free_requests() noexcept;
 
