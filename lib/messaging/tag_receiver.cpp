@@ -46,8 +46,10 @@ void tag_receiver_impl::open(const tag_receiver_options& o, error_code& ec) noex
     at = (at + align - 1) & ~static_cast<std::uintptr_t>(align - 1);
     slot_size_ = o.slot_size;
     table_ = tag_slot_table{reinterpret_cast<const std::byte*>(at), stride, results_.data()};
-    for (slot& s : slots_) {
+    for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+        slot& s = slots_[i];
         s.owner = this;
+        s.index = i;
         s.own_request = w.take_request();
         // The callback in every case: UCX 1.13 does not fill the receive's
         // information when it completes one at once from its queue of
@@ -68,7 +70,8 @@ bool tag_receiver_impl::is_open() const noexcept {
     return open_ && worker_->is_open();
 }
 
-void tag_receiver_impl::post(std::uint32_t i) noexcept {
+// Inline in `release`'s loop: once per message.
+[[gnu::always_inline]] inline void tag_receiver_impl::post(std::uint32_t i) noexcept {
     slot& s = slots_[i];
     worker_impl& w = *worker_;
     if (s.ucx_request && !s.own_request) {
@@ -98,22 +101,28 @@ void tag_receiver_impl::on_received(void* request, ucs_status_t status,
     s->posted = false;
     s->ucx_request = request;
     --self.posted_;
-    if (self.counted_ > 0) {
-        --self.counted_;
-        self.worker_->internal_request_done();
-    }
-    if (!self.open_) {
-        // Closed: the last callback lets the receiver go, outside UCX.
-        if (self.posted_ == 0 && self.self_)
-            boost::asio::post(self.worker_->get_executor(), [keep = std::move(self.self_)] {});
-        return;
-    }
-    const auto i = static_cast<std::uint32_t>(s - self.slots_.data());
-    self.ended(i, status, status == UCS_OK && info ? info->length : 0, info ? info->sender_tag : 0);
+    if (!self.open_) [[unlikely]]
+        return self.called_back_closed();
+    self.ended(s->index, status, status == UCS_OK && info ? info->length : 0,
+               info ? info->sender_tag : 0);
 }
 
-void tag_receiver_impl::ended(std::uint32_t i, ucs_status_t status, std::size_t length,
-                              tag_t tag) noexcept {
+void tag_receiver_impl::called_back_closed() noexcept {
+    // The callbacks after close are counted as the worker's internal
+    // requests (see close), and the last one lets the receiver go, outside
+    // UCX.
+    if (counted_ > 0) {
+        --counted_;
+        worker_->internal_request_done();
+    }
+    if (posted_ == 0 && self_)
+        boost::asio::post(worker_->get_executor(), [keep = std::move(self_)] {});
+}
+
+// Inline in the callback (and in `post`'s refusal): once per message.
+[[gnu::always_inline]] inline void tag_receiver_impl::ended(std::uint32_t i, ucs_status_t status,
+                                                            std::size_t length,
+                                                            tag_t tag) noexcept {
     tag_slot_result& r = results_[i];
     r.length = length;
     r.tag = tag;
@@ -185,11 +194,12 @@ void tag_receiver_impl::cancel() noexcept {
 }
 
 void tag_receiver_impl::release(std::uint32_t first, std::size_t count) noexcept {
+    if (!open_)
+        return; // closed: UCX holds none of them, nothing is posted again
     std::uint32_t i = first;
     for (std::size_t k = 0; k < count; ++k) {
         const std::uint32_t next = results_[i].next; // post() may chain i anew
-        if (open_)
-            post(i);
+        post(i);
         i = next;
     }
 }

@@ -70,6 +70,8 @@ private:
         /// or null: UCX's pool then, freed after the callback.
         void* own_request = nullptr;
         void* ucx_request = nullptr;
+        /// Its place in the table.
+        std::uint32_t index = 0;
         bool posted = false;
         /// What every post of the slot gives UCX (built once, at open):
         /// the callback, the slot, its request memory, no completion inside
@@ -84,6 +86,8 @@ private:
     void post(std::uint32_t i) noexcept;
     /// Slot `i`'s receive ended with `status`.
     void ended(std::uint32_t i, ucs_status_t status, std::size_t length, tag_t tag) noexcept;
+    /// UCX called back a receive after close.
+    [[gnu::noinline]] void called_back_closed() noexcept;
     /// Hands the completed slots to the waiting receive.
     void hand_out() noexcept;
     /// Queues the hand-out for after the progress call (out of line: once
