@@ -43,8 +43,10 @@ template <class Op>
 struct stream_result {
     using op_type = Op;
     static auto extract(const error_code& ec, const Op& op) {
+        if (!ec) [[likely]]
+            return std::tuple<error_code, std::size_t>(ec, op.bytes);
         return std::tuple<error_code, std::size_t>(socket_error(ec),
-                                                   ec && !op.partial_on_error ? 0 : op.bytes);
+                                                   op.partial_on_error ? op.bytes : 0);
     }
 };
 

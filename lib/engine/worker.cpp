@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <string>
 
 namespace ucx {
@@ -37,7 +38,7 @@ progress_config make_progress_config(const worker_options& o) {
 } // namespace
 
 inline bool worker_impl::nothing_to_deliver() const noexcept {
-    return done_head_ == nullptr && !has_deferred_;
+    return done_head_ == nullptr && deferred_stages_ == 0;
 }
 
 inline unsigned worker_impl::progress_ucp_once() noexcept {
@@ -675,11 +676,16 @@ std::size_t worker_impl::run_stage(deferred_stage stage) noexcept {
 
 std::size_t worker_impl::deliver_completions(operation::delivery d) {
     std::size_t n = 0;
-    if (has_deferred_) {
-        has_deferred_ = false;
-        // In deferred_stage's order: control messages first.
-        for (std::size_t stage = 0; stage < deferred_stage_count; ++stage)
-            n += run_stage(static_cast<deferred_stage>(stage));
+    // In deferred_stage's order, control messages first, only the stages
+    // marked: what a stage queues for a later one runs in this pass, what it
+    // queues for itself or an earlier one in the next (its bit set again).
+    for (unsigned stage = 0;; ++stage) {
+        const unsigned ahead = static_cast<unsigned>(deferred_stages_) >> stage;
+        if (ahead == 0)
+            break;
+        stage += static_cast<unsigned>(std::countr_zero(ahead));
+        deferred_stages_ &= static_cast<std::uint8_t>(~(1u << stage));
+        n += run_stage(static_cast<deferred_stage>(stage));
     }
     // Deliver what is queued now (not what these handlers queue), one at a
     // time from the shared queue, so a handler that shuts the worker down
@@ -884,7 +890,7 @@ void worker_impl::shutdown() {
             c->shutdown();
     for (auto& queue : deferred_)
         queue.clear();
-    has_deferred_ = false;
+    deferred_stages_ = 0;
 
     // 2. Cancel tag receives; everything still in flight reports operation_aborted.
     std::vector<operation*> library_owned;

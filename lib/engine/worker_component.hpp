@@ -42,6 +42,8 @@ enum class deferred_stage : unsigned char {
     messages,
 };
 inline constexpr std::size_t deferred_stage_count = 6;
+// A bit each in the worker's mask of stages with work queued (one byte).
+static_assert(deferred_stage_count <= 8);
 
 /// Which components shutdown ends first: listeners close (rejecting
 /// requests), then endpoints are force-closed, then the rest.

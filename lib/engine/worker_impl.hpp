@@ -194,7 +194,7 @@ public:
             return;
         deferred_[static_cast<std::size_t>(stage)].push_back(&c);
         c.queued_ |= bit;
-        has_deferred_ = true;
+        deferred_stages_ |= bit;
     }
     /// An internal request (a close, a fetch) is under way: shutdown waits for it.
     void internal_request_started() noexcept { ++internal_requests_; }
@@ -413,10 +413,11 @@ private:
     operation* done_head_ = nullptr;
     operation* done_tail_ = nullptr;
     std::size_t internal_requests_ = 0;
-    // Deferred work: one queue per stage, and whether any has something (the
-    // quiet step checks only that flag).
+    // Deferred work: one queue per stage, and the stages whose queue has
+    // something, a bit each (the quiet step checks only that none has; a
+    // pass runs only the stages marked).
     std::array<std::vector<deferred_work*>, deferred_stage_count> deferred_;
-    bool has_deferred_ = false;
+    std::uint8_t deferred_stages_ = 0;
     /// The stage running now: its queue as it was when the stage started.
     std::vector<deferred_work*> running_;
     std::array<worker_component*, component_kind_count> heads_{};
