@@ -39,6 +39,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# The build directory: relative to the repository's root, or absolute.
+case $build in /*) ;; *) build="$root/$build" ;; esac
+
 export UCX_NET_DEVICES=lo
 for tool in ucx_perftest cmake; do
   command -v $tool > /dev/null || { echo "bench: $tool is missing (run tools/setup.sh)" >&2; exit 1; }
@@ -48,21 +51,21 @@ echo "== building Release in $build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TESTS=OFF > /dev/null
 cmake --build "$build" --target ucx-asio-perf pipe_pingpong ucx-asio-demo echo_server echo_client \
   ucx-asio-scale -j"$jobs" > /dev/null
-perf="$root/$build/tools/ucx-asio-perf"
+perf="$build/tools/ucx-asio-perf"
 # The same program over a library built without operation metrics
 # (UCX_ASIO_OPERATION_METRICS=OFF): what the counters cost.
 echo "== building Release without operation metrics in $build-nometrics"
 cmake -S . -B "$build-nometrics" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUCX_ASIO_BUILD_TESTS=OFF \
   -DUCX_ASIO_BUILD_SAMPLES=OFF -DUCX_ASIO_OPERATION_METRICS=OFF > /dev/null
 cmake --build "$build-nometrics" --target ucx-asio-perf -j"$jobs" > /dev/null
-perf_nometrics="$root/$build-nometrics/tools/ucx-asio-perf"
-pipe="$root/$build/tools/pipe_pingpong"
-demo="$root/$build/tools/ucx-asio-demo"
-echo_server="$root/$build/samples/echo_server"
-echo_client="$root/$build/samples/echo_client"
-scale="$root/$build/tools/ucx-asio-scale"
+perf_nometrics="$build-nometrics/tools/ucx-asio-perf"
+pipe="$build/tools/pipe_pingpong"
+demo="$build/tools/ucx-asio-demo"
+echo_server="$build/samples/echo_server"
+echo_client="$build/samples/echo_client"
+scale="$build/tools/ucx-asio-scale"
 
-out="$root/$build/bench"
+out="$build/bench"
 mkdir -p "$out"
 results="$out/results.txt" # key value-columns, one line per run
 : > "$results"
