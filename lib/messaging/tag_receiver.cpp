@@ -46,10 +46,8 @@ void tag_receiver_impl::open(const tag_receiver_options& o, error_code& ec) noex
     at = (at + align - 1) & ~static_cast<std::uintptr_t>(align - 1);
     slot_size_ = o.slot_size;
     table_ = tag_slot_table{reinterpret_cast<const std::byte*>(at), stride, results_.data()};
-    for (std::uint32_t i = 0; i < slots_.size(); ++i) {
-        slot& s = slots_[i];
+    for (slot& s : slots_) {
         s.owner = this;
-        s.index = i;
         s.own_request = w.take_request();
         // The callback in every case: UCX 1.13 does not fill the receive's
         // information when it completes one at once from its queue of
@@ -103,8 +101,8 @@ void tag_receiver_impl::on_received(void* request, ucs_status_t status,
     --self.posted_;
     if (!self.open_) [[unlikely]]
         return self.called_back_closed();
-    self.ended(s->index, status, status == UCS_OK && info ? info->length : 0,
-               info ? info->sender_tag : 0);
+    const auto i = static_cast<std::uint32_t>(s - self.slots_.data());
+    self.ended(i, status, status == UCS_OK && info ? info->length : 0, info ? info->sender_tag : 0);
 }
 
 void tag_receiver_impl::called_back_closed() noexcept {

@@ -70,8 +70,6 @@ private:
         /// or null: UCX's pool then, freed after the callback.
         void* own_request = nullptr;
         void* ucx_request = nullptr;
-        /// Its place in the table.
-        std::uint32_t index = 0;
         bool posted = false;
         /// What every post of the slot gives UCX (built once, at open):
         /// the callback, the slot, its request memory, no completion inside
