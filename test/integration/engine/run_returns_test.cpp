@@ -111,11 +111,9 @@ TEST_P(run_returns_test, an_address_acceptor_keeps_it_running_until_closed) {
 // handler reports it, and run() returns with the worker still open.
 TEST_P(run_returns_test, after_a_failed_connect) {
     ucx::worker w(ctx, io, opts());
-    unsigned short port = 0;
-    {
-        asio::ip::tcp::acceptor probe(io, {asio::ip::make_address("127.0.0.1"), 0});
-        port = probe.local_endpoint().port(); // closed again: nothing listens there
-    }
+    // Nothing listens there, and no other test's server bound to port 0 can
+    // be given it (it is below the kernel's range for those).
+    const unsigned short port = ucx_test::free_port_below_ephemeral();
     std::optional<ucx::error_code> result;
     ucx::async_connect(w, "127.0.0.1", std::to_string(port),
                        [&](ucx::error_code ec, ucx::endpoint) { result = ec; });

@@ -5,6 +5,7 @@
 #include <ucx/tcp_store.hpp>
 
 #include "store_support.hpp"
+#include "test_support.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -429,11 +430,9 @@ TEST(TcpStore, RawClientSeesTorchReplies) {
 
 TEST(TcpStore, ClientBeforeServer) {
     asio::io_context ioc;
-    std::uint16_t port;
-    {
-        tcp::acceptor probe(ioc, loopback());
-        port = probe.local_endpoint().port();
-    }
+    // Below the ports the kernel hands out: no other test's server or
+    // client socket can be given it before this test's server binds it.
+    const std::uint16_t port = ucx_test::free_port_below_ephemeral();
     ucx::tcp_store s(ioc.get_executor(), "127.0.0.1", port, {.join_as_worker = true});
     s.set_timeout(10s);
     auto f = s.async_get("k", tuple_future);
@@ -451,11 +450,9 @@ TEST(TcpStore, ClientBeforeServer) {
 
 TEST(TcpStore, NoServer) {
     asio::io_context ioc;
-    std::uint16_t port;
-    {
-        tcp::acceptor probe(ioc, loopback());
-        port = probe.local_endpoint().port();
-    }
+    // Nothing listens there: below the ports the kernel hands out, so no
+    // other test's server (bound to port 0) can be given it meanwhile.
+    const std::uint16_t port = ucx_test::free_port_below_ephemeral();
     ucx::tcp_store s(ioc.get_executor(), "127.0.0.1", port);
     s.set_timeout(300ms);
     const auto t0 = std::chrono::steady_clock::now();
